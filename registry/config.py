@@ -1,0 +1,27 @@
+"""Where the registry keeps its data, and which database a command talks to."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+HOME_ENV = "REGISTRY_HOME"
+
+
+def registry_home() -> Path:
+    """The per-user data folder: ``$REGISTRY_HOME``, else ``$XDG_DATA_HOME/tvm-registry``, else
+    ``~/.local/share/tvm-registry``."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg).expanduser() / "tvm-registry"
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{registry_home() / 'registry.db'}"
+
+
+def resolve_database_url(url: str | None = None) -> str:
+    """An explicit URL wins, then ``$REGISTRY_DATABASE_URL``, then the embedded SQLite file."""
+    return url or os.environ.get(DATABASE_URL_ENV) or default_database_url()

@@ -1,0 +1,23 @@
+"""The registry's own errors. The CLI prints any of them as one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class RegistryError(Exception):
+    """Base class: an expected failure with a message meant for the user."""
+
+
+class DatabaseError(RegistryError):
+    """The database cannot be reached or used."""
+
+
+class SchemaOutdatedError(DatabaseError):
+    """The database's schema is at an older revision than this registry needs."""
+
+
+class BadInputError(RegistryError):
+    """Input that the registry refuses: a malformed log, a corrupt file, a record from another TVM version."""
+
+
+class UnknownDeviceError(RegistryError):
+    """A device selector that matches no device, or more than one where exactly one is needed."""

@@ -1,0 +1,58 @@
+"""``registry export``: one device's records as a JSONDatabase that plain TVM loads. No TVM needed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from registry import tvmlog
+from registry.errors import UnknownDeviceError
+from registry.store import queries
+from registry.store.models import BestRecord, Device, TuningRecord
+from registry.store.store import Store
+
+
+@dataclass
+class ExportResult:
+    device: str
+    workloads: int
+    records: int
+
+
+def export_database(store: Store, folder: Path, device: str | None, *, best_only: bool = False) -> ExportResult:
+    """Write ``folder/database_{workload,tuning_record}.json`` for one device.
+
+    Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
+    ``device`` may be omitted when the registry knows exactly one.
+    """
+    with store.read() as conn:
+        dev = _pick_device(conn, device)
+        target = json.loads(dev.target_json)
+        if best_only:
+            wl_ids = select(BestRecord.workload_id).where(BestRecord.device_id == dev.id)
+        else:
+            wl_ids = select(TuningRecord.workload_id).where(TuningRecord.device_id == dev.id).distinct()
+        ids = sorted(conn.execute(wl_ids).scalars())
+        workloads = queries.workloads_by_id(conn, ids) if ids else {}
+        index = {wid: i for i, wid in enumerate(ids)}
+        records = (
+            (index[r.workload_id], [json.loads(r.trace_json), r.run_secs, target, workloads[r.workload_id].args_info])
+            for r in queries.device_records(conn, dev.id, best_only=best_only)
+        )
+        n = tvmlog.write_database(folder, [(workloads[i].shash, workloads[i].mod_json) for i in ids], records)
+    return ExportResult(device=f"{dev.id}:{dev.name}", workloads=len(ids), records=n)
+
+
+def _pick_device(conn, selector: str | None) -> Device:
+    if selector is not None:
+        return queries.resolve_one_device(conn, selector)
+    all_devices = list(conn.execute(select(Device).order_by(Device.id)).scalars())
+    if len(all_devices) == 1:
+        return all_devices[0]
+    if not all_devices:
+        raise UnknownDeviceError("the registry holds no records yet; nothing to export")
+    names = ", ".join(f"{d.id}:{d.name}" for d in all_devices)
+    raise UnknownDeviceError(f"the registry holds several devices ({names}); choose one with --device")

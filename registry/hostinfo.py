@@ -1,0 +1,50 @@
+"""Facts about this machine and this installation, read without importing TVM (``registry lookup`` must stay fast)."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import re
+import socket
+from importlib import metadata
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's marketing name, e.g. "AMD EPYC 9B45": part of a device's fingerprint."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+@functools.cache
+def tvm_version() -> str:
+    """The installed TVM release, e.g. "0.27.0". Read from package metadata so that TVM is not imported."""
+    try:
+        return release(metadata.version("apache-tvm"))
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def release(version: str) -> str:
+    """ "0.27.0.post1" and "0.27.0" are the same release of TVM's code; ".postN" only re-packages it."""
+    m = re.match(r"\d+(\.\d+)*", version)
+    return ".".join(m.group(0).split(".")[:3]) if m else version
+
+
+@functools.cache
+def tool_version() -> str:
+    try:
+        return metadata.version("tvm-registry")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@functools.cache
+def hostname() -> str:
+    return socket.gethostname()

@@ -1,0 +1,110 @@
+"""Engines for any SQLAlchemy URL, tuned per dialect, and the one place that maps driver errors to ours."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from registry.errors import DatabaseError
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Execution option that marks a connection as a writer. On SQLite a writer starts with BEGIN IMMEDIATE, so it queues on
+# the busy timeout instead of failing with "database is locked" when it upgrades a read lock mid-transaction.
+WRITE = "registry_write"
+
+
+def redact(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def create(url: str) -> Engine:
+    """An engine for ``url``. Raises DatabaseError for a URL that is malformed or names a missing driver."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise DatabaseError(f"not a database URL: {url!r}") from e
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        # psycopg 3 is the driver we ship; SQLAlchemy would otherwise look for psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            return _sqlite_engine(parsed)
+        return create_engine(parsed, pool_pre_ping=True)
+    except (ArgumentError, ImportError, SQLAlchemyError) as e:
+        raise DatabaseError(f"cannot use database {redact(url)}: {e}") from e
+
+
+def _sqlite_engine(url) -> Engine:
+    memory = url.database in (None, "", ":memory:")
+    if not memory:
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        # An in-memory database lives only as long as its one connection.
+        **({"poolclass": StaticPool} if memory else {}),
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        # Take transaction control from the sqlite3 module, which would not BEGIN before DDL or before a SELECT.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode; fsync at checkpoints
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection):
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
+
+    return engine
+
+
+def _transient(e: DBAPIError) -> bool:
+    """Lock waits that ran out, deadlocks and serialization failures: worth a retry, unlike every other error."""
+    text = str(e.orig).lower()
+    code = getattr(e.orig, "sqlstate", None) or getattr(e.orig, "pgcode", None)
+    return "database is locked" in text or "database is busy" in text or code in ("40001", "40P01", "55P03")
+
+
+def with_retries(fn: Callable[[], T], *, attempts: int = 8) -> T:
+    """Run a whole transaction ``fn`` again, with jittered back-off, when it lost a lock race."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except DBAPIError as e:
+            if not _transient(e) or attempt == attempts - 1:
+                raise
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def translated_errors(url: str) -> Iterator[None]:
+    """Turn driver failures into one readable DatabaseError line."""
+    try:
+        yield
+    except OperationalError as e:
+        reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e)
+        raise DatabaseError(f"cannot use database {redact(url)}: {reason}") from e
+    except DBAPIError as e:
+        reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e)
+        raise DatabaseError(f"database error on {redact(url)}: {reason}") from e

@@ -1,0 +1,186 @@
+"""Writing devices, workloads and records: idempotent upserts, in one transaction per call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, case, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+
+from registry.errors import BadInputError, DatabaseError
+from registry.store.models import SOURCES, BestRecord, Device, TuningRecord, Workload, WorkloadArg
+from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text
+
+# Bound parameters per statement stay well under SQLite's 32766 and PostgreSQL's 65535.
+CHUNK = 1000
+
+
+def insert(conn: Connection, model):
+    """The dialect's INSERT, which knows ON CONFLICT. The registry writes only to SQLite and PostgreSQL."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(model)
+    if name == "sqlite":
+        return sqlite.insert(model)
+    raise DatabaseError(f"the registry writes to SQLite or PostgreSQL, not {name}")
+
+
+def _chunks(rows: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]
+
+
+def trace_hash(trace_text: str) -> str:
+    return hashlib.sha256(trace_text.encode()).hexdigest()
+
+
+def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, int]:
+    """Ids of ``specs`` by key, creating the devices not seen before."""
+    unique = {s.key: s for s in specs}
+    if not unique:
+        return {}
+    rows = [
+        dict(
+            key=s.key,
+            name=s.name,
+            kind=s.kind,
+            target_json=s.target_json,
+            mcpu=s.mcpu,
+            num_cores=s.num_cores,
+            num_threads=s.num_threads,
+            host_model=s.host_model,
+            tvm_version=s.tvm_version,
+        )
+        for s in sorted(unique.values(), key=lambda s: s.key)
+    ]
+    conn.execute(insert(conn, Device).on_conflict_do_nothing(index_elements=["key"]), rows)
+    found = conn.execute(select(Device.key, Device.id).where(Device.key.in_(unique))).all()
+    return dict(found)
+
+
+def upsert_workloads(conn: Connection, workloads: Sequence[WorkloadIn], result: IngestResult) -> dict:
+    """Insert the workloads not present yet (with their argument rows); return ids by (shash, module_equality)."""
+    unique = {w.ident: w for w in workloads}
+    ids: dict[tuple[str, str], int] = {}
+    for chunk in _chunks(sorted(unique.values(), key=lambda w: w.ident)):
+        rows = [_workload_row(w) for w in chunk]
+        stmt = insert(conn, Workload).on_conflict_do_nothing(index_elements=["shash", "module_equality"])
+        new = conn.execute(stmt.returning(Workload.id, Workload.shash, Workload.module_equality), rows).all()
+        result.workloads_new += len(new)
+        arg_rows = []
+        for wid, shash, mode in new:
+            ids[(shash, mode)] = wid
+            for pos, (shape, dtype) in enumerate(unique[(shash, mode)].signature.args):
+                arg_rows.append(dict(workload_id=wid, position=pos, shape=shape_text(shape), dtype=dtype))
+        if arg_rows:
+            conn.execute(insert(conn, WorkloadArg), arg_rows)
+    result.workloads_present += len(unique) - len(ids)
+    missing = [k for k in unique if k not in ids]
+    ids.update(workload_ids(conn, missing))
+    return ids
+
+
+def _workload_row(w: WorkloadIn) -> dict[str, Any]:
+    sig = w.signature
+    return dict(
+        shash=w.shash,
+        module_equality=w.module_equality,
+        mod_json_z=zlib.compress(w.mod_json.encode()),
+        args_info_json=canonical_json(w.args_info),
+        op_kind=sig.op_kind,
+        task_name=sig.task_name,
+        iter_kinds=sig.iter_kinds,
+        extents_json=json.dumps(list(sig.extents)),
+        args_json=json.dumps([{"shape": list(s), "dtype": d} for s, d in sig.args]),
+        flops=float(sig.flops),
+        tvm_version=w.tvm_version,
+    )
+
+
+def workload_ids(conn: Connection, idents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    ids = {}
+    for chunk in _chunks(list(idents), 400):
+        stmt = select(Workload.shash, Workload.module_equality, Workload.id).where(
+            tuple_(Workload.shash, Workload.module_equality).in_(chunk)
+        )
+        ids.update({(s, m): i for s, m, i in conn.execute(stmt)})
+    return ids
+
+
+def insert_records(
+    conn: Connection,
+    records: Sequence[RecordIn],
+    workload_ids_: dict[tuple[str, str], int],
+    device_ids: dict[str, int],
+    result: IngestResult,
+) -> None:
+    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
+    rows: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for r in records:
+        if r.source not in SOURCES:
+            raise BadInputError(f"unknown record source {r.source!r}; expected one of {', '.join(SOURCES)}")
+        try:
+            wid = workload_ids_[r.workload]
+        except KeyError:
+            raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
+        text = r.trace_text or canonical_json(r.trace)
+        row = dict(
+            workload_id=wid,
+            device_id=device_ids[r.device.key],
+            trace_hash=trace_hash(text),
+            trace_json_z=zlib.compress(text.encode(), 1),
+            run_secs_json=json.dumps(list(r.run_secs)),
+            mean_s=r.mean_s,
+            ok=r.ok,
+            source=r.source,
+            donor_record_id=r.donor_record_id,
+            team=r.team,
+            model=r.model,
+            host=r.host,
+            tvm_version=r.device.tvm_version,
+            tool_version=r.tool_version,
+        )
+        rows.setdefault((wid, row["device_id"], row["trace_hash"]), row)
+    result.records_present += len(records) - len(rows)
+    # One lock order for every writer: PostgreSQL cannot deadlock two imports of overlapping logs.
+    ordered = [rows[k] for k in sorted(rows)]
+    best: dict[tuple[int, int], dict[str, Any]] = {}
+    for chunk in _chunks(ordered):
+        stmt = insert(conn, TuningRecord).on_conflict_do_nothing(
+            index_elements=["workload_id", "device_id", "trace_hash"]
+        )
+        returning = (TuningRecord.id, TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.mean_s)
+        new = conn.execute(stmt.returning(*returning, sort_by_parameter_order=True), chunk).all()
+        result.records_new += len(new)
+        result.records_present += len(chunk) - len(new)
+        result.record_ids += [rid for rid, *_ in new]
+        for rid, wid, did, mean_s in new:
+            if mean_s is None:
+                continue
+            cur = best.setdefault(
+                (wid, did), dict(workload_id=wid, device_id=did, record_id=rid, mean_s=mean_s, n_records=0)
+            )
+            cur["n_records"] += 1
+            if mean_s < cur["mean_s"]:
+                cur.update(record_id=rid, mean_s=mean_s)
+    _merge_best(conn, [best[k] for k in sorted(best)])
+
+
+def _merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Fold this batch's best per pair into ``best_record``: atomic per row, so concurrent writers cannot lose one."""
+    for chunk in _chunks(rows):
+        stmt = insert(conn, BestRecord)
+        better = stmt.excluded.mean_s < BestRecord.mean_s
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["workload_id", "device_id"],
+            set_=dict(
+                record_id=case((better, stmt.excluded.record_id), else_=BestRecord.record_id),
+                mean_s=case((better, stmt.excluded.mean_s), else_=BestRecord.mean_s),
+                n_records=BestRecord.n_records + stmt.excluded.n_records,
+            ),
+        )
+        conn.execute(stmt, chunk)

@@ -1,0 +1,186 @@
+"""SQLAlchemy 2 models of the registry: the single source of truth.
+
+Nothing here imports TVM. The TVM-facing code turns TVM objects into these rows (``registry.tvm_side``), and the
+similarity index is a cache rebuilt from them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Stable constraint names, so that Alembic's batch mode (SQLite) and PostgreSQL agree on what to alter.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL needs 64 bits for a large registry.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+SOURCES = ("tuned", "transferred", "imported")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Device(Base):
+    """One distinct place where latencies were measured.
+
+    Two measurements are comparable only if target, runtime thread count, hardware and TVM version all agree, so all
+    four are the identity. ``key`` is a digest of them, which keeps the unique index small.
+    """
+
+    __tablename__ = "device"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    target_json: Mapped[str] = mapped_column(Text)
+    mcpu: Mapped[str | None] = mapped_column(String(64))
+    num_cores: Mapped[int | None] = mapped_column(Integer)
+    num_threads: Mapped[int] = mapped_column(Integer)
+    host_model: Mapped[str] = mapped_column(String(200))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Workload(Base):
+    """One tensor program, identified as MetaSchedule identifies it, with a queryable operator signature."""
+
+    __tablename__ = "workload"
+    __table_args__ = (UniqueConstraint("shash", "module_equality"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    # size_t printed in decimal: values at or above 2**63 occur, so it cannot be a BIGINT.
+    shash: Mapped[str] = mapped_column(String(24))
+    module_equality: Mapped[str] = mapped_column(String(32), default="structural")
+    # zlib-compressed JSON graph of the IRModule: the payload of ``Workload.as_json()[1]``, base64-decoded.
+    mod_json_z: Mapped[bytes] = mapped_column(LargeBinary)
+    # ``ArgInfo`` list as TVM writes it in every tuning record; identical for all records of one workload.
+    args_info_json: Mapped[str] = mapped_column(Text)
+    op_kind: Mapped[str] = mapped_column(String(32), index=True)
+    task_name: Mapped[str] = mapped_column(String(200), index=True)
+    iter_kinds: Mapped[str] = mapped_column(String(64))
+    extents_json: Mapped[str] = mapped_column(Text)
+    args_json: Mapped[str] = mapped_column(Text)
+    flops: Mapped[float] = mapped_column(Float)
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    args: Mapped[list[WorkloadArg]] = relationship(
+        back_populates="workload", cascade="all, delete-orphan", order_by="WorkloadArg.position"
+    )
+
+
+class WorkloadArg(Base):
+    """One buffer argument of a workload, so that ``--shape``/``--dtype`` filters are index lookups, not scans."""
+
+    __tablename__ = "workload_arg"
+    __table_args__ = (Index(None, "shape", "dtype"),)
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    shape: Mapped[str] = mapped_column(String(200))  # "1x3x224x224"
+    dtype: Mapped[str] = mapped_column(String(32))
+
+    workload: Mapped[Workload] = relationship(back_populates="args")
+
+
+class TuningRecord(Base):
+    """One measured schedule of a workload on a device."""
+
+    __tablename__ = "tuning_record"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "device_id", "trace_hash"),
+        # The hot query: best records of one workload on one device.
+        Index(None, "workload_id", "device_id", "mean_s"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id", ondelete="CASCADE"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"), index=True)
+    trace_hash: Mapped[str] = mapped_column(String(64))
+    trace_json_z: Mapped[bytes] = mapped_column(LargeBinary)
+    run_secs_json: Mapped[str] = mapped_column(Text)
+    # Mean of run_secs; NULL when the candidate failed to build or run (TVM writes 1e10 seconds for those).
+    mean_s: Mapped[float | None] = mapped_column(Float)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    source: Mapped[str] = mapped_column(String(16))
+    donor_record_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_record.id", ondelete="SET NULL"))
+    team: Mapped[str | None] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    host: Mapped[str | None] = mapped_column(String(200))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    tool_version: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class BestRecord(Base):
+    """The best ok record of each (workload, device), kept current on every write.
+
+    It turns "best schedule per workload" — the question behind lookup, export --best-only and compilation — into one
+    index lookup instead of a scan over every record.
+    """
+
+    __tablename__ = "best_record"
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id", ondelete="CASCADE"), primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"), primary_key=True, index=True)
+    record_id: Mapped[int] = mapped_column(ForeignKey("tuning_record.id", ondelete="CASCADE"))
+    mean_s: Mapped[float] = mapped_column(Float)
+    n_records: Mapped[int] = mapped_column(Integer)
+
+
+class Model(Base):
+    """A model seen by the registry: an ONNX file at fixed input shapes."""
+
+    __tablename__ = "model"
+    __table_args__ = (UniqueConstraint("sha256", "input_shapes_json"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    input_shapes_json: Mapped[str] = mapped_column(String(1000))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    tasks: Mapped[list[ModelTask]] = relationship(back_populates="model", cascade="all, delete-orphan")
+
+
+class ModelTask(Base):
+    """Which workloads a model contains, and how many times each runs per inference."""
+
+    __tablename__ = "model_task"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("model.id", ondelete="CASCADE"), primary_key=True)
+    workload_id: Mapped[int] = mapped_column(
+        ForeignKey("workload.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    task_name: Mapped[str] = mapped_column(String(200))
+    weight: Mapped[int] = mapped_column(Integer)
+
+    model: Mapped[Model] = relationship(back_populates="tasks")

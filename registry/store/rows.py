@@ -1,0 +1,127 @@
+"""Plain values that enter the store. The TVM side fills them; nothing here knows TVM."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# MetaSchedule writes this many seconds for a candidate that failed to build or run.
+FAILED_RUN_SECS = 1e9
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def shape_text(shape: tuple[int, ...] | list[int]) -> str:
+    """How a shape is stored and matched: "1x3x224x224" (a scalar is "scalar")."""
+    return "x".join(str(int(d)) for d in shape) if len(shape) else "scalar"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What makes two latencies comparable: target, runtime threads, hardware and TVM release."""
+
+    target: dict[str, Any]
+    num_threads: int
+    host_model: str
+    tvm_version: str
+
+    @property
+    def target_json(self) -> str:
+        return canonical_json(self.target)
+
+    @property
+    def key(self) -> str:
+        ident = canonical_json([self.target, self.num_threads, self.host_model, self.tvm_version])
+        return hashlib.sha256(ident.encode()).hexdigest()
+
+    @property
+    def kind(self) -> str:
+        return str(self.target.get("kind", "unknown"))
+
+    @property
+    def mcpu(self) -> str | None:
+        return self.target.get("mcpu") or self.target.get("arch") or None
+
+    @property
+    def num_cores(self) -> int | None:
+        cores = self.target.get("num-cores")
+        return int(cores) if cores is not None else None
+
+    @property
+    def name(self) -> str:
+        """A short readable label, e.g. "llvm-znver5-2c-1t". Not unique on its own: the key is."""
+        cores = f"-{self.num_cores}c" if self.num_cores is not None else ""
+        return f"{self.kind}-{self.mcpu or 'generic'}{cores}-{self.num_threads}t"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A workload's readable operator signature."""
+
+    op_kind: str
+    task_name: str
+    iter_kinds: str  # one letter per anchor loop: S spatial, R reduce, O other
+    extents: tuple[int, ...]
+    args: tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype) per buffer argument
+    flops: float
+
+
+@dataclass(frozen=True)
+class WorkloadIn:
+    shash: str
+    mod_json: str  # the IRModule's JSON graph, as in the second field of Workload.as_json() once base64-decoded
+    args_info: list[Any]  # ArgInfo JSON list, as every tuning record of this workload carries it
+    signature: Signature
+    tvm_version: str
+    module_equality: str = "structural"
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        return (self.shash, self.module_equality)
+
+
+@dataclass(frozen=True)
+class RecordIn:
+    """One measured schedule. ``workload`` is the (shash, module_equality) of a workload in the same batch or store."""
+
+    workload: tuple[str, str]
+    device: DeviceSpec
+    trace: Any  # the trace JSON, as the first field of TuningRecord.as_json()
+    run_secs: tuple[float, ...]
+    source: str
+    tool_version: str
+    donor_record_id: int | None = None
+    team: str | None = None
+    model: str | None = None
+    host: str | None = None
+    trace_text: str = field(default="", compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.run_secs) and all(math.isfinite(s) and 0 <= s < FAILED_RUN_SECS for s in self.run_secs)
+
+    @property
+    def mean_s(self) -> float | None:
+        return sum(self.run_secs) / len(self.run_secs) if self.ok else None
+
+
+@dataclass
+class IngestResult:
+    workloads_new: int = 0
+    workloads_present: int = 0
+    records_new: int = 0
+    records_present: int = 0
+    record_ids: list[int] = field(default_factory=list)  # of the new records, in input order of those inserted
+
+    def __iadd__(self, other: IngestResult) -> IngestResult:
+        self.workloads_new += other.workloads_new
+        self.workloads_present += other.workloads_present
+        self.records_new += other.records_new
+        self.records_present += other.records_present
+        self.record_ids += other.record_ids
+        return self

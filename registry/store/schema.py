@@ -1,0 +1,104 @@
+"""Schema revision checks and migrations.
+
+The fast path (every command) is one SELECT against the version table and a comparison with ``HEAD``; Alembic is only
+imported to migrate. A fresh database is migrated automatically, under a lock, so that several processes starting at
+once do not race. A database at an older revision is refused: a shared registry is never migrated behind its users'
+backs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, inspect, text
+
+from registry.errors import DatabaseError, SchemaOutdatedError
+
+# Alembic's version table, under a name of our own, so that another Alembic user of the same database cannot clash.
+VERSION_TABLE = "registry_alembic_version"
+# The newest revision in migrations/versions. tests/test_migrations.py fails when the two disagree.
+HEAD = "0001"
+# Arbitrary 64-bit key for pg_advisory_lock, shared by every registry process that migrates.
+_PG_LOCK_KEY = 0x7265_6769_7374_7279
+
+
+def current_revision(conn: Connection) -> str | None:
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+def ensure_current(engine: Engine) -> None:
+    """Make sure ``engine``'s database is at HEAD: migrate it if it is empty, refuse it otherwise."""
+    with engine.connect() as conn:
+        revision = current_revision(conn)
+    if revision == HEAD:
+        return
+    if revision is None:
+        with _migration_lock(engine):
+            with engine.connect() as conn:
+                revision = current_revision(conn)
+                foreign = revision is None and bool(inspect(conn).get_table_names())
+            if foreign:
+                raise DatabaseError(
+                    "this database already holds tables that are not a registry's; point --db at an empty database"
+                )
+            if revision is None:
+                from registry.store.migrate import run_upgrade
+
+                run_upgrade(engine)
+                return
+    _refuse(revision)
+
+
+def _refuse(revision: str) -> None:
+    from registry.store.migrate import known_revisions  # Alembic, only on this rare path
+
+    if revision in known_revisions():
+        raise SchemaOutdatedError(
+            f"the database is at schema revision {revision} and this registry needs {HEAD}: "
+            "run `registry db upgrade` (back the database up first if it is shared)"
+        )
+    if revision != HEAD:
+        raise SchemaOutdatedError(
+            f"the database is at schema revision {revision}, which this registry does not know: "
+            "it was written by a newer registry; upgrade tvm-registry"
+        )
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    from registry.store.migrate import run_upgrade
+
+    with _migration_lock(engine):
+        run_upgrade(engine, revision)
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Serialize migrations between processes: a file lock beside an SQLite file, an advisory lock on PostgreSQL."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            yield
+            return
+        lock_path = Path(url.database).expanduser().with_suffix(".migrate.lock")
+        with open(lock_path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    elif url.get_backend_name() == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                conn.commit()
+    else:
+        yield

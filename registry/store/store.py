@@ -1,0 +1,101 @@
+"""``Store``: the registry's library API over one database. Every write is one transaction: all of it or nothing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+from sqlalchemy import Connection
+
+from registry.config import resolve_database_url
+from registry.store import ingest, queries, schema
+from registry.store.engine import WRITE, create, translated_errors, with_retries
+from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
+
+T = TypeVar("T")
+
+
+class Store:
+    """A registry database.
+
+    ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty database
+    is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming `registry db upgrade`.
+
+    Example::
+
+        store = Store("sqlite:///team.db")
+        rows = store.lookup(queries.LookupFilter(op="conv2d", top_k=3))
+    """
+
+    def __init__(self, url: str | None = None, *, check_schema: bool = True) -> None:
+        self.url = resolve_database_url(url)
+        self.engine = create(self.url)
+        if check_schema:
+            with translated_errors(self.url):
+                schema.ensure_current(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        with translated_errors(self.url), self.engine.connect() as conn:
+            yield conn
+
+    def transact(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one write transaction, again from the start if it lost a lock race."""
+
+        def attempt() -> T:
+            with self.engine.execution_options(**{WRITE: True}).begin() as conn:
+                return fn(conn)
+
+        with translated_errors(self.url):
+            return with_retries(attempt)
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    def ingest(self, workloads: Sequence[WorkloadIn], records: Sequence[RecordIn]) -> IngestResult:
+        """Add workloads and records; those already present are counted, not duplicated."""
+
+        def write(conn: Connection) -> IngestResult:
+            result = IngestResult()
+            device_ids = ingest.upsert_devices(conn, (r.device for r in records))
+            wl_ids = ingest.upsert_workloads(conn, workloads, result)
+            missing = {r.workload for r in records} - wl_ids.keys()
+            wl_ids.update(ingest.workload_ids(conn, list(missing)))
+            ingest.insert_records(conn, records, wl_ids, device_ids, result)
+            return result
+
+        return self.transact(write)
+
+    def device_id(self, spec: DeviceSpec) -> int:
+        return self.transact(lambda conn: ingest.upsert_devices(conn, [spec])[spec.key])
+
+    # -- reads --------------------------------------------------------------------------------------------------
+
+    def lookup(self, f: queries.LookupFilter) -> list[queries.LookupRow]:
+        with self.read() as conn:
+            return queries.lookup(conn, f)
+
+    def resolve_devices(self, selector: str):
+        with self.read() as conn:
+            return queries.resolve_devices(conn, selector)
+
+    def resolve_one_device(self, selector: str):
+        with self.read() as conn:
+            return queries.resolve_one_device(conn, selector)
+
+    def stats(self) -> dict:
+        with self.read() as conn:
+            return queries.stats(conn)
+
+    def devices(self) -> list[dict]:
+        with self.read() as conn:
+            return queries.devices(conn)

@@ -1,0 +1,141 @@
+"""``RegistryDatabase``: MetaSchedule's database interface over the registry, bound to one device.
+
+``tune_relax(..., database=RegistryDatabase(target))`` writes every measured record straight into the registry;
+``compile_relax(RegistryDatabase(target), ...)`` reads the best record *for that device*. TVM's own databases ignore
+the target when they answer, so logs from two machines silently mix; here the device is part of every query.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tvm_ffi
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+from tvm.target import Target
+
+from registry import hostinfo, tvmlog
+from registry.store import queries
+from registry.store.rows import RecordIn, canonical_json
+from registry.store.store import Store
+from registry.tvm_side.signature import _plain, structural_hash, workload_in
+from registry.tvm_side.target import device_spec
+
+_MODE = "structural"
+
+
+@derived_object
+class RegistryDatabase(PyDatabase):
+    """A MetaSchedule database that stores into, and answers from, the registry for one device.
+
+    Parameters
+    ----------
+    target:
+        The TVM target measured on; with ``num_threads`` and this machine's fingerprint it names the device.
+    store:
+        A ``Store`` or database URL (default: the configured registry).
+    num_threads:
+        The runtime thread count the records are measured with (default: ``$TVM_NUM_THREADS``, else TVM's).
+    source, team, model:
+        Provenance written on every committed record.
+    task_names:
+        Optional structural hash -> task name, from ``extract_tasks``; MetaSchedule does not pass names to databases.
+    """
+
+    def __init__(
+        self,
+        target: Target | dict | str,
+        store: Store | str | None = None,
+        *,
+        num_threads: int | None = None,
+        source: str = "tuned",
+        team: str | None = None,
+        model: str | None = None,
+        task_names: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.store = store if isinstance(store, Store) else Store(store)
+        self.device = device_spec(target, num_threads)
+        self.device_id = self.store.device_id(self.device)
+        self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
+        self.task_names = dict(task_names or {})
+        # shash -> (workload row id, TVM Workload): each module is loaded or committed once per process.
+        self._workloads: dict[str, tuple[int, Workload]] = {}
+        self.last_record_ids: list[int] = []
+
+    # -- workloads ----------------------------------------------------------------------------------------------
+
+    def _known(self, mod: IRModule) -> tuple[int, Workload] | None:
+        shash = structural_hash(mod)
+        if shash in self._workloads:
+            return self._workloads[shash]
+        with self.store.read() as conn:
+            wid = queries.workload_id(conn, shash, _MODE)
+            stored = queries.workloads_by_id(conn, [wid])[wid] if wid is not None else None
+        if stored is None:
+            return None
+        workload = Workload.from_json([shash, tvmlog.encode_module(stored.mod_json)])
+        if not tvm_ffi.structural_equal(workload.mod, mod):  # a hash collision: not our workload
+            return None
+        self._workloads[shash] = (wid, workload)
+        return self._workloads[shash]
+
+    def has_workload(self, mod: IRModule) -> bool:
+        return self._known(mod) is not None
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        known = self._known(mod)
+        if known is not None:
+            return known[1]
+        wl = workload_in(mod, task_name=self.task_names.get(structural_hash(mod)))
+        self.store.ingest([wl], [])
+        return self._known(mod)[1]
+
+    # -- records ------------------------------------------------------------------------------------------------
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        shash = str(tvm_ffi.structural_hash(record.workload.mod))
+        if shash not in self._workloads:
+            self.commit_workload(record.workload.mod)
+        run_secs = tuple(float(s) for s in record.run_secs) if record.run_secs is not None else ()
+        trace = _plain(record.trace.as_json())
+        rec = RecordIn(
+            workload=(shash, _MODE),
+            device=self.device,
+            trace=trace,
+            trace_text=canonical_json(trace),
+            run_secs=run_secs,
+            tool_version=hostinfo.tool_version(),
+            **self.provenance,
+        )
+        self.last_record_ids = self.store.ingest([], [rec]).record_ids
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        known = self._known(workload.mod)
+        if known is None or top_k <= 0:
+            return []
+        wid, wl = known
+        with self.store.read() as conn:
+            stored = queries.top_k(conn, wid, self.device_id, top_k)
+            args = queries.workloads_by_id(conn, [wid])[wid].args_info
+        return [self._record(r, wl, args) for r in stored]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        with self.store.read() as conn:
+            stored = list(queries.device_records(conn, self.device_id))
+            workloads = queries.workloads_by_id(conn, sorted({r.workload_id for r in stored}))
+        out = []
+        for r in stored:
+            w = workloads[r.workload_id]
+            tvm_wl = Workload.from_json([w.shash, tvmlog.encode_module(w.mod_json)])
+            out.append(self._record(r, tvm_wl, w.args_info))
+        return out
+
+    def _record(self, r: queries.StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord:
+        return TuningRecord.from_json([json.loads(r.trace_json), r.run_secs, self.device.target, args_info], workload)
+
+    def __len__(self) -> int:
+        with self.store.read() as conn:
+            return queries.count_records(conn, self.device_id)

@@ -1,0 +1,157 @@
+"""TVM's JSONDatabase format on disk, read and written without importing TVM.
+
+A MetaSchedule work dir holds two NDJSON files:
+
+- ``database_workload.json``: one ``[structural_hash, base64]`` per line, where the base64 payload is an 8-byte
+  little-endian length followed by the IRModule's JSON graph;
+- ``database_tuning_record.json``: one ``[workload_line, [trace, run_secs, target, args_info]]`` per line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry.errors import BadInputError
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+
+
+def decode_module(b64: str) -> str:
+    """The JSON graph inside a workload line's base64 payload. Raises ValueError when it is not one."""
+    raw = base64.b64decode(b64, validate=True)
+    if len(raw) < 8:
+        raise ValueError("payload shorter than its length header")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n != len(raw) - 8:
+        raise ValueError(f"payload says {n} bytes but holds {len(raw) - 8}")
+    return raw[8:].decode("utf-8")
+
+
+def encode_module(mod_json: str) -> str:
+    data = mod_json.encode("utf-8")
+    return base64.b64encode(struct.pack("<Q", len(data)) + data).decode("ascii")
+
+
+def module_tvm_version(mod_json: str) -> str | None:
+    """The TVM version that wrote a JSON graph (TVM stamps it into ``metadata``)."""
+    return (json.loads(mod_json).get("metadata") or {}).get("tvm_version")
+
+
+@dataclass(frozen=True)
+class LogPair:
+    """The two files of one JSONDatabase."""
+
+    workload_file: Path
+    record_file: Path
+
+
+def find_logs(path: Path) -> list[LogPair]:
+    """Every JSONDatabase under ``path``: a work dir, a folder of work dirs, or one of the two files itself."""
+    if not path.exists():
+        raise BadInputError(f"{path}: no such file or directory")
+    if path.is_file():
+        folder = path.parent
+        pair = LogPair(folder / WORKLOAD_FILE, folder / RECORD_FILE)
+        if path.name not in (WORKLOAD_FILE, RECORD_FILE):
+            raise BadInputError(f"{path}: expected a MetaSchedule work dir or a {WORKLOAD_FILE}/{RECORD_FILE} file")
+        if not pair.workload_file.exists():
+            raise BadInputError(f"{path}: its workloads file {pair.workload_file} is missing")
+        return [pair]
+    pairs = []
+    for wl_file in sorted(path.rglob(WORKLOAD_FILE)):
+        rec_file = wl_file.parent / RECORD_FILE
+        if rec_file.exists():
+            pairs.append(LogPair(wl_file, rec_file))
+    if not pairs:
+        raise BadInputError(f"{path}: no {WORKLOAD_FILE} with a {RECORD_FILE} beside it was found")
+    return pairs
+
+
+def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for each non-empty line; a line that is not JSON is a BadInputError."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise BadInputError(f"{file}:{lineno}: not valid JSON ({e.msg}); is the log truncated?") from None
+    except UnicodeDecodeError:
+        raise BadInputError(f"{file}: not a text file") from None
+    except OSError as e:
+        raise BadInputError(f"{file}: cannot read ({e.strerror})") from None
+
+
+@dataclass(frozen=True)
+class RawWorkload:
+    shash: str
+    mod_json: str
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    workload_index: int  # 0-based line index into the workload file, as TVM writes it
+    trace: Any
+    run_secs: tuple[float, ...]
+    target: dict[str, Any]
+    args_info: Any
+    where: str  # "file:line", for error messages
+
+
+def read_workloads(file: Path) -> list[RawWorkload]:
+    out = []
+    for lineno, entry in read_lines(file):
+        where = f"{file}:{lineno}"
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+            raise BadInputError(f"{where}: expected [structural_hash, base64 module]")
+        try:
+            out.append(RawWorkload(entry[0], decode_module(entry[1])))
+        except (ValueError, binascii.Error, UnicodeDecodeError) as e:
+            raise BadInputError(f"{where}: corrupt workload payload ({e})") from None
+    return out
+
+
+def read_records(file: Path) -> list[RawRecord]:
+    out = []
+    for lineno, entry in read_lines(file):
+        where = f"{file}:{lineno}"
+        try:
+            index, (trace, run_secs, target, args_info) = entry
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                raise ValueError("workload index")
+            if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
+                raise ValueError("target")
+            secs = tuple(float(s) for s in (run_secs or ()))
+        except (TypeError, ValueError):
+            raise BadInputError(f"{where}: expected [workload_index, [trace, run_secs, target, args_info]]") from None
+        out.append(RawRecord(index, trace, secs, target, args_info, where))
+    return out
+
+
+def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iterator[tuple[int, list]]) -> int:
+    """Write a JSONDatabase that plain TVM loads: ``workloads`` as (shash, mod_json), ``records`` as
+    (workload index, [trace, run_secs, target, args_info]). Files are written beside and renamed into place, so an
+    interrupted export never leaves a half-written database. Returns the number of records written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp_wl, tmp_rec = folder / f".{WORKLOAD_FILE}.tmp", folder / f".{RECORD_FILE}.tmp"
+    n = 0
+    with open(tmp_wl, "w", encoding="utf-8") as f:
+        for shash, mod_json in workloads:
+            f.write(json.dumps([shash, encode_module(mod_json)]) + "\n")
+    with open(tmp_rec, "w", encoding="utf-8") as f:
+        for index, body in records:
+            f.write(json.dumps([index, body], separators=(",", ":")) + "\n")
+            n += 1
+    tmp_wl.replace(folder / WORKLOAD_FILE)
+    tmp_rec.replace(folder / RECORD_FILE)
+    return n
