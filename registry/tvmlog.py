@@ -96,6 +96,7 @@ def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
 class RawWorkload:
     shash: str
     mod_json: str
+    where: str  # "file:line", for error messages
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def read_workloads(file: Path) -> list[RawWorkload]:
         if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
             raise BadInputError(f"{where}: expected [structural_hash, base64 module]")
         try:
-            out.append(RawWorkload(entry[0], decode_module(entry[1])))
+            out.append(RawWorkload(entry[0], decode_module(entry[1]), where))
         except (ValueError, binascii.Error, UnicodeDecodeError) as e:
             raise BadInputError(f"{where}: corrupt workload payload ({e})") from None
     return out

@@ -12,7 +12,16 @@ from sqlalchemy import Connection, case, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
 from registry.errors import BadInputError, DatabaseError
-from registry.store.models import SOURCES, BestRecord, Device, TuningRecord, Workload, WorkloadArg
+from registry.store.models import (
+    SOURCES,
+    BestRecord,
+    Device,
+    Model,
+    ModelTask,
+    TuningRecord,
+    Workload,
+    WorkloadArg,
+)
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text
 
 # Bound parameters per statement stay well under SQLite's 32766 and PostgreSQL's 65535.
@@ -184,3 +193,21 @@ def _merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
             ),
         )
         conn.execute(stmt, chunk)
+
+
+def upsert_model(
+    conn: Connection, name: str, sha256: str, input_shapes: dict[str, list[int]], tasks: dict[int, tuple[str, int]]
+) -> int:
+    """Record a model at fixed input shapes and its tasks (workload id -> (task name, weight)); returns its id.
+
+    Seeing the same file at the same shapes again replaces its task list, which extraction determines.
+    """
+    shapes = canonical_json(input_shapes)
+    stmt = insert(conn, Model).on_conflict_do_nothing(index_elements=["sha256", "input_shapes_json"])
+    conn.execute(stmt, dict(name=name, sha256=sha256, input_shapes_json=shapes))
+    model_id = conn.execute(select(Model.id).where(Model.sha256 == sha256, Model.input_shapes_json == shapes)).scalar()
+    conn.execute(ModelTask.__table__.delete().where(ModelTask.model_id == model_id))
+    rows = [dict(model_id=model_id, workload_id=w, task_name=n, weight=wt) for w, (n, wt) in sorted(tasks.items())]
+    if rows:
+        conn.execute(insert(conn, ModelTask), rows)
+    return model_id

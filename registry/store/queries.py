@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, func, select, tuple_
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.orm import Session
 
 from registry import hostinfo
 from registry.errors import UnknownDeviceError
@@ -16,7 +17,7 @@ from registry.store.models import BestRecord, Device, Model, ModelTask, TuningRe
 from registry.store.rows import shape_text
 
 
-def resolve_devices(conn: Connection, selector: str) -> list[Device]:
+def resolve_devices(conn: Session, selector: str) -> list[Device]:
     """Devices matching ``selector``: ``host`` (this machine's CPU and TVM release), a device id, or a device name.
 
     Raises UnknownDeviceError, naming the known devices, when nothing matches.
@@ -39,7 +40,7 @@ def resolve_devices(conn: Connection, selector: str) -> list[Device]:
     return found
 
 
-def resolve_one_device(conn: Connection, selector: str) -> Device:
+def resolve_one_device(conn: Session, selector: str) -> Device:
     found = resolve_devices(conn, selector)
     if len(found) > 1:
         choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
@@ -83,7 +84,7 @@ class LookupFilter:
     limit: int = 100
 
 
-def lookup(conn: Connection, f: LookupFilter) -> list[LookupRow]:
+def lookup(conn: Session, f: LookupFilter) -> list[LookupRow]:
     """The best ``top_k`` records of each (workload, device) that matches every given filter.
 
     Driven by ``best_record``, so its cost grows with the rows returned, not with the records stored.
@@ -129,7 +130,7 @@ def lookup(conn: Connection, f: LookupFilter) -> list[LookupRow]:
     return _lookup_rows(conn, ranked)
 
 
-def _lookup_rows(conn: Connection, ranked: list[tuple[int, int, int, int, int]]) -> list[LookupRow]:
+def _lookup_rows(conn: Session, ranked: list[tuple[int, int, int, int, int]]) -> list[LookupRow]:
     if not ranked:
         return []
     info = {rid: (w, d, n, rank) for w, d, n, rid, rank in ranked}
@@ -166,7 +167,7 @@ def _lookup_rows(conn: Connection, ranked: list[tuple[int, int, int, int, int]])
     return rows
 
 
-def stats(conn: Connection) -> dict[str, Any]:
+def stats(conn: Session) -> dict[str, Any]:
     def count(stmt) -> int:
         return conn.execute(stmt).scalar() or 0
 
@@ -194,7 +195,7 @@ def stats(conn: Connection) -> dict[str, Any]:
     }
 
 
-def devices(conn: Connection) -> list[dict[str, Any]]:
+def devices(conn: Session) -> list[dict[str, Any]]:
     n_records = select(TuningRecord.device_id, func.count().label("n")).group_by(TuningRecord.device_id).subquery()
     stmt = (
         select(Device, func.coalesce(n_records.c.n, 0))
@@ -243,7 +244,7 @@ _RECORD_COLS = (
 )
 
 
-def top_k(conn: Connection, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
+def top_k(conn: Session, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
     """The ``k`` fastest ok records of one workload on one device, fastest first."""
     stmt = (
         select(*_RECORD_COLS)
@@ -255,7 +256,7 @@ def top_k(conn: Connection, workload_id: int, device_id: int, k: int) -> list[St
     return [_stored(r) for r in conn.execute(stmt)]
 
 
-def device_records(conn: Connection, device_id: int, *, best_only: bool = False) -> Iterator[StoredRecord]:
+def device_records(conn: Session, device_id: int, *, best_only: bool = False) -> Iterator[StoredRecord]:
     """Every record of a device (or only each workload's best), in workload order."""
     if best_only:
         stmt = select(*_RECORD_COLS).join(BestRecord, BestRecord.record_id == TuningRecord.id)
@@ -263,11 +264,11 @@ def device_records(conn: Connection, device_id: int, *, best_only: bool = False)
     else:
         stmt = select(*_RECORD_COLS).where(TuningRecord.device_id == device_id)
     stmt = stmt.order_by(TuningRecord.workload_id, TuningRecord.mean_s.is_(None), TuningRecord.mean_s)
-    for row in conn.execution_options(yield_per=2000).execute(stmt):
+    for row in conn.execute(stmt, execution_options={"yield_per": 2000}):
         yield _stored(row)
 
 
-def count_records(conn: Connection, device_id: int) -> int:
+def count_records(conn: Session, device_id: int) -> int:
     stmt = select(func.count()).select_from(TuningRecord).where(TuningRecord.device_id == device_id)
     return conn.execute(stmt).scalar() or 0
 
@@ -281,7 +282,7 @@ class StoredWorkload:
     args_info: list[Any]
 
 
-def workloads_by_id(conn: Connection, ids: list[int]) -> dict[int, StoredWorkload]:
+def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
     stmt = select(
         Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z, Workload.args_info_json
     ).where(Workload.id.in_(ids))
@@ -290,6 +291,6 @@ def workloads_by_id(conn: Connection, ids: list[int]) -> dict[int, StoredWorkloa
     }
 
 
-def workload_id(conn: Connection, shash: str, module_equality: str) -> int | None:
+def workload_id(conn: Session, shash: str, module_equality: str) -> int | None:
     stmt = select(Workload.id).where(Workload.shash == shash, Workload.module_equality == module_equality)
     return conn.execute(stmt).scalar()

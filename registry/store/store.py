@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Connection
+from sqlalchemy.orm import Session
 
 from registry.config import resolve_database_url
 from registry.store import ingest, queries, schema
@@ -19,8 +20,9 @@ T = TypeVar("T")
 class Store:
     """A registry database.
 
-    ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty database
-    is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming `registry db upgrade`.
+    ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty
+    database is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming
+    `registry db upgrade`.
 
     Example::
 
@@ -45,9 +47,10 @@ class Store:
         self.close()
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Connection]:
-        with translated_errors(self.url), self.engine.connect() as conn:
-            yield conn
+    def read(self) -> Iterator[Session]:
+        """A read-only session (it is rolled back, never committed)."""
+        with translated_errors(self.url), Session(self.engine) as session:
+            yield session
 
     def transact(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction, again from the start if it lost a lock race."""
@@ -72,6 +75,22 @@ class Store:
             wl_ids.update(ingest.workload_ids(conn, list(missing)))
             ingest.insert_records(conn, records, wl_ids, device_ids, result)
             return result
+
+        return self.transact(write)
+
+    def record_model(
+        self,
+        name: str,
+        sha256: str,
+        input_shapes: dict[str, list[int]],
+        tasks: Sequence[tuple[WorkloadIn, str, int]],
+    ) -> int:
+        """Record a model and its tasks as (workload, task name, weight); the workloads are added if new."""
+
+        def write(conn: Connection) -> int:
+            ids = ingest.upsert_workloads(conn, [w for w, _, _ in tasks], IngestResult())
+            by_id = {ids[w.ident]: (task, weight) for w, task, weight in tasks}
+            return ingest.upsert_model(conn, name, sha256, input_shapes, by_id)
 
         return self.transact(write)
 

@@ -1,0 +1,1 @@
+"""The ``registry`` command line (shipped inside the package as ``registry.cli``)."""

@@ -1,0 +1,58 @@
+"""``registry db``: schema revisions."""
+
+from __future__ import annotations
+
+import click
+from registry.cli.main import Context, pass_ctx
+
+
+@click.group()
+def db() -> None:
+    """Inspect and upgrade the database schema.
+
+    A new, empty database is set up automatically. A database written by an older registry is refused until it is
+    upgraded with `registry db upgrade` (back up a shared one first).
+    """
+
+
+@db.command()
+@pass_ctx
+def upgrade(ctx: Context) -> None:
+    """Migrate the database to this registry's schema.
+
+    \b
+    Example:
+      registry --db postgresql://registry@db-host/registry db upgrade
+    """
+    from registry.store import schema
+    from registry.store.engine import translated_errors
+    from registry.store.store import Store
+
+    store = Store(ctx.url, check_schema=False)
+    with translated_errors(store.url):
+        with store.engine.connect() as conn:
+            before = schema.current_revision(conn)
+        schema.upgrade(store.engine)
+        with store.engine.connect() as conn:
+            after = schema.current_revision(conn)
+    click.echo(f"{store.url}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}")
+
+
+@db.command()
+@pass_ctx
+def current(ctx: Context) -> None:
+    """Print the database's schema revision and the one this registry needs.
+
+    \b
+    Example:
+      registry db current
+    """
+    from registry.store import schema
+    from registry.store.engine import redact, translated_errors
+    from registry.store.store import Store
+
+    store = Store(ctx.url, check_schema=False)
+    with translated_errors(store.url), store.engine.connect() as conn:
+        rev = schema.current_revision(conn)
+    state = "up to date" if rev == schema.HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
+    click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {schema.HEAD}; {state})")

@@ -1,0 +1,84 @@
+"""``registry lookup``: find stored schedules. Must not import TVM: it is the command people run most."""
+
+from __future__ import annotations
+
+import re
+
+import click
+from registry.cli.main import Context, pass_ctx
+from registry.cli.output import echo_json, echo_table, shapes
+
+from registry.errors import BadInputError
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    parts = [p for p in re.split(r"[x,\s]+", text.strip()) if p]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise BadInputError(f"--shape {text!r}: expected dimensions like 1,3,224,224 or 1x3x224x224")
+    return tuple(int(p) for p in parts)
+
+
+@click.command()
+@click.option("--op", help="Operator kind: conv2d, depthwise_conv2d, matmul, dense, softmax, pool, injective, ...")
+@click.option("--shape", help="An argument shape the workload must have, e.g. 1,64,56,56.")
+@click.option("--dtype", help="An argument dtype the workload must have, e.g. float32.")
+@click.option("--device", help="`host` (this machine), a device id, or a name from `registry devices`.")
+@click.option("--model", help="Only workloads of this model (a name recorded by transfer or import --model).")
+@click.option("--workload", "workload", metavar="HASH", help="One workload, by structural hash.")
+@click.option("--top-k", default=1, show_default=True, type=click.IntRange(1), help="Best records per workload.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="Most workloads to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+@pass_ctx
+def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit, as_json) -> None:
+    """Find the best stored schedules of the workloads matching every filter.
+
+    Each row is one workload on one device, with its best record (or the best --top-k).
+
+    \b
+    Examples:
+      registry lookup --op conv2d --device host
+      registry lookup --shape 1,64,56,56 --dtype float32 --top-k 3
+      registry lookup --model resnet18 --json
+    """
+    from registry.store.queries import LookupFilter
+
+    store = ctx.store
+    device_ids = [d.id for d in store.resolve_devices(device)] if device else None
+    f = LookupFilter(
+        op=op,
+        shape=parse_shape(shape),
+        dtype=dtype,
+        device_ids=device_ids,
+        model=model,
+        workload=workload,
+        top_k=top_k,
+        limit=limit,
+    )
+    rows = store.lookup(f)
+    if as_json:
+        echo_json([r.as_dict() for r in rows])
+        return
+    if not rows:
+        click.echo("no stored schedule matches; `registry stats` shows what the registry holds", err=True)
+        return
+    echo_table(
+        ["op", "task", "shapes", "device", "rank", "latency_us", "GFLOP/s", "records", "source", "workload"],
+        [
+            (
+                r.op,
+                r.task,
+                shapes(r.args),
+                f"{r.device_id}:{r.device}",
+                r.rank,
+                round(r.latency_us, 2),
+                round(r.gflops, 1),
+                r.records,
+                r.source,
+                r.workload,
+            )
+            for r in rows
+        ],
+        right=("rank", "latency_us", "GFLOP/s", "records"),
+    )

@@ -1,0 +1,92 @@
+"""Entry point: the ``registry`` click group, its global ``--db`` option, and one-line errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from registry.config import DATABASE_URL_ENV, default_database_url
+from registry.errors import RegistryError
+
+
+class Context:
+    """What every command shares: the database URL, and the Store opened on first use."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._store = None
+
+    @property
+    def store(self):
+        if self._store is None:
+            from registry.store.store import Store
+
+            self._store = Store(self.url)
+        return self._store
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+class RegistryGroup(click.Group):
+    """Turns the registry's expected errors into one line on stderr and exit code 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except RegistryError as e:
+            raise click.ClickException(str(e)) from e
+        except KeyboardInterrupt:
+            raise click.ClickException("interrupted; what was committed before stays in the registry") from None
+
+
+@click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    "url",
+    envvar=DATABASE_URL_ENV,
+    metavar="URL",
+    help=f"SQLAlchemy database URL [env {DATABASE_URL_ENV}; default: sqlite file under the per-user data dir]. "
+    "Example: postgresql://registry@db-host/registry",
+)
+@click.version_option(package_name="tvm-registry", prog_name="registry")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None) -> None:
+    """A database of TVM MetaSchedule tuning records: keep every tuned schedule, find it, reuse it.
+
+    \b
+    Examples:
+      registry import ./tune_logs --team vision      # MetaSchedule logs into the registry
+      registry lookup --op conv2d --device host      # what is stored?
+      registry export -o ./logs --device host        # a JSONDatabase for plain TVM
+    """
+    ctx.obj = Context(url)
+
+
+def _register() -> None:
+    from registry.cli import db, info, logs, lookup
+
+    cli.add_command(db.db)
+    cli.add_command(logs.import_)
+    cli.add_command(logs.export)
+    cli.add_command(lookup.lookup)
+    cli.add_command(info.stats)
+    cli.add_command(info.devices)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli(prog_name="registry")
+    except Exception as e:  # a bug, not bad input: still one line, with the way to the traceback
+        if os.environ.get("REGISTRY_DEBUG"):
+            raise
+        click.echo(f"Error: internal error: {type(e).__name__}: {e} (set REGISTRY_DEBUG=1 for the traceback)", err=True)
+        sys.exit(2)
+
+
+__all__ = ["cli", "main", "pass_ctx", "default_database_url"]

@@ -1,0 +1,19 @@
+"""End-to-end latency of a compiled model, measured the way MetaSchedule measures candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from registry.tvm_side.frontend import LoadedModel
+
+
+def model_latency_ms(executable, model: LoadedModel, *, number: int = 10, repeat: int = 5) -> float:
+    """Median over ``repeat`` timings of ``number`` runs each, in milliseconds, on the CPU."""
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(executable, dev)
+    rng = np.random.default_rng(0)
+    inputs = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32"), dev) for s in model.input_shapes.values()]
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=0)
+    return float(np.median(timer(*inputs).results) * 1e3)

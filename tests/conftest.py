@@ -1,0 +1,60 @@
+"""Shared fixtures: one database per test on every backend, and one real (tiny) tuning run per session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+PG_ENV = "REGISTRY_TEST_DATABASE_URL"
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """A scratch PostgreSQL database for this run, created and dropped here; skips when PG_ENV is unset."""
+    admin = os.environ.get(PG_ENV)
+    if not admin:
+        pytest.skip(f"{PG_ENV} is not set")
+    admin_url = make_url(admin).set(drivername="postgresql+psycopg")
+    name = f"registry_test_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield admin_url.set(database=name).render_as_string(hide_password=False)
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def _empty_pg(url: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path: Path) -> str:
+    """An empty database on each backend: an SQLite file, and the run's PostgreSQL scratch database emptied."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'registry.db'}"
+    url = request.getfixturevalue("pg_server_url")
+    _empty_pg(url)
+    return url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'registry.db'}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """No test touches the user's real registry."""
+    monkeypatch.setenv("REGISTRY_HOME", str(tmp_path_factory.mktemp("home")))
+    monkeypatch.delenv("REGISTRY_DATABASE_URL", raising=False)

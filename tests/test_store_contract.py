@@ -1,0 +1,118 @@
+"""The store's contract, on SQLite and (with REGISTRY_TEST_DATABASE_URL) PostgreSQL. No TVM here."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from registry import testing
+from registry.errors import BadInputError, UnknownDeviceError
+from registry.store import schema
+from registry.store.models import BestRecord, TuningRecord
+from registry.store.queries import LookupFilter
+from registry.store.store import Store
+
+
+@pytest.fixture
+def store(db_url):
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+def fill(store: Store, n_workloads: int = 5, per: int = 4, dev=None):
+    dev = dev or testing.device()
+    wls = [testing.workload(i) for i in range(n_workloads)]
+    recs = [testing.record(i, j, dev) for i in range(n_workloads) for j in range(per)]
+    return store.ingest(wls, recs), wls, recs
+
+
+def test_fresh_database_is_migrated_with_a_private_version_table(store):
+    with store.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        assert schema.current_revision(conn) == schema.HEAD
+    assert {"device", "workload", "tuning_record", "best_record", "model", "model_task"} <= tables
+    assert schema.VERSION_TABLE in tables and "alembic_version" not in tables
+
+
+def test_ingest_counts_new_and_present_and_is_idempotent(store):
+    first, wls, recs = fill(store)
+    assert (first.workloads_new, first.records_new) == (5, 20)
+    again = store.ingest(wls, recs)
+    assert (again.workloads_new, again.workloads_present, again.records_new, again.records_present) == (0, 5, 0, 20)
+    assert store.stats()["records"] == 20
+
+
+def test_best_record_tracks_the_fastest_ok_record(store):
+    dev = testing.device()
+    store.ingest([testing.workload(0)], [testing.record(0, j, dev) for j in range(6)])
+    store.ingest([], [testing.record(0, 99, dev, failed=True)])
+    with store.read() as s:
+        fastest = s.execute(select(func.min(TuningRecord.mean_s))).scalar()
+        best = s.execute(select(BestRecord)).scalar_one()
+        assert best.mean_s == pytest.approx(fastest)
+        assert best.n_records == 6  # the failed record is kept but never counts as usable
+        assert s.execute(select(func.count()).select_from(TuningRecord)).scalar() == 7
+
+
+def test_lookup_filters(store):
+    fill(store, n_workloads=14, per=3)
+    other = testing.device(num_threads=2)
+    store.ingest([], [testing.record(1, j, other) for j in range(2)])
+
+    def wl_ids(**kw):
+        return {r.workload for r in store.lookup(LookupFilter(**kw))}
+
+    assert wl_ids(op="conv2d") == {testing.workload(0).shash, testing.workload(7).shash}
+    shape = testing.workload(3).signature.args[0][0]
+    assert testing.workload(3).shash in wl_ids(shape=shape)
+    assert wl_ids(shape=(9, 9, 9)) == set()
+    assert wl_ids(dtype="float16") == set()
+    assert wl_ids(workload=testing.workload(2).shash) == {testing.workload(2).shash}
+    assert wl_ids(model="no-such-model") == set()
+    devs = {d.name: d.id for d in store.resolve_devices(other.name)}
+    rows = store.lookup(LookupFilter(device_ids=list(devs.values())))
+    assert [r.workload for r in rows] == [testing.workload(1).shash]
+    top = store.lookup(LookupFilter(workload=testing.workload(5).shash, top_k=3))
+    assert [r.rank for r in top] == [1, 2, 3]
+    assert [r.latency_us for r in top] == sorted(r.latency_us for r in top)
+    assert len(store.lookup(LookupFilter(limit=4))) == 4
+
+
+def test_model_tasks_make_lookup_by_model_work(store):
+    fill(store, n_workloads=4)
+    wls = [testing.workload(i) for i in (1, 2)]
+    store.record_model("resnet-ish", "ab" * 32, {"x": [1, 3, 32, 32]}, [(w, w.signature.task_name, 2) for w in wls])
+    assert {r.workload for r in store.lookup(LookupFilter(model="resnet-ish"))} == {w.shash for w in wls}
+    assert store.stats()["models"] == 1
+
+
+def test_devices_are_one_row_per_identity(store):
+    a, b = testing.device(1), testing.device(2)
+    assert store.device_id(a) == store.device_id(a)
+    assert store.device_id(a) != store.device_id(b)
+    assert len(store.devices()) == 2
+
+
+def test_unknown_device_and_ambiguous_device(store):
+    fill(store)
+    with pytest.raises(UnknownDeviceError, match="registry devices"):
+        store.resolve_devices("no-such-device")
+    store.device_id(testing.device(num_threads=1, mcpu="other"))
+    store.device_id(
+        testing.device(num_threads=1, mcpu="synthetic").__class__(
+            target=testing.device().target, num_threads=1, host_model="Another CPU", tvm_version="0.27.0"
+        )
+    )
+    name = testing.device().name
+    assert len(store.resolve_devices(name)) == 2
+    with pytest.raises(UnknownDeviceError, match="ambiguous"):
+        store.resolve_one_device(name)
+
+
+def test_a_record_of_a_missing_workload_writes_nothing(store):
+    dev = testing.device()
+    before = store.stats()
+    with pytest.raises(BadInputError, match="not in the registry"):
+        store.ingest([testing.workload(0)], [testing.record(0, 0, dev), testing.record(42, 0, dev)])
+    assert store.stats() == before  # the workload of the good half was rolled back too

@@ -1,0 +1,43 @@
+"""Real TVM runs shared by the tests: a tiny model tuned once per session by plain MetaSchedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.tvm_side import zoo
+from registry.tvm_side.frontend import LoadedModel, load_onnx
+
+TRIALS = 16
+
+
+@dataclass
+class TunedLogs:
+    """A work dir written by plain ``tune_relax`` with TVM's own JSONDatabase, and what it was tuned from."""
+
+    work_dir: Path
+    model: LoadedModel
+    target: object
+
+
+def tiny_model(batch: int = 8, n: int = 64) -> LoadedModel:
+    """One fused matmul+add task: tunes in seconds, and tuning helps it a lot (naive loops vs tiled code)."""
+    return load_onnx(zoo.mlp(batch, (n, n)).SerializeToString(), {"x": [batch, n]}, name=f"tiny-{batch}x{n}")
+
+
+def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=None, trials: int = TRIALS):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    zmod = relax.get_pipeline("zero")(model.mod)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return ms.relax_integration.tune_relax(
+        zmod,
+        {},
+        target,
+        str(work_dir),
+        max_trials_global=trials,
+        num_trials_per_iter=trials,
+        database=database or "json",
+        seed=1,
+    )
