@@ -5,6 +5,7 @@ The module JSON is a placeholder, so these workloads cannot be compiled; they ex
 
 from __future__ import annotations
 
+import json
 import random
 
 from registry import hostinfo
@@ -30,7 +31,7 @@ def workload(i: int) -> WorkloadIn:
     args = (((1, c, n, n), "float32"), ((c, c, 3, 3), "float32"), ((1, c, n, n), "float32"))
     return WorkloadIn(
         shash=str(10**18 + i * 7919),
-        mod_json='{"synthetic": %d, "metadata": {"tvm_version": "%s"}}' % (i, hostinfo.tvm_version()),
+        mod_json=json.dumps({"synthetic": i, "metadata": {"tvm_version": hostinfo.tvm_version()}}),
         args_info=[["TENSOR", dt, list(s)] for s, dt in args],
         signature=Signature(op, f"fused_{op}_add", "SSSSRRR", (1, c, n, n, c, 3, 3), args, 2.0 * n * n * c * c * 9),
         tvm_version=hostinfo.tvm_version(),

@@ -58,3 +58,16 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     """No test touches the user's real registry."""
     monkeypatch.setenv("REGISTRY_HOME", str(tmp_path_factory.mktemp("home")))
     monkeypatch.delenv("REGISTRY_DATABASE_URL", raising=False)
+
+
+@pytest.fixture(scope="session")
+def tuned_logs(tmp_path_factory):
+    """Logs of a real tuning run by plain MetaSchedule (its own JSONDatabase), shared by the whole session."""
+    from registry.tvm_side.target import host_target
+    from tests.tvm_env import TunedLogs, tiny_model, tune_with_plain_tvm
+
+    work_dir = tmp_path_factory.mktemp("plain_tvm_logs")
+    model = tiny_model()
+    target = host_target()
+    tune_with_plain_tvm(work_dir, model, target)
+    return TunedLogs(work_dir, model, target)

@@ -29,7 +29,10 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.tvm_side.compat import prepare_tuning_logging
+
     zmod = relax.get_pipeline("zero")(model.mod)
+    prepare_tuning_logging()
     work_dir.mkdir(parents=True, exist_ok=True)
     return ms.relax_integration.tune_relax(
         zmod,
@@ -38,6 +41,6 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
         str(work_dir),
         max_trials_global=trials,
         num_trials_per_iter=trials,
-        database=database or "json",
+        database=database if database is not None else "json",
         seed=1,
     )

@@ -35,10 +35,9 @@ def ensure_current(engine: Engine) -> None:
     """Make sure ``engine``'s database is at HEAD: migrate it if it is empty, refuse it otherwise."""
     with engine.connect() as conn:
         revision = current_revision(conn)
-    if revision == HEAD:
-        return
     if revision is None:
         with _migration_lock(engine):
+            # Another process may have migrated it while this one waited for the lock.
             with engine.connect() as conn:
                 revision = current_revision(conn)
                 foreign = revision is None and bool(inspect(conn).get_table_names())
@@ -51,7 +50,8 @@ def ensure_current(engine: Engine) -> None:
 
                 run_upgrade(engine)
                 return
-    _refuse(revision)
+    if revision != HEAD:
+        _refuse(revision)
 
 
 def _refuse(revision: str) -> None:
@@ -62,11 +62,10 @@ def _refuse(revision: str) -> None:
             f"the database is at schema revision {revision} and this registry needs {HEAD}: "
             "run `registry db upgrade` (back the database up first if it is shared)"
         )
-    if revision != HEAD:
-        raise SchemaOutdatedError(
-            f"the database is at schema revision {revision}, which this registry does not know: "
-            "it was written by a newer registry; upgrade tvm-registry"
-        )
+    raise SchemaOutdatedError(
+        f"the database is at schema revision {revision}, which this registry does not know: "
+        "it was written by a newer registry; upgrade tvm-registry"
+    )
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

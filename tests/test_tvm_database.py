@@ -1,0 +1,117 @@
+"""RegistryDatabase and the TVM log round trip, with real TVM builds, tuning and measurements."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+from registry.export import export_database
+from registry.store.queries import LookupFilter
+from registry.store.store import Store
+from registry.tvm_side.database import RegistryDatabase
+from registry.tvm_side.log_import import import_logs
+from registry.tvm_side.measure import model_latency_ms
+from tests.tvm_env import tiny_model, tune_with_plain_tvm
+
+pytestmark = pytest.mark.tvm
+
+
+def plain_records(work_dir):
+    return ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
+
+
+def compile_and_time(db, model, target) -> float:
+    return model_latency_ms(ms.relax_integration.compile_relax(db, model.mod, target, None), model)
+
+
+def trace_of(record) -> str:
+    return json.dumps(record.trace.as_json(), sort_keys=True, default=str)
+
+
+def test_database_contract_with_real_records(db_url, tuned_logs):
+    records = plain_records(tuned_logs.work_dir)
+    assert records, "the session's tuning run wrote no records"
+    db = RegistryDatabase(tuned_logs.target, db_url, num_threads=1, team="t")
+    mod = records[0].workload.mod
+    assert not db.has_workload(mod)
+    wl = db.commit_workload(mod)
+    assert db.has_workload(mod)
+    for r in records:
+        db.commit_tuning_record(ms.database.TuningRecord(r.trace, wl, r.run_secs, tuned_logs.target, r.args_info))
+    assert len(db) == len(records)
+    ok = [r for r in records if all(float(s) < 1e9 for s in r.run_secs)]
+    top = db.get_top_k(wl, 3)
+    means = [sum(float(s) for s in r.run_secs) / len(r.run_secs) for r in top]
+    assert means == sorted(means) and len(top) == min(3, len(ok))
+    best_plain = min(ok, key=lambda r: sum(float(s) for s in r.run_secs))
+    assert trace_of(top[0]) == trace_of(best_plain)
+    assert len(db.get_all_tuning_records()) == len(records)
+    # Committing the same records again (a resumed run) duplicates nothing.
+    for r in records:
+        db.commit_tuning_record(ms.database.TuningRecord(r.trace, wl, r.run_secs, tuned_logs.target, r.args_info))
+    assert len(db) == len(records)
+
+
+def test_queries_are_bound_to_the_device(db_url, tuned_logs):
+    records = plain_records(tuned_logs.work_dir)
+    one = RegistryDatabase(tuned_logs.target, db_url, num_threads=1)
+    two = RegistryDatabase(tuned_logs.target, db_url, num_threads=2)  # same target, other thread count
+    wl = one.commit_workload(records[0].workload.mod)
+    for r in records:
+        one.commit_tuning_record(ms.database.TuningRecord(r.trace, wl, r.run_secs, tuned_logs.target, r.args_info))
+    assert two.has_workload(wl.mod)  # workloads are shared ...
+    assert two.get_top_k(two.commit_workload(wl.mod), 1) == []  # ... records are not
+    assert len(two) == 0 and len(one) == len(records)
+
+
+def test_import_export_round_trip_gives_the_tuned_speed(db_url, tuned_logs, tmp_path):
+    store = Store(db_url)
+    first = import_logs(store, tuned_logs.work_dir, team="vision", model="tiny")
+    n = len(plain_records(tuned_logs.work_dir))
+    assert (first.workloads_new, first.records_new) == (1, n)
+    again = import_logs(store, tuned_logs.work_dir)
+    assert (again.workloads_new, again.records_new, again.records_present) == (0, 0, n)
+
+    out = export_database(store, tmp_path / "exported", None, best_only=True)
+    assert out.records == 1
+    exported = ms.database.JSONDatabase(work_dir=str(tmp_path / "exported"))
+    original = ms.database.JSONDatabase(work_dir=str(tuned_logs.work_dir))
+    wl = original.get_all_tuning_records()[0].workload
+    assert trace_of(exported.get_top_k(exported.commit_workload(wl.mod), 1)[0]) == trace_of(
+        original.get_top_k(wl, 1)[0]
+    )
+
+    model, target = tuned_logs.model, tuned_logs.target
+    untuned = compile_and_time(ms.database.MemoryDatabase(), model, target)
+    via_plain = compile_and_time(original, model, target)
+    via_export = compile_and_time(exported, model, target)
+    assert untuned / via_export > 3, (untuned, via_export)
+    assert via_export < 1.3 * via_plain, (via_plain, via_export)
+
+
+def test_tune_relax_writes_through_and_compile_reads_back(sqlite_url, tmp_path):
+    """A real tuning run through RegistryDatabase. It also guards the apache-tvm-ffi pin: the newer release
+    segfaults as soon as MetaSchedule's default mutators initialize."""
+    model = tiny_model(batch=16, n=128)
+    from registry.tvm_side.target import host_target
+
+    target = host_target()
+    db = RegistryDatabase(target, sqlite_url, num_threads=1, model=model.name)
+    tune_with_plain_tvm(tmp_path / "wd", model, target, database=db, trials=8)
+    assert len(db) == 8
+    rows = Store(sqlite_url).lookup(LookupFilter(op="matmul"))
+    assert len(rows) == 1 and rows[0].source == "tuned" and rows[0].records >= 1
+    assert rows[0].args[0]["shape"] == [16, 128]
+    untuned = compile_and_time(ms.database.MemoryDatabase(), model, target)
+    tuned = compile_and_time(db, model, target)
+    assert untuned / tuned > 1.5, (untuned, tuned)
+
+
+@pytest.fixture
+def log_copy(tuned_logs, tmp_path):
+    dst = tmp_path / "logs"
+    shutil.copytree(tuned_logs.work_dir, dst)
+    return dst
