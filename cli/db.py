@@ -12,6 +12,11 @@ def db() -> None:
 
     A new, empty database is set up automatically. A database written by an older registry is refused until it is
     upgraded with `registry db upgrade` (back up a shared one first).
+
+    \b
+    Examples:
+      registry db current
+      REGISTRY_DATABASE_URL=postgresql://registry@db-host/registry registry db upgrade
     """
 
 

@@ -14,10 +14,10 @@ from registry.errors import BadInputError
 def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
-    parts = [p for p in re.split(r"[x,\s]+", text.strip()) if p]
-    if not parts or not all(p.isdigit() for p in parts):
+    compact = re.sub(r"\s+", "", text)
+    if not re.fullmatch(r"\d+([,x]\d+)*", compact):
         raise BadInputError(f"--shape {text!r}: expected dimensions like 1,3,224,224 or 1x3x224x224")
-    return tuple(int(p) for p in parts)
+    return tuple(int(p) for p in re.split(r"[,x]", compact))
 
 
 @click.command()
