@@ -122,8 +122,8 @@ def read_workloads(file: Path) -> list[RawWorkload]:
     return out
 
 
-def read_records(file: Path) -> list[RawRecord]:
-    out = []
+def read_records(file: Path) -> Iterator[RawRecord]:
+    """Records one by one: a log can hold millions."""
     for lineno, entry in read_lines(file):
         where = f"{file}:{lineno}"
         try:
@@ -135,8 +135,7 @@ def read_records(file: Path) -> list[RawRecord]:
             secs = tuple(float(s) for s in (run_secs or ()))
         except (TypeError, ValueError):
             raise BadInputError(f"{where}: expected [workload_index, [trace, run_secs, target, args_info]]") from None
-        out.append(RawRecord(index, trace, secs, target, args_info, where))
-    return out
+        yield RawRecord(index, trace, secs, target, args_info, where)
 
 
 def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iterator[tuple[int, list]]) -> int:

@@ -115,3 +115,13 @@ def log_copy(tuned_logs, tmp_path):
     dst = tmp_path / "logs"
     shutil.copytree(tuned_logs.work_dir, dst)
     return dst
+
+
+def test_tvm_runtime_use_does_not_pin_later_workers_to_one_core():
+    import os
+
+    from registry.tvm_side import ORIGINAL_AFFINITY
+    from registry.tvm_side.target import runtime_threads
+
+    runtime_threads()  # starts TVM's thread pool, which pins the calling thread
+    assert set(os.sched_getaffinity(0)) == ORIGINAL_AFFINITY

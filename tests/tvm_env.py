@@ -29,10 +29,10 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.tvm_side.compat import prepare_tuning_logging
+    from registry.tvm_side.compat import prepare_tuning
 
     zmod = relax.get_pipeline("zero")(model.mod)
-    prepare_tuning_logging()
+    prepare_tuning()
     work_dir.mkdir(parents=True, exist_ok=True)
     return ms.relax_integration.tune_relax(
         zmod,

@@ -15,7 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from registry.store.store import Store
 from registry.tvm_side import zoo
-from registry.tvm_side.compat import prepare_tuning_logging
+from registry.tvm_side.compat import prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import load_onnx
 from registry.tvm_side.measure import model_latency_ms
@@ -60,7 +60,7 @@ def main() -> None:
     )
     before = len(db)
     start = time.perf_counter()
-    prepare_tuning_logging()
+    prepare_tuning()
     with tempfile.TemporaryDirectory() as work_dir:
         ms.relax_integration.tune_relax(
             zmod, {}, target, work_dir, max_trials_global=args.trials, num_trials_per_iter=16, database=db, seed=1

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 import tvm
+from sqlalchemy import Connection
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
+from registry.store import ingest
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
 from registry.store.store import Store
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
+
+BATCH = 5000
 
 
 def import_logs(
@@ -27,51 +32,72 @@ def import_logs(
 ) -> IngestResult:
     """Read every JSONDatabase under ``path`` and add it to ``store`` in one transaction.
 
-    Everything is parsed and checked before anything is written, so a malformed or truncated log, a record whose
-    workload is missing, or a workload written by another TVM release raises BadInputError and leaves the database as
-    it was. Importing the same logs twice adds nothing the second time.
+    Records stream from the files in batches, so a log of millions of records needs little memory; the transaction
+    spans them all, so a malformed or truncated log, a record whose workload is missing, or a workload written by
+    another TVM release raises BadInputError and leaves the database as it was. Importing the same logs twice adds
+    nothing the second time.
 
     TVM's logs do not say how many runtime threads measured them nor on which CPU: ``num_threads`` (default: this
     TVM runtime's) and ``host_model`` (default: this machine's) fill that in.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
-    workloads: dict[tuple[str, str], WorkloadIn] = {}
-    records: list[RecordIn] = []
+    pairs = tvmlog.find_logs(path)
+    # Workloads are few and need TVM to check: all of them first, before the transaction opens.
+    logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
+    for pair in pairs:
+        progress(f"checking workloads in {pair.workload_file}")
+        logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     devices: dict[str, DeviceSpec] = {}
-    for pair in tvmlog.find_logs(path):
-        progress(f"reading {pair.record_file.parent}")
-        idents = [_workload(w, workloads) for w in tvmlog.read_workloads(pair.workload_file)]
-        for raw in tvmlog.read_records(pair.record_file):
-            if raw.workload_index >= len(idents):
-                raise BadInputError(
-                    f"{raw.where}: refers to workload line {raw.workload_index + 1}, "
-                    f"but {pair.workload_file} has {len(idents)} workload(s)"
-                )
-            key = canonical_json(raw.target)
-            if key not in devices:
-                try:
-                    devices[key] = device_spec(raw.target, threads, host_model)
-                except BadInputError as e:
-                    raise BadInputError(f"{raw.where}: {e}") from None
-            records.append(
-                RecordIn(
-                    workload=idents[raw.workload_index],
-                    device=devices[key],
-                    trace=raw.trace,
-                    trace_text=canonical_json(raw.trace),
-                    run_secs=raw.run_secs,
-                    source="imported",
-                    tool_version=hostinfo.tool_version(),
-                    team=team,
-                    model=model,
-                )
-            )
-    progress(f"writing {len(workloads)} workload(s) and {len(records)} record(s)")
-    return store.ingest(list(workloads.values()), records)
+
+    def device_of(raw: tvmlog.RawRecord) -> DeviceSpec:
+        key = canonical_json(raw.target)
+        if key not in devices:
+            try:
+                devices[key] = device_spec(raw.target, threads, host_model)
+            except BadInputError as e:
+                raise BadInputError(f"{raw.where}: {e}") from None
+        return devices[key]
+
+    def write(conn: Connection) -> IngestResult:
+        # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.
+        result = IngestResult()
+        device_ids: dict[str, int] = {}
+        for pair, workloads in logged:
+            ids = ingest.upsert_workloads(conn, workloads, result)
+            idents = [w.ident for w in workloads]
+            records = tvmlog.read_records(pair.record_file)
+            while batch := list(itertools.islice(records, BATCH)):
+                recs = [_record(raw, idents, pair, device_of(raw), team, model) for raw in batch]
+                new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}.values()
+                device_ids.update(ingest.upsert_devices(conn, new_devices))
+                ingest.insert_records(conn, recs, ids, device_ids, result)
+                progress(f"{result.records_new + result.records_present} records read")
+        return result
+
+    return store.transact(write)
 
 
-def _workload(raw: tvmlog.RawWorkload, seen: dict[tuple[str, str], WorkloadIn]) -> tuple[str, str]:
-    """Check one logged workload and turn it into a WorkloadIn; returns its identity in this registry."""
+def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model) -> RecordIn:
+    if raw.workload_index >= len(idents):
+        raise BadInputError(
+            f"{raw.where}: refers to workload line {raw.workload_index + 1}, "
+            f"but {pair.workload_file} has {len(idents)} workload(s)"
+        )
+    return RecordIn(
+        workload=idents[raw.workload_index],
+        device=device,
+        trace=raw.trace,
+        trace_text=canonical_json(raw.trace),
+        run_secs=raw.run_secs,
+        source="imported",
+        tool_version=hostinfo.tool_version(),
+        team=team,
+        model=model,
+    )
+
+
+def _workload(raw: tvmlog.RawWorkload) -> WorkloadIn:
+    """Check one logged workload and turn it into what the store keeps."""
     written_by = tvmlog.module_tvm_version(raw.mod_json)
     ours = hostinfo.tvm_version()
     if written_by is None or hostinfo.release(written_by) != ours:
@@ -86,6 +112,4 @@ def _workload(raw: tvmlog.RawWorkload, seen: dict[tuple[str, str], WorkloadIn]) 
     if not isinstance(mod, tvm.IRModule) or len(mod.functions) != 1:
         raise BadInputError(f"{raw.where}: a workload must be an IRModule with one PrimFunc")
     # The hash is recomputed, not trusted: it is platform-dependent, and compile-time lookups hash on this machine.
-    wl = workload_in(mod, mod_json=raw.mod_json)
-    seen.setdefault(wl.ident, wl)
-    return wl.ident
+    return workload_in(mod, mod_json=raw.mod_json)

@@ -6,6 +6,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from registry.tvm_side.compat import unpin
 from registry.tvm_side.frontend import LoadedModel
 
 
@@ -16,4 +17,7 @@ def model_latency_ms(executable, model: LoadedModel, *, number: int = 10, repeat
     rng = np.random.default_rng(0)
     inputs = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32"), dev) for s in model.input_shapes.values()]
     timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=0)
-    return float(np.median(timer(*inputs).results) * 1e3)
+    try:
+        return float(np.median(timer(*inputs).results) * 1e3)
+    finally:
+        unpin()  # running the model started TVM's thread pool, which pinned this thread to one core

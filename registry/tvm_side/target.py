@@ -12,6 +12,7 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec
+from registry.tvm_side.compat import unpin
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -50,7 +51,9 @@ def runtime_threads() -> int:
     """Threads the TVM runtime measures with: ``$TVM_NUM_THREADS``, else what the runtime reports (1 here)."""
     if os.environ.get(THREADS_ENV):
         return int(os.environ[THREADS_ENV])
-    return int(tvm.get_global_func("runtime.NumThreads")())
+    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    unpin()  # asking started TVM's thread pool, which pinned this thread to one core
+    return threads
 
 
 def device_spec(
