@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from registry.errors import BadInputError
 
 WORKLOAD_FILE = "database_workload.json"
@@ -83,9 +85,10 @@ def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise BadInputError(f"{file}:{lineno}: not valid JSON ({e.msg}); is the log truncated?") from None
+                    yield lineno, orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    reason = str(e).split(":")[0]
+                    raise BadInputError(f"{file}:{lineno}: not valid JSON ({reason}); is the log truncated?") from None
     except UnicodeDecodeError:
         raise BadInputError(f"{file}: not a text file") from None
     except OSError as e:

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-21 23:46:20.682044
+Create Date: 2026-11-22 00:30:59.247351
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("num_threads", sa.Integer(), nullable=False),
         sa.Column("host_model", sa.String(length=200), nullable=False),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_device")),
         sa.UniqueConstraint("key", name=op.f("uq_device_key")),
     )
@@ -43,13 +43,21 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("input_shapes_json", sa.String(length=1000), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_model")),
         sa.UniqueConstraint("sha256", "input_shapes_json", name=op.f("uq_model_sha256_input_shapes_json")),
     )
     with op.batch_alter_table("model", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_model_name"), ["name"], unique=False)
 
+    op.create_table(
+        "trace_skeleton",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("hash", sa.String(length=64), nullable=False),
+        sa.Column("insts_json_z", sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_trace_skeleton")),
+        sa.UniqueConstraint("hash", name=op.f("uq_trace_skeleton_hash")),
+    )
     op.create_table(
         "workload",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -64,7 +72,7 @@ def upgrade() -> None:
         sa.Column("args_json", sa.Text(), nullable=False),
         sa.Column("flops", sa.Float(), nullable=False),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workload")),
         sa.UniqueConstraint("shash", "module_equality", name=op.f("uq_workload_shash_module_equality")),
     )
@@ -95,7 +103,8 @@ def upgrade() -> None:
         sa.Column("workload_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("device_id", sa.Integer(), nullable=False),
         sa.Column("trace_hash", sa.String(length=64), nullable=False),
-        sa.Column("trace_json_z", sa.LargeBinary(), nullable=False),
+        sa.Column("skeleton_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("decisions_json", sa.Text(), nullable=False),
         sa.Column("run_secs_json", sa.Text(), nullable=False),
         sa.Column("mean_s", sa.Float(), nullable=True),
         sa.Column("ok", sa.Boolean(), nullable=False),
@@ -106,7 +115,7 @@ def upgrade() -> None:
         sa.Column("host", sa.String(length=200), nullable=True),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
         sa.Column("tool_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
         sa.ForeignKeyConstraint(
             ["device_id"], ["device.id"], name=op.f("fk_tuning_record_device_id_device"), ondelete="CASCADE"
         ),
@@ -115,6 +124,9 @@ def upgrade() -> None:
             ["tuning_record.id"],
             name=op.f("fk_tuning_record_donor_record_id_tuning_record"),
             ondelete="SET NULL",
+        ),
+        sa.ForeignKeyConstraint(
+            ["skeleton_id"], ["trace_skeleton.id"], name=op.f("fk_tuning_record_skeleton_id_trace_skeleton")
         ),
         sa.ForeignKeyConstraint(
             ["workload_id"], ["workload.id"], name=op.f("fk_tuning_record_workload_id_workload"), ondelete="CASCADE"
@@ -126,6 +138,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_tuning_record_device_id"), ["device_id"], unique=False)
+        batch_op.create_index(batch_op.f("ix_tuning_record_skeleton_id"), ["skeleton_id"], unique=False)
         batch_op.create_index(
             batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"),
             ["workload_id", "device_id", "mean_s"],
@@ -182,6 +195,7 @@ def downgrade() -> None:
     op.drop_table("workload_arg")
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"))
+        batch_op.drop_index(batch_op.f("ix_tuning_record_skeleton_id"))
         batch_op.drop_index(batch_op.f("ix_tuning_record_device_id"))
 
     op.drop_table("tuning_record")
@@ -194,6 +208,7 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_workload_op_kind"))
 
     op.drop_table("workload")
+    op.drop_table("trace_skeleton")
     with op.batch_alter_table("model", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_model_name"))
 

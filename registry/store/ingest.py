@@ -8,8 +8,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, case, select, tuple_
-from sqlalchemy.dialects import postgresql, sqlite
 
 from registry.errors import BadInputError, DatabaseError
 from registry.store.models import (
@@ -18,6 +18,7 @@ from registry.store.models import (
     Device,
     Model,
     ModelTask,
+    TraceSkeleton,
     TuningRecord,
     Workload,
     WorkloadArg,
@@ -32,9 +33,13 @@ def insert(conn: Connection, model):
     """The dialect's INSERT, which knows ON CONFLICT. The registry writes only to SQLite and PostgreSQL."""
     name = conn.dialect.name
     if name == "postgresql":
-        return postgresql.insert(model)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(model)
     if name == "sqlite":
-        return sqlite.insert(model)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(model)
     raise DatabaseError(f"the registry writes to SQLite or PostgreSQL, not {name}")
 
 
@@ -120,14 +125,26 @@ def workload_ids(conn: Connection, idents: Sequence[tuple[str, str]]) -> dict[tu
     return ids
 
 
+def split_trace(trace: Any) -> tuple[str, str]:
+    """Canonical JSON of a trace's instructions and of its decisions. Raises BadInputError for a non-trace."""
+    if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
+        raise BadInputError("a trace must be [instructions, decisions]")
+    return canonical_json(trace[0]), canonical_json(trace[1])
+
+
 def insert_records(
     conn: Connection,
     records: Sequence[RecordIn],
     workload_ids_: dict[tuple[str, str], int],
     device_ids: dict[str, int],
     result: IngestResult,
+    skeletons: dict[str, int] | None = None,
 ) -> None:
-    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
+    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs.
+
+    ``skeletons`` (instructions JSON -> skeleton id) may be shared across calls of one transaction, to save lookups.
+    """
+    skeletons = {} if skeletons is None else skeletons
     rows: dict[tuple[int, int, str], dict[str, Any]] = {}
     for r in records:
         if r.source not in SOURCES:
@@ -136,25 +153,31 @@ def insert_records(
             wid = workload_ids_[r.workload]
         except KeyError:
             raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
-        text = r.trace_text or canonical_json(r.trace)
-        row = dict(
-            workload_id=wid,
-            device_id=device_ids[r.device.key],
-            trace_hash=trace_hash(text),
-            trace_json_z=zlib.compress(text.encode(), 1),
-            run_secs_json=json.dumps(list(r.run_secs)),
-            mean_s=r.mean_s,
-            ok=r.ok,
-            source=r.source,
-            donor_record_id=r.donor_record_id,
-            team=r.team,
-            model=r.model,
-            host=r.host,
-            tvm_version=r.device.tvm_version,
-            tool_version=r.tool_version,
+        insts, decisions = split_trace(r.trace)
+        did = device_ids[r.device.key]
+        key = (wid, did, trace_hash(f"[{insts},{decisions}]"))  # the canonical JSON of the whole trace
+        rows.setdefault(
+            key,
+            dict(
+                workload_id=wid,
+                device_id=did,
+                trace_hash=key[2],
+                skeleton_id=insts,  # resolved to an id below
+                decisions_json=decisions,
+                run_secs_json=orjson.dumps(r.run_secs).decode(),
+                mean_s=r.mean_s,
+                ok=r.ok,
+                source=r.source,
+                donor_record_id=r.donor_record_id,
+                team=r.team,
+                model=r.model,
+                host=r.host,
+                tvm_version=r.device.tvm_version,
+                tool_version=r.tool_version,
+            ),
         )
-        rows.setdefault((wid, row["device_id"], row["trace_hash"]), row)
     result.records_present += len(records) - len(rows)
+    _resolve_skeletons(conn, rows.values(), skeletons)
     # One lock order for every writer: PostgreSQL cannot deadlock two imports of overlapping logs.
     ordered = [rows[k] for k in sorted(rows)]
     best: dict[tuple[int, int], dict[str, Any]] = {}
@@ -163,10 +186,10 @@ def insert_records(
             index_elements=["workload_id", "device_id", "trace_hash"]
         )
         returning = (TuningRecord.id, TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.mean_s)
-        new = conn.execute(stmt.returning(*returning, sort_by_parameter_order=True), chunk).all()
+        new = conn.execute(stmt.returning(*returning), chunk).all()
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
-        result.record_ids += [rid for rid, *_ in new]
+        result.record_ids += sorted(rid for rid, *_ in new)
         for rid, wid, did, mean_s in new:
             if mean_s is None:
                 continue
@@ -177,6 +200,21 @@ def insert_records(
             if mean_s < cur["mean_s"]:
                 cur.update(record_id=rid, mean_s=mean_s)
     _merge_best(conn, [best[k] for k in sorted(best)])
+
+
+def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]], known: dict[str, int]) -> None:
+    """Replace each row's instructions JSON by the id of its (possibly new) skeleton."""
+    rows = list(rows)
+    missing = {r["skeleton_id"] for r in rows} - known.keys()
+    if missing:
+        by_hash = {trace_hash(text): text for text in missing}
+        new = [dict(hash=h, insts_json_z=zlib.compress(t.encode())) for h, t in sorted(by_hash.items())]
+        conn.execute(insert(conn, TraceSkeleton).on_conflict_do_nothing(index_elements=["hash"]), new)
+        for chunk in _chunks(sorted(by_hash), 400):
+            found = conn.execute(select(TraceSkeleton.hash, TraceSkeleton.id).where(TraceSkeleton.hash.in_(chunk)))
+            known.update({by_hash[h]: sid for h, sid in found})
+    for r in rows:
+        r["skeleton_id"] = known[r["skeleton_id"]]
 
 
 def _merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -39,8 +40,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 SOURCES = ("tuned", "transferred", "imported")
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+# Times are set by the database (CURRENT_TIMESTAMP, UTC on SQLite), not per row in Python: cheaper on bulk import.
 
 
 class Base(DeclarativeBase):
@@ -66,7 +66,7 @@ class Device(Base):
     num_threads: Mapped[int] = mapped_column(Integer)
     host_model: Mapped[str] = mapped_column(String(200))
     tvm_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
 
 
 class Workload(Base):
@@ -90,7 +90,7 @@ class Workload(Base):
     args_json: Mapped[str] = mapped_column(Text)
     flops: Mapped[float] = mapped_column(Float)
     tvm_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
 
     args: Mapped[list[WorkloadArg]] = relationship(
         back_populates="workload", cascade="all, delete-orphan", order_by="WorkloadArg.position"
@@ -111,6 +111,21 @@ class WorkloadArg(Base):
     workload: Mapped[Workload] = relationship(back_populates="args")
 
 
+class TraceSkeleton(Base):
+    """The instruction list of a trace, stored once.
+
+    Records sampled from one design space differ only in their decisions, so a record keeps its decisions and points
+    here for the instructions: about 1.4 KB of instructions per record become one shared row, and importing needs no
+    per-record compression.
+    """
+
+    __tablename__ = "trace_skeleton"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    insts_json_z: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class TuningRecord(Base):
     """One measured schedule of a workload on a device."""
 
@@ -124,8 +139,10 @@ class TuningRecord(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id", ondelete="CASCADE"))
     device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"), index=True)
+    # sha256 of the whole trace's canonical JSON, ``[instructions, decisions]``.
     trace_hash: Mapped[str] = mapped_column(String(64))
-    trace_json_z: Mapped[bytes] = mapped_column(LargeBinary)
+    skeleton_id: Mapped[int] = mapped_column(ForeignKey("trace_skeleton.id"), index=True)
+    decisions_json: Mapped[str] = mapped_column(Text)
     run_secs_json: Mapped[str] = mapped_column(Text)
     # Mean of run_secs; NULL when the candidate failed to build or run (TVM writes 1e10 seconds for those).
     mean_s: Mapped[float | None] = mapped_column(Float)
@@ -137,7 +154,7 @@ class TuningRecord(Base):
     host: Mapped[str | None] = mapped_column(String(200))
     tvm_version: Mapped[str] = mapped_column(String(64))
     tool_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
 
 
 class BestRecord(Base):
@@ -166,7 +183,7 @@ class Model(Base):
     name: Mapped[str] = mapped_column(String(200), index=True)
     sha256: Mapped[str] = mapped_column(String(64))
     input_shapes_json: Mapped[str] = mapped_column(String(1000))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
 
     tasks: Mapped[list[ModelTask]] = relationship(back_populates="model", cascade="all, delete-orphan")
 

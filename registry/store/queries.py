@@ -13,7 +13,16 @@ from sqlalchemy.orm import Session
 
 from registry import hostinfo
 from registry.errors import UnknownDeviceError
-from registry.store.models import BestRecord, Device, Model, ModelTask, TuningRecord, Workload, WorkloadArg
+from registry.store.models import (
+    BestRecord,
+    Device,
+    Model,
+    ModelTask,
+    TraceSkeleton,
+    TuningRecord,
+    Workload,
+    WorkloadArg,
+)
 from registry.store.rows import shape_text
 
 
@@ -230,15 +239,33 @@ class StoredRecord:
     mean_s: float | None
 
 
-def _stored(row) -> StoredRecord:
-    rid, wid, trace_z, run_secs, mean_s = row
-    return StoredRecord(rid, wid, zlib.decompress(trace_z).decode(), json.loads(run_secs), mean_s)
+class _Skeletons:
+    """Decompressed instruction lists by skeleton id: a stream of records decompresses each one once."""
+
+    def __init__(self, conn: Session, preload=None) -> None:
+        """``preload``: a select of skeleton ids to fetch in one query up front."""
+        self.conn, self.cache = conn, {}
+        if preload is not None:
+            stmt = select(TraceSkeleton.id, TraceSkeleton.insts_json_z).where(TraceSkeleton.id.in_(preload))
+            self.cache = {i: zlib.decompress(z).decode() for i, z in conn.execute(stmt)}
+
+    def __call__(self, skeleton_id: int) -> str:
+        if skeleton_id not in self.cache:
+            z = self.conn.execute(select(TraceSkeleton.insts_json_z).where(TraceSkeleton.id == skeleton_id)).scalar()
+            self.cache[skeleton_id] = zlib.decompress(z).decode()
+        return self.cache[skeleton_id]
+
+
+def _stored(row, insts: _Skeletons) -> StoredRecord:
+    rid, wid, skeleton_id, decisions, run_secs, mean_s = row
+    return StoredRecord(rid, wid, f"[{insts(skeleton_id)},{decisions}]", json.loads(run_secs), mean_s)
 
 
 _RECORD_COLS = (
     TuningRecord.id,
     TuningRecord.workload_id,
-    TuningRecord.trace_json_z,
+    TuningRecord.skeleton_id,
+    TuningRecord.decisions_json,
     TuningRecord.run_secs_json,
     TuningRecord.mean_s,
 )
@@ -253,7 +280,8 @@ def top_k(conn: Session, workload_id: int, device_id: int, k: int) -> list[Store
         .order_by(TuningRecord.mean_s, TuningRecord.id)
         .limit(k)
     )
-    return [_stored(r) for r in conn.execute(stmt)]
+    insts = _Skeletons(conn)
+    return [_stored(r, insts) for r in conn.execute(stmt)]
 
 
 def device_records(conn: Session, device_id: int, *, best_only: bool = False) -> Iterator[StoredRecord]:
@@ -264,8 +292,10 @@ def device_records(conn: Session, device_id: int, *, best_only: bool = False) ->
     else:
         stmt = select(*_RECORD_COLS).where(TuningRecord.device_id == device_id)
     stmt = stmt.order_by(TuningRecord.workload_id, TuningRecord.mean_s.is_(None), TuningRecord.mean_s)
+    # All skeletons first: the stream below holds a cursor open, and they are few.
+    insts = _Skeletons(conn, preload=stmt.with_only_columns(TuningRecord.skeleton_id).order_by(None).distinct())
     for row in conn.execute(stmt, execution_options={"yield_per": 2000}):
-        yield _stored(row)
+        yield _stored(row, insts)
 
 
 def count_records(conn: Session, device_id: int) -> int:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 # MetaSchedule writes this many seconds for a candidate that failed to build or run.
 FAILED_RUN_SECS = 1e9
 
 
 def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    """Compact, key-sorted JSON: equal values give equal text, so its hash identifies a trace."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # integers past 64 bits, which orjson refuses: the same text, the slow way
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def shape_text(shape: tuple[int, ...] | list[int]) -> str:
@@ -30,11 +37,11 @@ class DeviceSpec:
     host_model: str
     tvm_version: str
 
-    @property
+    @functools.cached_property
     def target_json(self) -> str:
         return canonical_json(self.target)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         ident = canonical_json([self.target, self.num_threads, self.host_model, self.tvm_version])
         return hashlib.sha256(ident.encode()).hexdigest()
@@ -91,7 +98,7 @@ class RecordIn:
 
     workload: tuple[str, str]
     device: DeviceSpec
-    trace: Any  # the trace JSON, as the first field of TuningRecord.as_json()
+    trace: Any  # the trace JSON, [instructions, decisions], as the first field of TuningRecord.as_json()
     run_secs: tuple[float, ...]
     source: str
     tool_version: str
@@ -99,7 +106,6 @@ class RecordIn:
     team: str | None = None
     model: str | None = None
     host: str | None = None
-    trace_text: str = field(default="", compare=False)
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from registry.config import resolve_database_url
-from registry.store import ingest, queries, schema
+from registry.store import queries, schema
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
 
@@ -67,6 +67,8 @@ class Store:
     def ingest(self, workloads: Sequence[WorkloadIn], records: Sequence[RecordIn]) -> IngestResult:
         """Add workloads and records; those already present are counted, not duplicated."""
 
+        from registry.store import ingest
+
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()
             device_ids = ingest.upsert_devices(conn, (r.device for r in records))
@@ -86,6 +88,7 @@ class Store:
         tasks: Sequence[tuple[WorkloadIn, str, int]],
     ) -> int:
         """Record a model and its tasks as (workload, task name, weight); the workloads are added if new."""
+        from registry.store import ingest
 
         def write(conn: Connection) -> int:
             ids = ingest.upsert_workloads(conn, [w for w, _, _ in tasks], IngestResult())
@@ -95,6 +98,8 @@ class Store:
         return self.transact(write)
 
     def device_id(self, spec: DeviceSpec) -> int:
+        from registry.store import ingest
+
         return self.transact(lambda conn: ingest.upsert_devices(conn, [spec])[spec.key])
 
     # -- reads --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from tvm.target import Target
 
 from registry import hostinfo, tvmlog
 from registry.store import queries
-from registry.store.rows import RecordIn, canonical_json
+from registry.store.rows import RecordIn
 from registry.store.store import Store
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import device_spec
@@ -105,7 +105,6 @@ class RegistryDatabase(PyDatabase):
             workload=(shash, _MODE),
             device=self.device,
             trace=trace,
-            trace_text=canonical_json(trace),
             run_secs=run_secs,
             tool_version=hostinfo.tool_version(),
             **self.provenance,

@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
+from registry.perf import paused_gc
 from registry.store import ingest
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
 from registry.store.store import Store
@@ -74,7 +75,8 @@ def import_logs(
                 progress(f"{result.records_new + result.records_present} records read")
         return result
 
-    return store.transact(write)
+    with paused_gc():
+        return store.transact(write)
 
 
 def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model) -> RecordIn:
@@ -87,7 +89,6 @@ def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model
         workload=idents[raw.workload_index],
         device=device,
         trace=raw.trace,
-        trace_text=canonical_json(raw.trace),
         run_secs=raw.run_secs,
         source="imported",
         tool_version=hostinfo.tool_version(),
