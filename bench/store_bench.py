@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from registry import testing, tvmlog
 from registry.store import queries
-from registry.store.queries import LookupFilter
+from registry.store.lookup import LookupFilter
 from registry.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -42,21 +42,25 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
       registry lookup --shape 1,64,56,56 --dtype float32 --top-k 3
       registry lookup --model resnet18 --json
     """
-    from registry.store.queries import LookupFilter
+    from registry.config import resolve_database_url
+    from registry.store import lookup as q
 
-    store = ctx.store
-    device_ids = [d.id for d in store.resolve_devices(device)] if device else None
-    f = LookupFilter(
+    f = q.LookupFilter(
         op=op,
         shape=parse_shape(shape),
         dtype=dtype,
-        device_ids=device_ids,
         model=model,
         workload=workload,
         top_k=top_k,
         limit=limit,
     )
-    rows = store.lookup(f)
+    sql = q.connect(resolve_database_url(ctx.url))
+    if sql is not None:  # the fast path: plain DB-API, no SQLAlchemy
+        f.device_ids = [d.id for d in q.resolve_devices(sql, device)] if device else None
+        rows = q.lookup(sql, f)
+    else:  # a fresh database (migrated first), another dialect, or one to explain: through the Store
+        f.device_ids = [d.id for d in ctx.store.resolve_devices(device)] if device else None
+        rows = ctx.store.lookup(f)
     if as_json:
         echo_json([r.as_dict() for r in rows])
         return

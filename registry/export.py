@@ -11,7 +11,8 @@ from sqlalchemy import select
 from registry import tvmlog
 from registry.errors import UnknownDeviceError
 from registry.store import queries
-from registry.store.models import BestRecord, Device, TuningRecord
+from registry.store.lookup import DeviceRow
+from registry.store.models import BestRecord, TuningRecord
 from registry.store.store import Store
 
 
@@ -28,8 +29,8 @@ def export_database(store: Store, folder: Path, device: str | None, *, best_only
     Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
     ``device`` may be omitted when the registry knows exactly one.
     """
+    dev = _pick_device(store, device)
     with store.read() as conn:
-        dev = _pick_device(conn, device)
         target = json.loads(dev.target_json)
         if best_only:
             wl_ids = select(BestRecord.workload_id).where(BestRecord.device_id == dev.id)
@@ -46,10 +47,10 @@ def export_database(store: Store, folder: Path, device: str | None, *, best_only
     return ExportResult(device=f"{dev.id}:{dev.name}", workloads=len(ids), records=n)
 
 
-def _pick_device(conn, selector: str | None) -> Device:
+def _pick_device(store: Store, selector: str | None) -> DeviceRow:
     if selector is not None:
-        return queries.resolve_one_device(conn, selector)
-    all_devices = list(conn.execute(select(Device).order_by(Device.id)).scalars())
+        return store.resolve_one_device(selector)
+    all_devices = store.all_devices()
     if len(all_devices) == 1:
         return all_devices[0]
     if not all_devices:

@@ -56,13 +56,20 @@ def test_lookup_table_and_json(sqlite_url):
     assert "synthetic" in run(sqlite_url, "devices").output
 
 
-def test_lookup_does_not_import_tvm(sqlite_url):
+@pytest.mark.parametrize("existing", [False, True])
+def test_lookup_does_not_import_tvm(sqlite_url, existing):
+    """Never TVM; and on an existing database not even SQLAlchemy (0.2 s of start-up): lookup must stay fast."""
+    if existing:
+        Store(sqlite_url).ingest([testing.workload(0)], [testing.record(0, 0, testing.device())])
     code = (
-        "import sys; from registry.cli.main import cli; "
+        "import sys, json; from registry.cli.main import cli; "
         f"cli(['--db', {sqlite_url!r}, 'lookup', '--op', 'conv2d', '--json'], standalone_mode=False); "
-        "assert not any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules), 'lookup imported TVM'"
+        "assert not any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules), 'lookup imported TVM'; "
+        f"assert {existing} == ('sqlalchemy' not in sys.modules), 'fast path not taken'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)) == int(existing)
 
 
 def test_unknown_device(sqlite_url):

@@ -8,8 +8,8 @@ from sqlalchemy import func, inspect, select
 from registry import testing
 from registry.errors import BadInputError, UnknownDeviceError
 from registry.store import schema
+from registry.store.lookup import LookupFilter
 from registry.store.models import BestRecord, TuningRecord
-from registry.store.queries import LookupFilter
 from registry.store.store import Store
 
 

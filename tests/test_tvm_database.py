@@ -9,7 +9,7 @@ import pytest
 from tvm.s_tir import meta_schedule as ms
 
 from registry.export import export_database
-from registry.store.queries import LookupFilter
+from registry.store.lookup import LookupFilter
 from registry.store.store import Store
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.log_import import import_logs

@@ -1,179 +1,24 @@
-"""Reading the store: device selection, lookup, statistics and the record streams behind export and TVM."""
+"""Reading the store: statistics and the record streams behind export and TVM (lookup lives in ``lookup.py``)."""
 
 from __future__ import annotations
 
 import json
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry import hostinfo
-from registry.errors import UnknownDeviceError
 from registry.store.models import (
     BestRecord,
     Device,
     Model,
-    ModelTask,
     TraceSkeleton,
     TuningRecord,
     Workload,
-    WorkloadArg,
 )
-from registry.store.rows import shape_text
-
-
-def resolve_devices(conn: Session, selector: str) -> list[Device]:
-    """Devices matching ``selector``: ``host`` (this machine's CPU and TVM release), a device id, or a device name.
-
-    Raises UnknownDeviceError, naming the known devices, when nothing matches.
-    """
-    stmt = select(Device).order_by(Device.id)
-    sel = selector.strip()
-    if sel == "host":
-        stmt = stmt.where(Device.host_model == hostinfo.cpu_model(), Device.tvm_version == hostinfo.tvm_version())
-    elif sel.isdigit():
-        stmt = stmt.where(Device.id == int(sel))
-    else:
-        stmt = stmt.where(Device.name == sel)
-    found = list(conn.execute(stmt).scalars())
-    if not found:
-        known = ", ".join(f"{d.id}:{d.name}" for d in conn.execute(select(Device).order_by(Device.id)).scalars())
-        where = "on this machine " if sel == "host" else ""
-        raise UnknownDeviceError(
-            f"no device {sel!r} {where}in the registry (known: {known or 'none yet'}); see `registry devices`"
-        )
-    return found
-
-
-def resolve_one_device(conn: Session, selector: str) -> Device:
-    found = resolve_devices(conn, selector)
-    if len(found) > 1:
-        choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
-        raise UnknownDeviceError(f"device {selector!r} is ambiguous; give its id, one of: {choices}")
-    return found[0]
-
-
-@dataclass
-class LookupRow:
-    workload: str
-    op: str
-    task: str
-    args: list[dict[str, Any]]
-    flops: float
-    device_id: int
-    device: str
-    threads: int
-    rank: int
-    record_id: int
-    latency_us: float
-    gflops: float
-    records: int
-    source: str
-    team: str | None
-    model: str | None
-    created_at: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class LookupFilter:
-    op: str | None = None
-    shape: tuple[int, ...] | None = None
-    dtype: str | None = None
-    device_ids: list[int] | None = None
-    model: str | None = None
-    workload: str | None = None
-    top_k: int = 1
-    limit: int = 100
-
-
-def lookup(conn: Session, f: LookupFilter) -> list[LookupRow]:
-    """The best ``top_k`` records of each (workload, device) that matches every given filter.
-
-    Driven by ``best_record``, so its cost grows with the rows returned, not with the records stored.
-    """
-    pairs = (
-        select(BestRecord.workload_id, BestRecord.device_id, BestRecord.n_records, BestRecord.record_id)
-        .join(Workload, Workload.id == BestRecord.workload_id)
-        .order_by(Workload.op_kind, BestRecord.workload_id, BestRecord.device_id)
-        .limit(f.limit)
-    )
-    if f.op:
-        pairs = pairs.where(Workload.op_kind == f.op.lower())
-    if f.workload:
-        pairs = pairs.where(Workload.shash == f.workload)
-    if f.device_ids is not None:
-        pairs = pairs.where(BestRecord.device_id.in_(f.device_ids))
-    if f.shape is not None or f.dtype:
-        arg = select(WorkloadArg.workload_id)
-        if f.shape is not None:
-            arg = arg.where(WorkloadArg.shape == shape_text(f.shape))
-        if f.dtype:
-            arg = arg.where(WorkloadArg.dtype == f.dtype)
-        pairs = pairs.where(BestRecord.workload_id.in_(arg))
-    if f.model:
-        in_model = select(ModelTask.workload_id).join(Model).where(Model.name == f.model)
-        pairs = pairs.where(BestRecord.workload_id.in_(in_model))
-    found = conn.execute(pairs).all()
-    if f.top_k <= 1 or not found:
-        ranked = [(w, d, n, rid, 1) for w, d, n, rid in found]
-    else:
-        counts = {(w, d): n for w, d, n, _ in found}
-        rn = func.row_number().over(
-            partition_by=(TuningRecord.workload_id, TuningRecord.device_id), order_by=TuningRecord.mean_s
-        )
-        inner = (
-            select(TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.id, rn.label("rn"))
-            .where(TuningRecord.mean_s.is_not(None))
-            .where(tuple_(TuningRecord.workload_id, TuningRecord.device_id).in_(list(counts)))
-            .subquery()
-        )
-        top = select(inner).where(inner.c.rn <= f.top_k)
-        ranked = [(w, d, counts[(w, d)], rid, r) for w, d, rid, r in conn.execute(top)]
-    return _lookup_rows(conn, ranked)
-
-
-def _lookup_rows(conn: Session, ranked: list[tuple[int, int, int, int, int]]) -> list[LookupRow]:
-    if not ranked:
-        return []
-    info = {rid: (w, d, n, rank) for w, d, n, rid, rank in ranked}
-    stmt = (
-        select(TuningRecord, Workload, Device)
-        .join(Workload, Workload.id == TuningRecord.workload_id)
-        .join(Device, Device.id == TuningRecord.device_id)
-        .where(TuningRecord.id.in_(list(info)))
-    )
-    rows = []
-    for rec, wl, dev in conn.execute(stmt):
-        rows.append(
-            LookupRow(
-                workload=wl.shash,
-                op=wl.op_kind,
-                task=wl.task_name,
-                args=json.loads(wl.args_json),
-                flops=wl.flops,
-                device_id=dev.id,
-                device=dev.name,
-                threads=dev.num_threads,
-                rank=info[rec.id][3],
-                record_id=rec.id,
-                latency_us=rec.mean_s * 1e6,
-                gflops=wl.flops / rec.mean_s / 1e9 if rec.mean_s else 0.0,
-                records=info[rec.id][2],
-                source=rec.source,
-                team=rec.team,
-                model=rec.model,
-                created_at=rec.created_at.isoformat(timespec="seconds"),
-            )
-        )
-    rows.sort(key=lambda r: (r.op, r.task, r.workload, r.device_id, r.rank))
-    return rows
 
 
 def stats(conn: Session) -> dict[str, Any]:

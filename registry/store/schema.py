@@ -16,11 +16,8 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, inspect, text
 
 from registry.errors import DatabaseError, SchemaOutdatedError
+from registry.store.revision import HEAD, VERSION_TABLE
 
-# Alembic's version table, under a name of our own, so that another Alembic user of the same database cannot clash.
-VERSION_TABLE = "registry_alembic_version"
-# The newest revision in migrations/versions. tests/test_migrations.py fails when the two disagree.
-HEAD = "0001"
 # Arbitrary 64-bit key for pg_advisory_lock, shared by every registry process that migrates.
 _PG_LOCK_KEY = 0x7265_6769_7374_7279
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from registry.config import resolve_database_url
-from registry.store import queries, schema
+from registry.store import lookup, queries, schema
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
 
@@ -27,7 +27,7 @@ class Store:
     Example::
 
         store = Store("sqlite:///team.db")
-        rows = store.lookup(queries.LookupFilter(op="conv2d", top_k=3))
+        rows = store.lookup(LookupFilter(op="conv2d", top_k=3))
     """
 
     def __init__(self, url: str | None = None, *, check_schema: bool = True) -> None:
@@ -104,17 +104,28 @@ class Store:
 
     # -- reads --------------------------------------------------------------------------------------------------
 
-    def lookup(self, f: queries.LookupFilter) -> list[queries.LookupRow]:
-        with self.read() as conn:
-            return queries.lookup(conn, f)
+    @contextlib.contextmanager
+    def sql(self) -> Iterator[lookup.Sql]:
+        """The engine's DB-API connection, for the plain-SQL read path shared with the CLI."""
+        with translated_errors(self.url), self.engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            yield lookup.Sql(raw, "pyformat" if self.engine.dialect.name == "postgresql" else "named")
 
-    def resolve_devices(self, selector: str):
-        with self.read() as conn:
-            return queries.resolve_devices(conn, selector)
+    def lookup(self, f: lookup.LookupFilter) -> list[lookup.LookupRow]:
+        with self.sql() as sql:
+            return lookup.lookup(sql, f)
 
-    def resolve_one_device(self, selector: str):
-        with self.read() as conn:
-            return queries.resolve_one_device(conn, selector)
+    def resolve_devices(self, selector: str) -> list[lookup.DeviceRow]:
+        with self.sql() as sql:
+            return lookup.resolve_devices(sql, selector)
+
+    def resolve_one_device(self, selector: str) -> lookup.DeviceRow:
+        with self.sql() as sql:
+            return lookup.resolve_one_device(sql, selector)
+
+    def all_devices(self) -> list[lookup.DeviceRow]:
+        with self.sql() as sql:
+            return lookup.all_devices(sql)
 
     def stats(self) -> dict:
         with self.read() as conn:

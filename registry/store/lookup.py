@@ -1,0 +1,253 @@
+"""Lookup and device selection in plain SQL over DB-API: the one implementation behind ``Store.lookup`` and the CLI.
+
+``registry lookup`` is the command people run most, so it avoids importing SQLAlchemy (about 0.2 s of start-up)
+when the database is SQLite or PostgreSQL at the current schema; ``connect`` says when it can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from registry import hostinfo
+from registry.errors import UnknownDeviceError
+from registry.store.revision import HEAD, VERSION_TABLE
+
+
+class Sql:
+    """A DB-API connection with one parameter style: SQL is written with ``:name`` placeholders."""
+
+    def __init__(self, conn, paramstyle: str) -> None:
+        self.conn, self.pyformat = conn, paramstyle == "pyformat"
+
+    def all(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        if self.pyformat:
+            sql = re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
+        cur = self.conn.cursor()
+        try:
+            cur.execute(sql, params or {})
+            return cur.fetchall()
+        finally:
+            cur.close()
+
+
+def connect(url: str) -> Sql | None:
+    """A direct connection to an existing SQLite file or a PostgreSQL database at schema HEAD, else None (then the
+    caller goes through ``Store``, which migrates a fresh database or explains what is wrong)."""
+    try:
+        if url.startswith("sqlite:///") and "?" not in url:
+            path = os.path.expanduser(url[len("sqlite:///") :])
+            if path in ("", ":memory:") or not os.path.exists(path):
+                return None
+            import sqlite3
+
+            sql = Sql(sqlite3.connect(path, timeout=30), "named")
+        elif re.match(r"postgres(ql)?(\+psycopg)?://", url):
+            import psycopg
+
+            sql = Sql(psycopg.connect(re.sub(r"^postgres(ql)?(\+psycopg)?://", "postgresql://", url)), "pyformat")
+        else:
+            return None
+        if sql.all(f"SELECT version_num FROM {VERSION_TABLE}") == [(HEAD,)]:
+            return sql
+        sql.conn.close()
+    except Exception:  # noqa: BLE001 - any failure here is reported properly by the Store path
+        return None
+    return None
+
+
+# -- devices --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    id: int
+    name: str
+    host_model: str
+    tvm_version: str
+    target_json: str
+
+
+_DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json FROM device"
+
+
+def all_devices(sql: Sql) -> list[DeviceRow]:
+    return [DeviceRow(*r) for r in sql.all(f"{_DEVICE_COLS} ORDER BY id")]
+
+
+def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
+    """Devices matching ``selector``: ``host`` (this machine's CPU and TVM release), a device id, or a device name.
+
+    Raises UnknownDeviceError, naming the known devices, when nothing matches.
+    """
+    sel = selector.strip()
+    if sel == "host":
+        where, params = "host_model = :h AND tvm_version = :v", {"h": hostinfo.cpu_model(), "v": hostinfo.tvm_version()}
+    elif sel.isdigit():
+        where, params = "id = :id", {"id": int(sel)}
+    else:
+        where, params = "name = :name", {"name": sel}
+    found = [DeviceRow(*r) for r in sql.all(f"{_DEVICE_COLS} WHERE {where} ORDER BY id", params)]
+    if not found:
+        known = ", ".join(f"{d.id}:{d.name}" for d in all_devices(sql))
+        where_ = "on this machine " if sel == "host" else ""
+        raise UnknownDeviceError(
+            f"no device {sel!r} {where_}in the registry (known: {known or 'none yet'}); see `registry devices`"
+        )
+    return found
+
+
+def resolve_one_device(sql: Sql, selector: str) -> DeviceRow:
+    found = resolve_devices(sql, selector)
+    if len(found) > 1:
+        choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
+        raise UnknownDeviceError(f"device {selector!r} is ambiguous; give its id, one of: {choices}")
+    return found[0]
+
+
+# -- lookup ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LookupFilter:
+    op: str | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    device_ids: list[int] | None = None
+    model: str | None = None
+    workload: str | None = None
+    top_k: int = 1
+    limit: int = 100
+
+
+@dataclass
+class LookupRow:
+    workload: str
+    op: str
+    task: str
+    args: list[dict[str, Any]]
+    flops: float
+    device_id: int
+    device: str
+    threads: int
+    rank: int
+    record_id: int
+    latency_us: float
+    gflops: float
+    records: int
+    source: str
+    team: str | None
+    model: str | None
+    created_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _in_list(prefix: str, values: list[Any], params: dict[str, Any]) -> str:
+    names = []
+    for i, v in enumerate(values):
+        params[f"{prefix}{i}"] = v
+        names.append(f":{prefix}{i}")
+    return ", ".join(names)
+
+
+def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
+    """The best ``top_k`` records of each (workload, device) that matches every given filter.
+
+    Driven by ``best_record``, so its cost grows with the rows returned, not with the records stored.
+    """
+    from registry.store.rows import shape_text
+
+    where, params = [], {"limit": f.limit}
+    if f.op:
+        where.append("w.op_kind = :op")
+        params["op"] = f.op.lower()
+    if f.workload:
+        where.append("w.shash = :shash")
+        params["shash"] = f.workload
+    if f.device_ids is not None:
+        where.append(f"b.device_id IN ({_in_list('d', f.device_ids, params) or 'NULL'})")
+    if f.shape is not None or f.dtype:
+        arg = ["1 = 1"]
+        if f.shape is not None:
+            arg.append("shape = :shape")
+            params["shape"] = shape_text(f.shape)
+        if f.dtype:
+            arg.append("dtype = :dtype")
+            params["dtype"] = f.dtype
+        where.append(f"b.workload_id IN (SELECT workload_id FROM workload_arg WHERE {' AND '.join(arg)})")
+    if f.model:
+        where.append(
+            "b.workload_id IN (SELECT mt.workload_id FROM model_task mt JOIN model m ON m.id = mt.model_id"
+            " WHERE m.name = :model)"
+        )
+        params["model"] = f.model
+    pairs = sql.all(
+        "SELECT b.workload_id, b.device_id, b.n_records, b.record_id"
+        " FROM best_record b JOIN workload w ON w.id = b.workload_id"
+        f" WHERE {' AND '.join(where) or '1 = 1'}"
+        " ORDER BY w.op_kind, b.workload_id, b.device_id LIMIT :limit",
+        params,
+    )
+    if f.top_k <= 1 or not pairs:
+        ranked = {rid: (n, 1) for _w, _d, n, rid in pairs}
+    else:
+        counts = {(w, d): n for w, d, n, _ in pairs}
+        p: dict[str, Any] = {"k": f.top_k}
+        values = ", ".join(f"(:w{i}, :d{i})" for i in range(len(counts)))
+        for i, (w, d) in enumerate(counts):
+            p[f"w{i}"], p[f"d{i}"] = w, d
+        top = sql.all(
+            "SELECT workload_id, device_id, id, rn FROM (SELECT workload_id, device_id, id,"
+            " ROW_NUMBER() OVER (PARTITION BY workload_id, device_id ORDER BY mean_s, id) AS rn"
+            f" FROM tuning_record WHERE mean_s IS NOT NULL AND (workload_id, device_id) IN (VALUES {values})) t"
+            " WHERE rn <= :k",
+            p,
+        )
+        ranked = {rid: (counts[(w, d)], rn) for w, d, rid, rn in top}
+    return _rows(sql, ranked)
+
+
+def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
+    if not ranked:
+        return []
+    params: dict[str, Any] = {}
+    found = sql.all(
+        "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at,"
+        " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads"
+        " FROM tuning_record r JOIN workload w ON w.id = r.workload_id JOIN device d ON d.id = r.device_id"
+        f" WHERE r.id IN ({_in_list('r', list(ranked), params)})",
+        params,
+    )
+    rows = []
+    for rid, mean_s, source, team, model, created, shash, op, task, args, flops, did, dname, threads in found:
+        n, rank = ranked[rid]
+        rows.append(
+            LookupRow(
+                workload=shash,
+                op=op,
+                task=task,
+                args=json.loads(args),
+                flops=flops,
+                device_id=did,
+                device=dname,
+                threads=threads,
+                rank=rank,
+                record_id=rid,
+                latency_us=mean_s * 1e6,
+                gflops=flops / mean_s / 1e9 if mean_s else 0.0,
+                records=n,
+                source=source,
+                team=team,
+                model=model,
+                created_at=created.isoformat(timespec="seconds")
+                if hasattr(created, "isoformat")
+                else str(created).replace(" ", "T"),
+            )
+        )
+    rows.sort(key=lambda r: (r.op, r.task, r.workload, r.device_id, r.rank))
+    return rows
