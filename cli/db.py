@@ -30,17 +30,15 @@ def upgrade(ctx: Context) -> None:
       registry --db postgresql://registry@db-host/registry db upgrade
     """
     from registry.store import schema
-    from registry.store.engine import translated_errors
+    from registry.store.engine import redact, translated_errors
     from registry.store.store import Store
 
     store = Store(ctx.url, check_schema=False)
     with translated_errors(store.url):
-        with store.engine.connect() as conn:
-            before = schema.current_revision(conn)
-        schema.upgrade(store.engine)
-        with store.engine.connect() as conn:
-            after = schema.current_revision(conn)
-    click.echo(f"{store.url}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}")
+        before, after = schema.upgrade(store.engine)
+    click.echo(
+        f"{redact(store.url)}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}"
+    )
 
 
 @db.command()

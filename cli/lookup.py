@@ -27,8 +27,14 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
 @click.option("--device", help="`host` (this machine), a device id, or a name from `registry devices`.")
 @click.option("--model", help="Only workloads of this model (a name recorded by transfer or import --model).")
 @click.option("--workload", "workload", metavar="HASH", help="One workload, by structural hash.")
-@click.option("--top-k", default=1, show_default=True, type=click.IntRange(1), help="Best records per workload.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="Most workloads to list.")
+@click.option("--top-k", default=1, show_default=True, type=click.IntRange(1, 100), help="Best records per workload.")
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Most (workload, device) pairs to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @pass_ctx
 def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit, as_json) -> None:

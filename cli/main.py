@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from registry.config import DATABASE_URL_ENV, default_database_url
+from registry.config import DATABASE_URL_ENV
 from registry.errors import RegistryError
 
 
@@ -89,4 +89,4 @@ def main() -> None:
         sys.exit(2)
 
 
-__all__ = ["cli", "main", "pass_ctx", "default_database_url"]
+__all__ = ["cli", "main", "pass_ctx"]

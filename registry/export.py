@@ -30,7 +30,7 @@ def export_database(store: Store, folder: Path, device: str | None, *, best_only
     ``device`` may be omitted when the registry knows exactly one.
     """
     dev = _pick_device(store, device)
-    with store.read() as conn:
+    with store.read(snapshot=True) as conn:  # records committed meanwhile must not refer to unlisted workloads
         target = json.loads(dev.target_json)
         if best_only:
             wl_ids = select(BestRecord.workload_id).where(BestRecord.device_id == dev.id)

@@ -30,7 +30,7 @@ def workload(i: int) -> WorkloadIn:
     c = 16 * (1 + (i // 64) % 16)
     args = (((1, c, n, n), "float32"), ((c, c, 3, 3), "float32"), ((1, c, n, n), "float32"))
     return WorkloadIn(
-        shash=str(10**18 + i * 7919),
+        shash=shash(i),
         mod_json=json.dumps({"synthetic": i, "metadata": {"tvm_version": hostinfo.tvm_version()}}),
         args_info=[["TENSOR", dt, list(s)] for s, dt in args],
         signature=Signature(op, f"fused_{op}_add", "SSSSRRR", (1, c, n, n, c, 3, 3), args, 2.0 * n * n * c * c * 9),
@@ -38,11 +38,19 @@ def workload(i: int) -> WorkloadIn:
     )
 
 
+# The instructions every synthetic trace shares, as the traces of one design space do.
+_INSTS = [["GetSBlock", [], ["conv2d_nchw", "main"], ["b0"]]] + [
+    ["SamplePerfectTile", [f"l{k}"], [4, 64], [f"v{k}"]] for k in range(24)
+]
+
+
+def shash(i: int) -> str:
+    return str(10**18 + i * 7919)
+
+
 def trace(i: int, j: int) -> list:
     """A trace shaped like MetaSchedule's, made distinct by its decisions (about 2 KB, as real ones)."""
-    insts = [["GetSBlock", [], ["conv2d_nchw", "main"], ["b0"]]] + [
-        ["SamplePerfectTile", [f"l{k}"], [4, 64], [f"v{k}"]] for k in range(24)
-    ]
+    insts = _INSTS
     decisions = [[0, [i, j]]] + [[k + 1, [1 + (i + j + k) % 4, 2, 1 + (j * 31 + k) % 8, 4]] for k in range(24)]
     return [insts, decisions]
 
@@ -51,7 +59,7 @@ def record(i: int, j: int, dev: DeviceSpec, *, failed: bool = False, source: str
     rnd = random.Random(i * 1_000_003 + j)
     secs = (1e10,) if failed else tuple(1e-4 * (1 + rnd.random()) for _ in range(3))
     return RecordIn(
-        workload=workload(i).ident,
+        workload=(shash(i), "structural"),
         device=dev,
         trace=trace(i, j),
         run_secs=secs,

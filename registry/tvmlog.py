@@ -43,8 +43,15 @@ def encode_module(mod_json: str) -> str:
 
 
 def module_tvm_version(mod_json: str) -> str | None:
-    """The TVM version that wrote a JSON graph (TVM stamps it into ``metadata``)."""
-    return (json.loads(mod_json).get("metadata") or {}).get("tvm_version")
+    """The TVM version that wrote a JSON graph (TVM stamps it into ``metadata``). Raises ValueError for non-graphs."""
+    try:
+        graph = orjson.loads(mod_json)
+    except orjson.JSONDecodeError:
+        raise ValueError("the module is not JSON") from None
+    if not isinstance(graph, dict) or not isinstance(graph.get("metadata", {}), dict):
+        raise ValueError("the module is not a TVM JSON graph")
+    version = (graph.get("metadata") or {}).get("tvm_version")
+    return str(version) if version is not None else None
 
 
 @dataclass(frozen=True)
@@ -148,13 +155,19 @@ def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iter
     folder.mkdir(parents=True, exist_ok=True)
     tmp_wl, tmp_rec = folder / f".{WORKLOAD_FILE}.tmp", folder / f".{RECORD_FILE}.tmp"
     n = 0
-    with open(tmp_wl, "w", encoding="utf-8") as f:
-        for shash, mod_json in workloads:
-            f.write(json.dumps([shash, encode_module(mod_json)]) + "\n")
-    with open(tmp_rec, "w", encoding="utf-8") as f:
-        for index, body in records:
-            f.write(json.dumps([index, body], separators=(",", ":")) + "\n")
-            n += 1
-    tmp_wl.replace(folder / WORKLOAD_FILE)
-    tmp_rec.replace(folder / RECORD_FILE)
+    try:
+        with open(tmp_wl, "w", encoding="utf-8") as f:
+            for shash, mod_json in workloads:
+                f.write(json.dumps([shash, encode_module(mod_json)]) + "\n")
+        with open(tmp_rec, "w", encoding="utf-8") as f:
+            for index, body in records:
+                f.write(json.dumps([index, body], separators=(",", ":")) + "\n")
+                n += 1
+        # Both files are complete before either replaces its old version; the window between the renames is two
+        # system calls.
+        tmp_wl.replace(folder / WORKLOAD_FILE)
+        tmp_rec.replace(folder / RECORD_FILE)
+    finally:
+        tmp_wl.unlink(missing_ok=True)
+        tmp_rec.unlink(missing_ok=True)
     return n

@@ -55,6 +55,21 @@ def test_database_contract_with_real_records(db_url, tuned_logs):
     assert len(db) == len(records)
 
 
+def test_a_record_for_another_target_is_refused(sqlite_url, tuned_logs):
+    from tvm.target import Target
+
+    from registry.errors import RegistryError
+
+    r = plain_records(tuned_logs.work_dir)[0]
+    db = RegistryDatabase(tuned_logs.target, sqlite_url, num_threads=1)
+    wl = db.commit_workload(r.workload.mod)
+    other = Target({"kind": "llvm", "num-cores": 1})
+    # Called through TVM's FFI (as MetaSchedule calls it), the RegistryError arrives as a RuntimeError, same message.
+    with pytest.raises((RegistryError, RuntimeError), match="tune with the target"):
+        db.commit_tuning_record(ms.database.TuningRecord(r.trace, wl, r.run_secs, other, r.args_info))
+    assert len(db) == 0
+
+
 def test_queries_are_bound_to_the_device(db_url, tuned_logs):
     records = plain_records(tuned_logs.work_dir)
     one = RegistryDatabase(tuned_logs.target, db_url, num_threads=1)
@@ -74,6 +89,9 @@ def test_import_export_round_trip_gives_the_tuned_speed(db_url, tuned_logs, tmp_
     assert (first.workloads_new, first.records_new) == (1, n)
     again = import_logs(store, tuned_logs.work_dir)
     assert (again.workloads_new, again.records_new, again.records_present) == (0, 0, n)
+    # The provenance makes the imported schedules findable by model and team.
+    found = store.lookup(LookupFilter(model="tiny"))
+    assert len(found) == 1 and found[0].source == "imported" and found[0].team == "vision"
 
     out = export_database(store, tmp_path / "exported", None, best_only=True)
     assert out.records == 1

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 00:30:59.247351
+Create Date: 2026-11-22 00:38:22.193149
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def upgrade() -> None:
         sa.Column("num_threads", sa.Integer(), nullable=False),
         sa.Column("host_model", sa.String(length=200), nullable=False),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_device")),
         sa.UniqueConstraint("key", name=op.f("uq_device_key")),
     )
@@ -43,7 +45,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("input_shapes_json", sa.String(length=1000), nullable=False),
-        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_model")),
         sa.UniqueConstraint("sha256", "input_shapes_json", name=op.f("uq_model_sha256_input_shapes_json")),
     )
@@ -72,7 +76,9 @@ def upgrade() -> None:
         sa.Column("args_json", sa.Text(), nullable=False),
         sa.Column("flops", sa.Float(), nullable=False),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workload")),
         sa.UniqueConstraint("shash", "module_equality", name=op.f("uq_workload_shash_module_equality")),
     )
@@ -115,7 +121,9 @@ def upgrade() -> None:
         sa.Column("host", sa.String(length=200), nullable=True),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
         sa.Column("tool_version", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False
+        ),
         sa.ForeignKeyConstraint(
             ["device_id"], ["device.id"], name=op.f("fk_tuning_record_device_id_device"), ondelete="CASCADE"
         ),
@@ -138,6 +146,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_tuning_record_device_id"), ["device_id"], unique=False)
+        batch_op.create_index(batch_op.f("ix_tuning_record_model"), ["model"], unique=False)
         batch_op.create_index(batch_op.f("ix_tuning_record_skeleton_id"), ["skeleton_id"], unique=False)
         batch_op.create_index(
             batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"),
@@ -196,6 +205,7 @@ def downgrade() -> None:
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"))
         batch_op.drop_index(batch_op.f("ix_tuning_record_skeleton_id"))
+        batch_op.drop_index(batch_op.f("ix_tuning_record_model"))
         batch_op.drop_index(batch_op.f("ix_tuning_record_device_id"))
 
     op.drop_table("tuning_record")

@@ -138,13 +138,8 @@ def insert_records(
     workload_ids_: dict[tuple[str, str], int],
     device_ids: dict[str, int],
     result: IngestResult,
-    skeletons: dict[str, int] | None = None,
 ) -> None:
-    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs.
-
-    ``skeletons`` (instructions JSON -> skeleton id) may be shared across calls of one transaction, to save lookups.
-    """
-    skeletons = {} if skeletons is None else skeletons
+    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
     rows: dict[tuple[int, int, str], dict[str, Any]] = {}
     for r in records:
         if r.source not in SOURCES:
@@ -177,8 +172,9 @@ def insert_records(
             ),
         )
     result.records_present += len(records) - len(rows)
-    _resolve_skeletons(conn, rows.values(), skeletons)
-    # One lock order for every writer: PostgreSQL cannot deadlock two imports of overlapping logs.
+    _resolve_skeletons(conn, rows.values(), {})
+    # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
+    # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
     best: dict[tuple[int, int], dict[str, Any]] = {}
     for chunk in _chunks(ordered):

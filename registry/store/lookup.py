@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from registry import hostinfo
-from registry.errors import UnknownDeviceError
+from registry.errors import DatabaseError, UnknownDeviceError
 from registry.store.revision import HEAD, VERSION_TABLE
 
 
@@ -24,12 +24,17 @@ class Sql:
         self.conn, self.pyformat = conn, paramstyle == "pyformat"
 
     def all(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        """Rows of one statement. Raises DatabaseError (one line for the user) on any driver error."""
         if self.pyformat:
             sql = re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
         cur = self.conn.cursor()
         try:
             cur.execute(sql, params or {})
             return cur.fetchall()
+        except Exception as e:  # sqlite3.Error or psycopg.Error: the driver is not imported here on purpose
+            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
+                raise
+            raise DatabaseError(f"database error: {str(e).strip().splitlines()[0]}") from e
         finally:
             cur.close()
 
@@ -48,7 +53,8 @@ def connect(url: str) -> Sql | None:
         elif re.match(r"postgres(ql)?(\+psycopg)?://", url):
             import psycopg
 
-            sql = Sql(psycopg.connect(re.sub(r"^postgres(ql)?(\+psycopg)?://", "postgresql://", url)), "pyformat")
+            conninfo = re.sub(r"^postgres(ql)?(\+psycopg)?://", "postgresql://", url)
+            sql = Sql(psycopg.connect(conninfo, connect_timeout=5), "pyformat")
         else:
             return None
         if sql.all(f"SELECT version_num FROM {VERSION_TABLE}") == [(HEAD,)]:
@@ -181,9 +187,10 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
             params["dtype"] = f.dtype
         where.append(f"b.workload_id IN (SELECT workload_id FROM workload_arg WHERE {' AND '.join(arg)})")
     if f.model:
+        # A model's workloads: those recorded as its tasks, and those whose records name it as their provenance.
         where.append(
             "b.workload_id IN (SELECT mt.workload_id FROM model_task mt JOIN model m ON m.id = mt.model_id"
-            " WHERE m.name = :model)"
+            " WHERE m.name = :model UNION SELECT workload_id FROM tuning_record WHERE model = :model)"
         )
         params["model"] = f.model
     pairs = sql.all(
@@ -213,16 +220,17 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
 
 
 def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
-    if not ranked:
-        return []
-    params: dict[str, Any] = {}
-    found = sql.all(
-        "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at,"
-        " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads"
-        " FROM tuning_record r JOIN workload w ON w.id = r.workload_id JOIN device d ON d.id = r.device_id"
-        f" WHERE r.id IN ({_in_list('r', list(ranked), params)})",
-        params,
-    )
+    found = []
+    ids = list(ranked)
+    for start in range(0, len(ids), 5000):  # bound parameters per statement stay far below SQLite's 32766
+        params: dict[str, Any] = {}
+        found += sql.all(
+            "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at,"
+            " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads"
+            " FROM tuning_record r JOIN workload w ON w.id = r.workload_id JOIN device d ON d.id = r.device_id"
+            f" WHERE r.id IN ({_in_list('r', ids[start : start + 5000], params)})",
+            params,
+        )
     rows = []
     for rid, mean_s, source, team, model, created, shash, op, task, args, flops, did, dname, threads in found:
         n, rank = ranked[rid]

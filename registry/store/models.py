@@ -66,7 +66,7 @@ class Device(Base):
     num_threads: Mapped[int] = mapped_column(Integer)
     host_model: Mapped[str] = mapped_column(String(200))
     tvm_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
 
 class Workload(Base):
@@ -90,7 +90,7 @@ class Workload(Base):
     args_json: Mapped[str] = mapped_column(Text)
     flops: Mapped[float] = mapped_column(Float)
     tvm_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
     args: Mapped[list[WorkloadArg]] = relationship(
         back_populates="workload", cascade="all, delete-orphan", order_by="WorkloadArg.position"
@@ -144,17 +144,18 @@ class TuningRecord(Base):
     skeleton_id: Mapped[int] = mapped_column(ForeignKey("trace_skeleton.id"), index=True)
     decisions_json: Mapped[str] = mapped_column(Text)
     run_secs_json: Mapped[str] = mapped_column(Text)
-    # Mean of run_secs; NULL when the candidate failed to build or run (TVM writes 1e10 seconds for those).
+    # Mean of run_secs; NULL when the candidate failed to build or run (TVM writes 1e10 s for those; rows.py counts
+    # anything from 1e9 s up as failed, as TVM's own get_top_k does).
     mean_s: Mapped[float | None] = mapped_column(Float)
     ok: Mapped[bool] = mapped_column(Boolean)
     source: Mapped[str] = mapped_column(String(16))
     donor_record_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_record.id", ondelete="SET NULL"))
     team: Mapped[str | None] = mapped_column(String(100))
-    model: Mapped[str | None] = mapped_column(String(200))
+    model: Mapped[str | None] = mapped_column(String(200), index=True)  # `lookup --model` matches it
     host: Mapped[str | None] = mapped_column(String(200))
     tvm_version: Mapped[str] = mapped_column(String(64))
     tool_version: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
 
 class BestRecord(Base):
@@ -183,7 +184,7 @@ class Model(Base):
     name: Mapped[str] = mapped_column(String(200), index=True)
     sha256: Mapped[str] = mapped_column(String(64))
     input_shapes_json: Mapped[str] = mapped_column(String(1000))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, server_default=func.current_timestamp())
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
     tasks: Mapped[list[ModelTask]] = relationship(back_populates="model", cascade="all, delete-orphan")
 

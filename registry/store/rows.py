@@ -122,12 +122,4 @@ class IngestResult:
     workloads_present: int = 0
     records_new: int = 0
     records_present: int = 0
-    record_ids: list[int] = field(default_factory=list)  # of the new records, in input order of those inserted
-
-    def __iadd__(self, other: IngestResult) -> IngestResult:
-        self.workloads_new += other.workloads_new
-        self.workloads_present += other.workloads_present
-        self.records_new += other.records_new
-        self.records_present += other.records_present
-        self.record_ids += other.record_ids
-        return self
+    record_ids: list[int] = field(default_factory=list)  # ids of the new records, ascending

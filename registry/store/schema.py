@@ -22,6 +22,9 @@ from registry.store.revision import HEAD, VERSION_TABLE
 _PG_LOCK_KEY = 0x7265_6769_7374_7279
 
 
+_FOREIGN = "this database already holds tables that are not a registry's; point --db at an empty database"
+
+
 def current_revision(conn: Connection) -> str | None:
     if not inspect(conn).has_table(VERSION_TABLE):
         return None
@@ -39,9 +42,7 @@ def ensure_current(engine: Engine) -> None:
                 revision = current_revision(conn)
                 foreign = revision is None and bool(inspect(conn).get_table_names())
             if foreign:
-                raise DatabaseError(
-                    "this database already holds tables that are not a registry's; point --db at an empty database"
-                )
+                raise DatabaseError(_FOREIGN)
             if revision is None:
                 from registry.store.migrate import run_upgrade
 
@@ -65,11 +66,22 @@ def _refuse(revision: str) -> None:
     )
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    from registry.store.migrate import run_upgrade
+def upgrade(engine: Engine) -> tuple[str | None, str | None]:
+    """Migrate to HEAD; returns the revisions before and after. Refuses a database of a newer registry, or one that
+    holds tables of something else."""
+    from registry.store.migrate import known_revisions, run_upgrade
 
     with _migration_lock(engine):
-        run_upgrade(engine, revision)
+        with engine.connect() as conn:
+            before = current_revision(conn)
+            foreign = before is None and bool(inspect(conn).get_table_names())
+        if foreign:
+            raise DatabaseError(_FOREIGN)
+        if before is not None and before not in known_revisions():
+            _refuse(before)
+        run_upgrade(engine)
+        with engine.connect() as conn:
+            return before, current_revision(conn)
 
 
 @contextlib.contextmanager

@@ -17,11 +17,12 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
 from registry import hostinfo, tvmlog
+from registry.errors import RegistryError
 from registry.store import queries
 from registry.store.rows import RecordIn
 from registry.store.store import Store
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
-from registry.tvm_side.target import device_spec
+from registry.tvm_side.target import canonical_target, device_spec
 
 _MODE = "structural"
 
@@ -61,14 +62,13 @@ class RegistryDatabase(PyDatabase):
         self.device_id = self.store.device_id(self.device)
         self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
         self.task_names = dict(task_names or {})
-        # shash -> (workload row id, TVM Workload): each module is loaded or committed once per process.
-        self._workloads: dict[str, tuple[int, Workload]] = {}
-        self.last_record_ids: list[int] = []
+        # shash -> (workload row id, TVM Workload, args_info): each module is loaded or committed once per process.
+        self._workloads: dict[str, tuple[int, Workload, list[Any]]] = {}
+        self._checked_targets: set[str] = set()
 
     # -- workloads ----------------------------------------------------------------------------------------------
 
-    def _known(self, mod: IRModule) -> tuple[int, Workload] | None:
-        shash = structural_hash(mod)
+    def _known(self, mod: IRModule, shash: str) -> tuple[int, Workload, list[Any]] | None:
         if shash in self._workloads:
             return self._workloads[shash]
         with self.store.read() as conn:
@@ -77,26 +77,30 @@ class RegistryDatabase(PyDatabase):
         if stored is None:
             return None
         workload = Workload.from_json([shash, tvmlog.encode_module(stored.mod_json)])
-        if not tvm_ffi.structural_equal(workload.mod, mod):  # a hash collision: not our workload
-            return None
-        self._workloads[shash] = (wid, workload)
+        if not tvm_ffi.structural_equal(workload.mod, mod):
+            raise RegistryError(
+                f"structural hash {shash} names two different workloads; this registry keys workloads by that "
+                "hash, so this one cannot be stored"
+            )
+        self._workloads[shash] = (wid, workload, stored.args_info)
         return self._workloads[shash]
 
     def has_workload(self, mod: IRModule) -> bool:
-        return self._known(mod) is not None
+        return self._known(mod, structural_hash(mod)) is not None
 
     def commit_workload(self, mod: IRModule) -> Workload:
-        known = self._known(mod)
-        if known is not None:
-            return known[1]
-        wl = workload_in(mod, task_name=self.task_names.get(structural_hash(mod)))
-        self.store.ingest([wl], [])
-        return self._known(mod)[1]
+        shash = structural_hash(mod)
+        known = self._known(mod, shash)
+        if known is None:
+            self.store.ingest([workload_in(mod, task_name=self.task_names.get(shash))], [])
+            known = self._known(mod, shash)
+        return known[1]
 
     # -- records ------------------------------------------------------------------------------------------------
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        shash = str(tvm_ffi.structural_hash(record.workload.mod))
+        self._check_target(record.target)
+        shash = structural_hash(record.workload.mod)
         if shash not in self._workloads:
             self.commit_workload(record.workload.mod)
         run_secs = tuple(float(s) for s in record.run_secs) if record.run_secs is not None else ()
@@ -109,28 +113,37 @@ class RegistryDatabase(PyDatabase):
             tool_version=hostinfo.tool_version(),
             **self.provenance,
         )
-        self.last_record_ids = self.store.ingest([], [rec]).record_ids
+        self.store.ingest([], [rec])
+
+    def _check_target(self, target: Target | None) -> None:
+        """A record measured for another target must not be filed under this device."""
+        text = str(target) if target is not None else ""
+        if text in self._checked_targets:
+            return
+        if target is not None and canonical_target(target) != self.device.target:
+            raise RegistryError(
+                f"a record for target {text} was committed to the registry database of device {self.device.name} "
+                f"({self.device.target_json}); tune with the target the database was made for"
+            )
+        self._checked_targets.add(text)
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
-        known = self._known(workload.mod)
+        known = self._known(workload.mod, structural_hash(workload.mod))
         if known is None or top_k <= 0:
             return []
-        wid, wl = known
+        wid, wl, args = known
         with self.store.read() as conn:
             stored = queries.top_k(conn, wid, self.device_id, top_k)
-            args = queries.workloads_by_id(conn, [wid])[wid].args_info
         return [self._record(r, wl, args) for r in stored]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         with self.store.read() as conn:
             stored = list(queries.device_records(conn, self.device_id))
             workloads = queries.workloads_by_id(conn, sorted({r.workload_id for r in stored}))
-        out = []
-        for r in stored:
-            w = workloads[r.workload_id]
-            tvm_wl = Workload.from_json([w.shash, tvmlog.encode_module(w.mod_json)])
-            out.append(self._record(r, tvm_wl, w.args_info))
-        return out
+        tvm_workloads = {
+            wid: Workload.from_json([w.shash, tvmlog.encode_module(w.mod_json)]) for wid, w in workloads.items()
+        }
+        return [self._record(r, tvm_workloads[r.workload_id], workloads[r.workload_id].args_info) for r in stored]
 
     def _record(self, r: queries.StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord:
         return TuningRecord.from_json([json.loads(r.trace_json), r.run_secs, self.device.target, args_info], workload)

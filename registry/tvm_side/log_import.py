@@ -8,6 +8,7 @@ from pathlib import Path
 
 import tvm
 from sqlalchemy import Connection
+from tvm.s_tir.schedule import Schedule, Trace
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
@@ -34,20 +35,22 @@ def import_logs(
     """Read every JSONDatabase under ``path`` and add it to ``store`` in one transaction.
 
     Records stream from the files in batches, so a log of millions of records needs little memory; the transaction
-    spans them all, so a malformed or truncated log, a record whose workload is missing, or a workload written by
-    another TVM release raises BadInputError and leaves the database as it was. Importing the same logs twice adds
-    nothing the second time.
+    spans them all, so a malformed or truncated log, a record whose workload is missing, a trace that does not apply
+    to its workload, or a workload written by another TVM release raises BadInputError and leaves the database as it
+    was. Importing the same logs twice adds nothing the second time.
 
     TVM's logs do not say how many runtime threads measured them nor on which CPU: ``num_threads`` (default: this
     TVM runtime's) and ``host_model`` (default: this machine's) fill that in.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
-    pairs = tvmlog.find_logs(path)
     # Workloads are few and need TVM to check: all of them first, before the transaction opens.
     logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
-    for pair in pairs:
+    modules: dict[tuple[str, str], tvm.IRModule] = {}
+    for pair in tvmlog.find_logs(path):
         progress(f"checking workloads in {pair.workload_file}")
-        logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
+        logged.append((pair, [_workload(raw, modules) for raw in tvmlog.read_workloads(pair.workload_file)]))
+    unique = list({w.ident: w for _, wls in logged for w in wls}.values())
+    checker = _TraceChecker(modules)
     devices: dict[str, DeviceSpec] = {}
 
     def device_of(raw: tvmlog.RawRecord) -> DeviceSpec:
@@ -62,31 +65,61 @@ def import_logs(
     def write(conn: Connection) -> IngestResult:
         # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.
         result = IngestResult()
+        ids = ingest.upsert_workloads(conn, unique, result)
         device_ids: dict[str, int] = {}
         for pair, workloads in logged:
-            ids = ingest.upsert_workloads(conn, workloads, result)
             idents = [w.ident for w in workloads]
             records = tvmlog.read_records(pair.record_file)
             while batch := list(itertools.islice(records, BATCH)):
-                recs = [_record(raw, idents, pair, device_of(raw), team, model) for raw in batch]
-                new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}.values()
-                device_ids.update(ingest.upsert_devices(conn, new_devices))
+                recs = [_record(raw, idents, pair, device_of(raw), team, model, checker) for raw in batch]
+                new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
+                device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
                 ingest.insert_records(conn, recs, ids, device_ids, result)
                 progress(f"{result.records_new + result.records_present} records read")
         return result
 
     with paused_gc():
-        return store.transact(write)
+        result = store.transact(write)
+    store.after_bulk_write(result.records_new)
+    return result
 
 
-def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model) -> RecordIn:
+class _TraceChecker:
+    """Checks that a trace's instructions apply to its workload, once per distinct (workload, instructions).
+
+    A log's traces share a few instruction lists (one per design space), so this costs a few schedule applications
+    per import, not one per record; a garbage trace is refused here instead of failing later inside compile_relax.
+    """
+
+    def __init__(self, modules: dict[tuple[str, str], tvm.IRModule]) -> None:
+        self.modules, self.seen = modules, set()
+
+    def check(self, raw: tvmlog.RawRecord, ident: tuple[str, str]) -> None:
+        trace = raw.trace
+        if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
+            raise BadInputError(f"{raw.where}: a trace must be [instructions, decisions]")
+        key = (ident, canonical_json(trace[0]))
+        if key in self.seen:
+            return
+        try:
+            # Without decisions, sampling instructions draw fresh ones: only the instructions are checked here.
+            Trace.apply_json_to_schedule([trace[0], []], Schedule(self.modules[ident], seed=1))
+        except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a trace that does not fit
+            reason = str(e).strip().splitlines()[-1][:160] if str(e).strip() else type(e).__name__
+            raise BadInputError(f"{raw.where}: the trace does not apply to its workload ({reason})") from None
+        self.seen.add(key)
+
+
+def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model, checker: _TraceChecker) -> RecordIn:
     if raw.workload_index >= len(idents):
         raise BadInputError(
             f"{raw.where}: refers to workload line {raw.workload_index + 1}, "
             f"but {pair.workload_file} has {len(idents)} workload(s)"
         )
+    ident = idents[raw.workload_index]
+    checker.check(raw, ident)
     return RecordIn(
-        workload=idents[raw.workload_index],
+        workload=ident,
         device=device,
         trace=raw.trace,
         run_secs=raw.run_secs,
@@ -97,9 +130,12 @@ def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model
     )
 
 
-def _workload(raw: tvmlog.RawWorkload) -> WorkloadIn:
-    """Check one logged workload and turn it into what the store keeps."""
-    written_by = tvmlog.module_tvm_version(raw.mod_json)
+def _workload(raw: tvmlog.RawWorkload, modules: dict[tuple[str, str], tvm.IRModule]) -> WorkloadIn:
+    """Check one logged workload and turn it into what the store keeps (its module goes into ``modules``)."""
+    try:
+        written_by = tvmlog.module_tvm_version(raw.mod_json)
+    except ValueError as e:
+        raise BadInputError(f"{raw.where}: corrupt workload payload ({e})") from None
     ours = hostinfo.tvm_version()
     if written_by is None or hostinfo.release(written_by) != ours:
         raise BadInputError(
@@ -108,9 +144,14 @@ def _workload(raw: tvmlog.RawWorkload) -> WorkloadIn:
         )
     try:
         mod = tvm.ir.load_json(raw.mod_json)
+        if not isinstance(mod, tvm.IRModule) or len(mod.functions) != 1:
+            raise ValueError("not an IRModule with one function")
+        if not isinstance(next(iter(mod.functions.values())), tvm.tirx.PrimFunc):
+            raise ValueError("its function is not a PrimFunc")
+        # The hash is recomputed, not trusted: it is platform-dependent, and compile-time lookups hash here.
+        wl = workload_in(mod, mod_json=raw.mod_json)
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a corrupt graph
-        raise BadInputError(f"{raw.where}: corrupt workload module ({type(e).__name__})") from None
-    if not isinstance(mod, tvm.IRModule) or len(mod.functions) != 1:
-        raise BadInputError(f"{raw.where}: a workload must be an IRModule with one PrimFunc")
-    # The hash is recomputed, not trusted: it is platform-dependent, and compile-time lookups hash on this machine.
-    return workload_in(mod, mod_json=raw.mod_json)
+        reason = str(e).strip()[:120] or type(e).__name__
+        raise BadInputError(f"{raw.where}: corrupt workload module ({reason})") from None
+    modules.setdefault(wl.ident, mod)
+    return wl
