@@ -61,3 +61,16 @@ def test_db_current_and_upgrade_commands(sqlite_url):
     assert out.exit_code == 0 and f"-> {schema.HEAD}" in out.output
     out = runner.invoke(cli, ["--db", sqlite_url, "db", "current"])
     assert "up to date" in out.output
+
+
+def test_a_database_of_another_application_is_refused(sqlite_url):
+    from registry.errors import DatabaseError
+
+    engine = create(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE invoices (id INTEGER PRIMARY KEY)"))
+    engine.dispose()
+    with pytest.raises(DatabaseError, match="not a registry's"):
+        Store(sqlite_url)
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"])
+    assert result.exit_code == 1 and "not a registry's" in result.output

@@ -38,11 +38,7 @@ def ensure_current(engine: Engine) -> None:
     if revision is None:
         with _migration_lock(engine):
             # Another process may have migrated it while this one waited for the lock.
-            with engine.connect() as conn:
-                revision = current_revision(conn)
-                foreign = revision is None and bool(inspect(conn).get_table_names())
-            if foreign:
-                raise DatabaseError(_FOREIGN)
+            revision = _revision_of_ours(engine)
             if revision is None:
                 from registry.store.migrate import run_upgrade
 
@@ -50,6 +46,15 @@ def ensure_current(engine: Engine) -> None:
                 return
     if revision != HEAD:
         _refuse(revision)
+
+
+def _revision_of_ours(engine: Engine) -> str | None:
+    """The revision; refuses a database without one that holds another application's tables."""
+    with engine.connect() as conn:
+        revision = current_revision(conn)
+        if revision is None and inspect(conn).get_table_names():
+            raise DatabaseError(_FOREIGN)
+    return revision
 
 
 def _refuse(revision: str) -> None:
@@ -72,11 +77,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str | None]:
     from registry.store.migrate import known_revisions, run_upgrade
 
     with _migration_lock(engine):
-        with engine.connect() as conn:
-            before = current_revision(conn)
-            foreign = before is None and bool(inspect(conn).get_table_names())
-        if foreign:
-            raise DatabaseError(_FOREIGN)
+        before = _revision_of_ours(engine)
         if before is not None and before not in known_revisions():
             _refuse(before)
         run_upgrade(engine)
