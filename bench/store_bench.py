@@ -202,7 +202,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test", help="admin URL, or '' to skip")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/store.json")
+    parser.add_argument("--tables", type=Path, help="only print the tables of an earlier results file")
     args = parser.parse_args()
+    if args.tables:
+        print_tables(json.loads(args.tables.read_text()))
+        return
 
     results = {"sizes": args.sizes, "lookup": {}, "cli": {}, "import": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,14 +258,12 @@ def print_tables(r: dict) -> None:
         cells = [f"{v[q]['p50_ms']:.3f} / {v[q]['p99_ms']:.3f}" for q in ("best_record", "by_workload", "by_op_shape")]
         print(f"| {backend} | {int(n):,} | " + " | ".join(cells) + f" | {c['median_s']:.3f} / {c['max_s']:.3f} |")
     print()
-    print("| backend | records | import records/s | seconds | re-import (all present) records/s |")
+    print("| backend | records | import records/s (median) | runs | re-import (all present) records/s |")
     print("|---|---|---|---|---|")
     for key, v in r["import"].items():
         backend, n = key.split("/")
-        print(
-            f"| {backend} | {int(n):,} | {v['records_per_s']:,.0f} | {v['seconds']:.1f} |"
-            f" {v['reimport_records_per_s']:,.0f} |"
-        )
+        runs = ", ".join(f"{x:,.0f}" for x in v["runs"])
+        print(f"| {backend} | {int(n):,} | {v['records_per_s']:,.0f} | {runs} | {v['reimport_records_per_s']:,.0f} |")
 
 
 if __name__ == "__main__":

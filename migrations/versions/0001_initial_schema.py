@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 00:38:22.193149
+Create Date: 2026-11-22 01:07:04.307458
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def upgrade() -> None:
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("workload_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("device_id", sa.Integer(), nullable=False),
-        sa.Column("trace_hash", sa.String(length=64), nullable=False),
+        sa.Column("trace_hash", sa.String(length=32), nullable=False),
         sa.Column("skeleton_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("decisions_json", sa.Text(), nullable=False),
         sa.Column("run_secs_json", sa.Text(), nullable=False),
@@ -147,7 +147,6 @@ def upgrade() -> None:
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_tuning_record_device_id"), ["device_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_tuning_record_model"), ["model"], unique=False)
-        batch_op.create_index(batch_op.f("ix_tuning_record_skeleton_id"), ["skeleton_id"], unique=False)
         batch_op.create_index(
             batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"),
             ["workload_id", "device_id", "mean_s"],
@@ -204,7 +203,6 @@ def downgrade() -> None:
     op.drop_table("workload_arg")
     with op.batch_alter_table("tuning_record", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_tuning_record_workload_id_device_id_mean_s"))
-        batch_op.drop_index(batch_op.f("ix_tuning_record_skeleton_id"))
         batch_op.drop_index(batch_op.f("ix_tuning_record_model"))
         batch_op.drop_index(batch_op.f("ix_tuning_record_device_id"))
 

@@ -69,6 +69,7 @@ def _sqlite_engine(url) -> Engine:
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode; fsync at checkpoints
+        cur.execute("PRAGMA cache_size=-65536")  # 64 MiB instead of 2 MiB: the indexes of a large registry stay hot
         cur.close()
 
     @event.listens_for(engine, "begin")

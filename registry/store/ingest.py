@@ -49,7 +49,8 @@ def _chunks(rows: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 
 
 def trace_hash(trace_text: str) -> str:
-    return hashlib.sha256(trace_text.encode()).hexdigest()
+    """128 bits of sha256, in hex (see TuningRecord.trace_hash)."""
+    return hashlib.sha256(trace_text.encode()).hexdigest()[:32]
 
 
 def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, int]:
@@ -125,11 +126,12 @@ def workload_ids(conn: Connection, idents: Sequence[tuple[str, str]]) -> dict[tu
     return ids
 
 
-def split_trace(trace: Any) -> tuple[str, str]:
-    """Canonical JSON of a trace's instructions and of its decisions. Raises BadInputError for a non-trace."""
+def split_trace(r: RecordIn) -> tuple[str, str]:
+    """Canonical JSON of a record's trace instructions and of its decisions. Raises BadInputError for a non-trace."""
+    trace = r.trace
     if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
         raise BadInputError("a trace must be [instructions, decisions]")
-    return canonical_json(trace[0]), canonical_json(trace[1])
+    return r.insts_json or canonical_json(trace[0]), canonical_json(trace[1])
 
 
 def insert_records(
@@ -148,7 +150,7 @@ def insert_records(
             wid = workload_ids_[r.workload]
         except KeyError:
             raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
-        insts, decisions = split_trace(r.trace)
+        insts, decisions = split_trace(r)
         did = device_ids[r.device.key]
         key = (wid, did, trace_hash(f"[{insts},{decisions}]"))  # the canonical JSON of the whole trace
         rows.setdefault(

@@ -139,9 +139,11 @@ class TuningRecord(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id", ondelete="CASCADE"))
     device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"), index=True)
-    # sha256 of the whole trace's canonical JSON, ``[instructions, decisions]``.
-    trace_hash: Mapped[str] = mapped_column(String(64))
-    skeleton_id: Mapped[int] = mapped_column(ForeignKey("trace_skeleton.id"), index=True)
+    # First 128 bits of the sha256 of the whole trace's canonical JSON, ``[instructions, decisions]``, in hex: unique
+    # enough within one (workload, device), and half the key of the unique index that every insert searches.
+    trace_hash: Mapped[str] = mapped_column(String(32))
+    # Not indexed: skeletons are never deleted, so nothing looks records up by skeleton.
+    skeleton_id: Mapped[int] = mapped_column(ForeignKey("trace_skeleton.id"))
     decisions_json: Mapped[str] = mapped_column(Text)
     run_secs_json: Mapped[str] = mapped_column(Text)
     # Mean of run_secs; NULL when the candidate failed to build or run (TVM writes 1e10 s for those; rows.py counts

@@ -106,12 +106,14 @@ class RecordIn:
     team: str | None = None
     model: str | None = None
     host: str | None = None
+    # The canonical JSON of trace[0], when the caller already has it (import checks each trace's instructions).
+    insts_json: str = field(default="", compare=False)
 
-    @property
+    @functools.cached_property
     def ok(self) -> bool:
         return bool(self.run_secs) and all(math.isfinite(s) and 0 <= s < FAILED_RUN_SECS for s in self.run_secs)
 
-    @property
+    @functools.cached_property
     def mean_s(self) -> float | None:
         return sum(self.run_secs) / len(self.run_secs) if self.ok else None
 

@@ -52,14 +52,18 @@ def import_logs(
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
     checker = _TraceChecker(modules)
     devices: dict[str, DeviceSpec] = {}
+    last: list = [None, None]  # (target, device) of the previous record: a log rarely changes target
 
     def device_of(raw: tvmlog.RawRecord) -> DeviceSpec:
+        if raw.target == last[0]:
+            return last[1]
         key = canonical_json(raw.target)
         if key not in devices:
             try:
                 devices[key] = device_spec(raw.target, threads, host_model)
             except BadInputError as e:
                 raise BadInputError(f"{raw.where}: {e}") from None
+        last[:] = [raw.target, devices[key]]
         return devices[key]
 
     def write(conn: Connection) -> IngestResult:
@@ -94,13 +98,15 @@ class _TraceChecker:
     def __init__(self, modules: dict[tuple[str, str], tvm.IRModule]) -> None:
         self.modules, self.seen = modules, set()
 
-    def check(self, raw: tvmlog.RawRecord, ident: tuple[str, str]) -> None:
+    def check(self, raw: tvmlog.RawRecord, ident: tuple[str, str]) -> str:
+        """Returns the canonical JSON of the trace's instructions."""
         trace = raw.trace
         if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
             raise BadInputError(f"{raw.where}: a trace must be [instructions, decisions]")
-        key = (ident, canonical_json(trace[0]))
+        insts = canonical_json(trace[0])
+        key = (ident, insts)
         if key in self.seen:
-            return
+            return insts
         try:
             # Without decisions, sampling instructions draw fresh ones: only the instructions are checked here.
             Trace.apply_json_to_schedule([trace[0], []], Schedule(self.modules[ident], seed=1))
@@ -108,6 +114,7 @@ class _TraceChecker:
             reason = str(e).strip().splitlines()[-1][:160] if str(e).strip() else type(e).__name__
             raise BadInputError(f"{raw.where}: the trace does not apply to its workload ({reason})") from None
         self.seen.add(key)
+        return insts
 
 
 def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model, checker: _TraceChecker) -> RecordIn:
@@ -117,11 +124,11 @@ def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model
             f"but {pair.workload_file} has {len(idents)} workload(s)"
         )
     ident = idents[raw.workload_index]
-    checker.check(raw, ident)
     return RecordIn(
         workload=ident,
         device=device,
         trace=raw.trace,
+        insts_json=checker.check(raw, ident),
         run_secs=raw.run_secs,
         source="imported",
         tool_version=hostinfo.tool_version(),
