@@ -7,6 +7,7 @@ embedded SQLite file).
 from __future__ import annotations
 
 import argparse
+import logging
 import tempfile
 import time
 
@@ -15,7 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from registry.store.store import Store
 from registry.tvm_side import zoo
-from registry.tvm_side.compat import prepare_tuning
+from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import load_onnx
 from registry.tvm_side.measure import model_latency_ms
@@ -29,7 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=32, help="total tuning trials across the model's tasks")
     parser.add_argument("--db", default=None, help="database URL (default: the configured registry)")
+    parser.add_argument("--verbose", action="store_true", help="show MetaSchedule's own log")
     args = parser.parse_args()
+    if not args.verbose:  # MetaSchedule logs every batch at INFO; a newcomer needs the outcome
+        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.ERROR)
 
     store = Store(args.db)
     loaded = load_onnx(zoo.mlp().SerializeToString(), {"x": [16, 128]}, name=MODEL)
@@ -59,6 +63,7 @@ def main() -> None:
         task_names={structural_hash(t.dispatched[0]): t.task_name for t in tasks},
     )
     before = len(db)
+    print(f"tuning {args.trials} trials with MetaSchedule, every record written to the registry as it is measured ...")
     start = time.perf_counter()
     prepare_tuning()
     with tempfile.TemporaryDirectory() as work_dir:
