@@ -66,9 +66,10 @@ def cli(ctx: click.Context, url: str | None) -> None:
 
 
 def _register() -> None:
-    from registry.cli import db, info, logs, lookup
+    from registry.cli import db, index, info, logs, lookup
 
     cli.add_command(db.db)
+    cli.add_command(index.index)
     cli.add_command(logs.import_)
     cli.add_command(logs.export)
     cli.add_command(lookup.lookup)

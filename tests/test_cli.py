@@ -32,7 +32,20 @@ def assert_one_line_error(result, *fragments: str) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["db"], ["db", "upgrade"], ["db", "current"], ["import"], ["export"], ["lookup"], ["stats"], ["devices"]],
+    [
+        [],
+        ["db"],
+        ["db", "upgrade"],
+        ["db", "current"],
+        ["import"],
+        ["export"],
+        ["lookup"],
+        ["stats"],
+        ["devices"],
+        ["index"],
+        ["index", "status"],
+        ["index", "rebuild"],
+    ],
 )
 def test_every_command_has_help_with_an_example(command, sqlite_url):
     result = run(sqlite_url, *command, "--help")

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 01:07:04.307458
+Create Date: 2026-11-22 01:26:11.557441
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ def upgrade() -> None:
         sa.Column("extents_json", sa.Text(), nullable=False),
         sa.Column("args_json", sa.Text(), nullable=False),
         sa.Column("flops", sa.Float(), nullable=False),
+        sa.Column("embedding", sa.LargeBinary(), nullable=False),
         sa.Column("tvm_version", sa.String(length=64), nullable=False),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False

@@ -12,6 +12,7 @@ import orjson
 from sqlalchemy import Connection, case, select, tuple_
 
 from registry.errors import BadInputError, DatabaseError
+from registry.similarity.embedding import embed
 from registry.store.models import (
     SOURCES,
     BestRecord,
@@ -112,6 +113,7 @@ def _workload_row(w: WorkloadIn) -> dict[str, Any]:
         extents_json=json.dumps(list(sig.extents)),
         args_json=json.dumps([{"shape": list(s), "dtype": d} for s, d in sig.args]),
         flops=float(sig.flops),
+        embedding=embed(sig).tobytes(),
         tvm_version=w.tvm_version,
     )
 

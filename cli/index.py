@@ -1,0 +1,64 @@
+"""``registry index``: the similarity index that donor search uses."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+from registry.cli.main import Context, pass_ctx
+from registry.cli.output import echo_json
+
+
+@click.group()
+def index() -> None:
+    """The FAISS index over the workloads that have good records.
+
+    It is a cache of the database, kept beside an SQLite file (or in your data folder for a server database), and is
+    rebuilt automatically whenever it is out of sync; these commands show and force that.
+
+    \b
+    Examples:
+      registry index status
+      registry index rebuild
+    """
+
+
+def _echo(status, as_json: bool) -> None:
+    if as_json:
+        echo_json(dataclasses.asdict(status))
+        return
+    state = "in sync" if status.in_sync else ("stale: rebuilt on next use" if status.exists else "not built yet")
+    click.echo(f"index      {status.path}\nstate      {state}")
+    click.echo(f"workloads  {status.indexed} indexed, {status.expected} with good records in the database")
+    if status.built_at:
+        click.echo(f"built at   {status.built_at}")
+
+
+@index.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def status(ctx: Context, as_json: bool) -> None:
+    """Whether the index matches the database.
+
+    \b
+    Example:
+      registry index status --json
+    """
+    from registry.similarity.index import SimilarityIndex
+
+    _echo(SimilarityIndex(ctx.store).status(), as_json)
+
+
+@index.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def rebuild(ctx: Context, as_json: bool) -> None:
+    """Rebuild the index from the database now.
+
+    \b
+    Example:
+      registry index rebuild
+    """
+    from registry.similarity.index import SimilarityIndex
+
+    _echo(SimilarityIndex(ctx.store).rebuild(), as_json)

@@ -1,0 +1,130 @@
+"""A FAISS index over the embeddings of workloads that have good records: a cache of the SQL store.
+
+Its ids are the workloads' primary keys (``IndexIDMap2``), never positions, so deleting a workload cannot shift the
+others. It is saved beside an SQLite file (or, for a server database such as a team's shared PostgreSQL registry, in
+this user's data folder) with a manifest of what it was built from; whenever the manifest and SQL disagree it is
+rebuilt from SQL before use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from registry.config import registry_home
+from registry.similarity.embedding import DIM
+from registry.store.engine import redact
+from registry.store.models import BestRecord, Workload
+from registry.store.store import Store
+
+# Bump when embed() changes: an index built by another version is rebuilt.
+EMBEDDING_VERSION = 1
+
+
+@dataclass
+class IndexStatus:
+    path: str
+    exists: bool
+    in_sync: bool
+    indexed: int  # workloads in the saved index
+    expected: int  # workloads with good records in SQL
+    built_at: str | None
+
+
+def index_path(url: str) -> Path:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        return Path(parsed.database).expanduser().with_suffix(".faiss")
+    digest = hashlib.sha256(redact(url).encode()).hexdigest()[:16]
+    return registry_home() / "index" / f"{digest}.faiss"
+
+
+class SimilarityIndex:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.path = index_path(store.url)
+        self.manifest_path = self.path.with_suffix(".faiss.json")
+        self._index: faiss.Index | None = None
+
+    def _sql_state(self) -> dict[str, int]:
+        """What the index must reflect: the set of workloads with good records, summarized."""
+        ids = select(BestRecord.workload_id.label("id")).distinct().subquery()
+        with self.store.read() as s:
+            n, total, top = s.execute(
+                select(func.count(), func.coalesce(func.sum(ids.c.id), 0), func.coalesce(func.max(ids.c.id), 0))
+            ).one()
+        return {"count": int(n), "id_sum": int(total), "max_id": int(top), "dim": DIM, "version": EMBEDDING_VERSION}
+
+    def _manifest(self) -> dict | None:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def status(self) -> IndexStatus:
+        manifest = self._manifest()
+        state = self._sql_state()
+        exists = self.path.exists() and manifest is not None
+        in_sync = exists and manifest.get("state") == state
+        return IndexStatus(
+            path=str(self.path),
+            exists=exists,
+            in_sync=in_sync,
+            indexed=manifest["state"]["count"] if exists else 0,
+            expected=state["count"],
+            built_at=manifest.get("built_at") if exists else None,
+        )
+
+    def rebuild(self) -> IndexStatus:
+        """Build the index from SQL and save it with its manifest (written last, so a crash leaves it stale)."""
+        state = self._sql_state()
+        good = select(BestRecord.workload_id).distinct()
+        with self.store.read() as s:
+            rows = s.execute(select(Workload.id, Workload.embedding).where(Workload.id.in_(good)).order_by(Workload.id))
+            ids, vectors = [], []
+            for wid, blob in rows:
+                ids.append(wid)
+                vectors.append(np.frombuffer(blob, dtype=np.float32))
+        index = faiss.IndexIDMap2(faiss.IndexFlatL2(DIM))
+        if ids:
+            index.add_with_ids(np.vstack(vectors), np.asarray(ids, dtype=np.int64))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".faiss.tmp")
+        faiss.write_index(index, str(tmp))
+        os.replace(tmp, self.path)
+        manifest = {
+            "state": state,
+            "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "faiss": faiss.__version__,
+            "database": redact(self.store.url),
+        }
+        self.manifest_path.write_text(json.dumps(manifest, indent=2))
+        self._index = index
+        return self.status()
+
+    def load(self) -> faiss.Index:
+        """The index, rebuilt first when it is missing or out of sync with SQL."""
+        if not self.status().in_sync:
+            self.rebuild()
+        elif self._index is None:
+            self._index = faiss.read_index(str(self.path))
+        return self._index
+
+    def search(self, vector: np.ndarray, k: int, exclude: set[int] = frozenset()) -> list[tuple[int, float]]:
+        """The ``k`` nearest workloads (id, squared L2 distance), nearest first, leaving out ``exclude``."""
+        index = self.load()
+        if index.ntotal == 0:
+            return []
+        want = min(index.ntotal, k + len(exclude))
+        distances, ids = index.search(vector.reshape(1, -1).astype(np.float32), want)
+        found = [(int(i), float(d)) for i, d in zip(ids[0], distances[0], strict=True) if i >= 0 and i not in exclude]
+        return found[:k]

@@ -1,0 +1,83 @@
+"""Operator embeddings and the FAISS index: ids are SQL keys, and the index follows the database."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+from sqlalchemy import delete, select
+
+from registry import testing
+from registry.similarity.embedding import DIM, embed
+from registry.similarity.index import SimilarityIndex
+from registry.store.models import Workload
+from registry.store.store import Store
+
+
+@pytest.fixture
+def store(db_url):
+    s = Store(db_url)
+    dev = testing.device()
+    s.ingest([testing.workload(i) for i in range(21)], [testing.record(i, 0, dev) for i in range(21)])
+    yield s
+    s.close()
+
+
+def sql_ids(store: Store) -> set[int]:
+    with store.read() as s:
+        return set(s.execute(select(Workload.id)).scalars())
+
+
+def test_embeddings_are_stored_with_each_workload(store):
+    with store.read() as s:
+        for blob in s.execute(select(Workload.embedding)).scalars():
+            assert np.frombuffer(blob, dtype=np.float32).shape == (DIM,)
+
+
+def test_same_operator_kind_is_nearer_than_any_other_kind():
+    conv_small, conv_large = testing.workload(0).signature, testing.workload(63).signature
+    matmul = testing.workload(1).signature
+    assert conv_small.op_kind == conv_large.op_kind == "conv2d" and matmul.op_kind == "matmul"
+    assert np.linalg.norm(embed(conv_small) - embed(conv_large)) < np.linalg.norm(embed(conv_small) - embed(matmul))
+
+
+def test_nearest_neighbours_are_similar_operators(store):
+    index = SimilarityIndex(store)
+    query = testing.workload(0)  # a conv2d; 7 and 14 are conv2d too
+    with store.read() as s:
+        own = s.execute(select(Workload.id).where(Workload.shash == query.shash)).scalar()
+        kinds = dict(s.execute(select(Workload.id, Workload.op_kind)).all())
+    found = index.search(embed(query.signature), k=2, exclude={own})
+    assert [kinds[i] for i, _ in found] == ["conv2d", "conv2d"]
+    assert found[0][1] <= found[1][1]
+
+
+def test_deleting_a_workload_and_rebuilding_keeps_the_ids_right(store):
+    index = SimilarityIndex(store)
+    index.rebuild()
+    assert index.status().in_sync
+    with store.read() as s:
+        victim = s.execute(select(Workload.id).where(Workload.shash == testing.workload(7).shash)).scalar()
+    with store.engine.begin() as conn:
+        conn.execute(delete(Workload).where(Workload.id == victim))  # records and best records cascade
+    assert not index.status().in_sync
+    loaded = index.load()  # rebuilt because the manifest no longer matches SQL
+    assert index.status().in_sync
+    ids = {int(loaded.id_map.at(i)) for i in range(loaded.ntotal)}
+    assert ids == sql_ids(store) and victim not in ids
+    assert all(i != victim for i, _ in index.search(embed(testing.workload(7).signature), k=5))
+    # The saved index, read back by a new process's worth of state, has the same ids.
+    fresh = SimilarityIndex(store).load()
+    assert {int(fresh.id_map.at(i)) for i in range(fresh.ntotal)} == ids
+
+
+def test_index_commands(sqlite_url):
+    Store(sqlite_url).ingest([testing.workload(0)], [testing.record(0, 0, testing.device())])
+    runner = CliRunner()
+    before = json.loads(runner.invoke(cli, ["--db", sqlite_url, "index", "status", "--json"]).output)
+    assert before["exists"] is False and before["expected"] == 1
+    after = runner.invoke(cli, ["--db", sqlite_url, "index", "rebuild"])
+    assert after.exit_code == 0 and "in sync" in after.output and "1 indexed" in after.output
