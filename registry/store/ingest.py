@@ -176,7 +176,7 @@ def insert_records(
             ),
         )
     result.records_present += len(records) - len(rows)
-    _resolve_skeletons(conn, rows.values(), {})
+    _resolve_skeletons(conn, rows.values())
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
@@ -189,7 +189,6 @@ def insert_records(
         new = conn.execute(stmt.returning(*returning), chunk).all()
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
-        result.record_ids += sorted(rid for rid, *_ in new)
         for rid, wid, did, mean_s in new:
             if mean_s is None:
                 continue
@@ -202,19 +201,19 @@ def insert_records(
     _merge_best(conn, [best[k] for k in sorted(best)])
 
 
-def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]], known: dict[str, int]) -> None:
+def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
     """Replace each row's instructions JSON by the id of its (possibly new) skeleton."""
     rows = list(rows)
-    missing = {r["skeleton_id"] for r in rows} - known.keys()
-    if missing:
-        by_hash = {trace_hash(text): text for text in missing}
-        new = [dict(hash=h, insts_json_z=zlib.compress(t.encode())) for h, t in sorted(by_hash.items())]
+    by_hash = {trace_hash(text): text for text in {r["skeleton_id"] for r in rows}}
+    new = [dict(hash=h, insts_json_z=zlib.compress(t.encode())) for h, t in sorted(by_hash.items())]
+    if new:
         conn.execute(insert(conn, TraceSkeleton).on_conflict_do_nothing(index_elements=["hash"]), new)
-        for chunk in _chunks(sorted(by_hash), 400):
-            found = conn.execute(select(TraceSkeleton.hash, TraceSkeleton.id).where(TraceSkeleton.hash.in_(chunk)))
-            known.update({by_hash[h]: sid for h, sid in found})
+    ids: dict[str, int] = {}
+    for chunk in _chunks(sorted(by_hash), 400):
+        found = conn.execute(select(TraceSkeleton.hash, TraceSkeleton.id).where(TraceSkeleton.hash.in_(chunk)))
+        ids.update({by_hash[h]: sid for h, sid in found})
     for r in rows:
-        r["skeleton_id"] = known[r["skeleton_id"]]
+        r["skeleton_id"] = ids[r["skeleton_id"]]
 
 
 def _merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:

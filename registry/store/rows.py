@@ -124,4 +124,3 @@ class IngestResult:
     workloads_present: int = 0
     records_new: int = 0
     records_present: int = 0
-    record_ids: list[int] = field(default_factory=list)  # ids of the new records, ascending
