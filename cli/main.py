@@ -61,12 +61,13 @@ def cli(ctx: click.Context, url: str | None) -> None:
       registry import ./tune_logs --team vision      # MetaSchedule logs into the registry
       registry lookup --op conv2d --device host      # what is stored?
       registry export -o ./logs --device host        # a JSONDatabase for plain TVM
+      registry transfer model.onnx -o model.so       # compile with schedules of similar tuned operators
     """
     ctx.obj = Context(url)
 
 
 def _register() -> None:
-    from registry.cli import db, index, info, logs, lookup
+    from registry.cli import db, index, info, logs, lookup, transfer
 
     cli.add_command(db.db)
     cli.add_command(index.index)
@@ -75,6 +76,7 @@ def _register() -> None:
     cli.add_command(lookup.lookup)
     cli.add_command(info.stats)
     cli.add_command(info.devices)
+    cli.add_command(transfer.transfer)
 
 
 _register()

@@ -29,6 +29,7 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
 
     zmod = relax.get_pipeline("zero")(model.mod)
@@ -43,4 +44,6 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
         num_trials_per_iter=trials,
         database=database if database is not None else "json",
         seed=1,
+        # TVM's LocalBuilder re-imports every tensor intrinsic per batch, past its own timeout on slow machines
+        builder=PersistentBuilder(),
     )

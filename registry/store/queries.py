@@ -169,3 +169,41 @@ def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
 def workload_id(conn: Session, shash: str, module_equality: str) -> int | None:
     stmt = select(Workload.id).where(Workload.shash == shash, Workload.module_equality == module_equality)
     return conn.execute(stmt).scalar()
+
+
+@dataclass
+class DonorRecord:
+    """One of the best records of a workload, on some device: a candidate schedule for a similar workload."""
+
+    record: StoredRecord
+    device_id: int
+    rank: int  # 1 for the workload's best record on that device
+    task_name: str
+
+
+def donor_records(conn: Session, workload_ids: list[int], per_device: int) -> list[DonorRecord]:
+    """The ``per_device`` fastest ok records of each workload on each device it was measured on."""
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=(TuningRecord.workload_id, TuningRecord.device_id),
+            order_by=(TuningRecord.mean_s, TuningRecord.id),
+        )
+        .label("rank")
+    )
+    ranked = (
+        select(*_RECORD_COLS, TuningRecord.device_id, rank)
+        .where(TuningRecord.workload_id.in_(workload_ids), TuningRecord.mean_s.is_not(None))
+        .subquery()
+    )
+    stmt = (
+        select(ranked, Workload.task_name)
+        .join(Workload, Workload.id == ranked.c.workload_id)
+        .where(ranked.c.rank <= per_device)
+    )
+    insts = _Skeletons(conn)
+    out = []
+    for row in conn.execute(stmt):
+        *cols, device_id, rnk, task_name = row
+        out.append(DonorRecord(_stored(cols, insts), device_id, rnk, task_name))
+    return out

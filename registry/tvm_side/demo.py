@@ -16,6 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from registry.store.store import Store
 from registry.tvm_side import zoo
+from registry.tvm_side.builder import PersistentBuilder
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import load_onnx
@@ -68,7 +69,15 @@ def main() -> None:
     prepare_tuning()
     with tempfile.TemporaryDirectory() as work_dir:
         ms.relax_integration.tune_relax(
-            zmod, {}, target, work_dir, max_trials_global=args.trials, num_trials_per_iter=16, database=db, seed=1
+            zmod,
+            {},
+            target,
+            work_dir,
+            max_trials_global=args.trials,
+            num_trials_per_iter=16,
+            database=db,
+            seed=1,
+            builder=PersistentBuilder(),
         )
     tune_s = time.perf_counter() - start
     tuned = model_latency_ms(ms.relax_integration.compile_relax(db, loaded.mod, target, None), loaded)

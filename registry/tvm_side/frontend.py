@@ -10,6 +10,7 @@ import onnx
 from tvm.ir import IRModule
 from tvm.relax.frontend.onnx import from_onnx
 
+from registry import onnx_prep
 from registry.errors import BadInputError
 
 
@@ -21,22 +22,39 @@ class LoadedModel:
     mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
 
 
-def load_onnx(source: Path | bytes, input_shapes: dict[str, list[int]], name: str | None = None) -> LoadedModel:
-    """Parse an ONNX file (or its bytes) and import it at fixed input shapes. Raises BadInputError on a bad file."""
+def load_onnx(
+    source: Path | bytes, input_shapes: dict[str, list[int]] | None = None, name: str | None = None
+) -> LoadedModel:
+    """Parse an ONNX file (or its bytes) and import it at fixed input shapes. Raises BadInputError on a bad file.
+
+    ``input_shapes`` fixes the inputs it names (symbolic dimensions must be fixed); the others keep the file's shapes.
+    Shape arithmetic that is constant at these shapes is folded first (see registry.onnx_prep).
+    """
     data = source if isinstance(source, bytes) else _read(source)
+    where = str(source) if isinstance(source, Path) else name or "model"
     try:
         model = onnx.load_model_from_string(data)
         onnx.checker.check_model(model)
     except Exception as e:  # noqa: BLE001 - protobuf and onnx raise many kinds for a corrupt file
-        raise BadInputError(f"{name or source}: not a valid ONNX model ({str(e).splitlines()[0][:200]})") from None
-    try:
-        mod = from_onnx(model, shape_dict=input_shapes, keep_params_in_input=False)
-    except Exception as e:  # noqa: BLE001
-        raise BadInputError(
-            f"{name or source}: TVM cannot import this model: {str(e).strip().splitlines()[-1]}"
-        ) from None
+        raise BadInputError(f"{where}: not a valid ONNX model ({str(e).splitlines()[0][:200]})") from None
     label = name or (source.stem if isinstance(source, Path) else model.graph.name or "model")
-    return LoadedModel(label, hashlib.sha256(data).hexdigest(), dict(input_shapes), mod)
+    shapes = onnx_prep.fixed_input_shapes(model, input_shapes or {})
+    _check_ops(model, label)
+    model = onnx_prep.prepare(model, shapes, where)
+    try:
+        mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+    except Exception as e:  # noqa: BLE001
+        raise BadInputError(f"{where}: TVM cannot import this model: {str(e).strip().splitlines()[-1]}") from None
+    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, mod)
+
+
+def _check_ops(model: onnx.ModelProto, label: str) -> None:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    supported = set(_get_convert_map()) | {"Constant", "If"}
+    missing = sorted({n.op_type for n in model.graph.node if n.op_type not in supported})
+    if missing:
+        raise BadInputError(f"{label}: TVM's ONNX importer does not support the operator(s) {', '.join(missing)}")
 
 
 def _read(path: Path) -> bytes:

@@ -12,7 +12,7 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec
-from registry.tvm_side.compat import unpin
+from registry.tvm_side.compat import TVM_ERRORS, unpin
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -25,7 +25,7 @@ def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
     if not isinstance(target, Target):
         try:
             target = Target(json.loads(target) if isinstance(target, str) else target)
-        except (ValueError, TypeError, tvm.TVMError) as e:
+        except TVM_ERRORS as e:
             raise BadInputError(f"not a valid TVM target {target!r}: {str(e).strip().splitlines()[-1]}") from None
     return json.loads(str(target))
 
@@ -45,6 +45,19 @@ def host_target(num_cores: int | None = None) -> Target:
             "num-cores": num_cores or os.cpu_count() or 1,
         }
     )
+
+
+def target_from_option(text: str) -> Target:
+    """A ``--target`` value: a TVM target as JSON. An llvm target without ``num-cores`` gets this machine's."""
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        raise BadInputError(
+            f'--target {text!r}: expected "host" or a TVM target as JSON, e.g. {{"kind": "llvm"}}'
+        ) from None
+    if isinstance(spec, dict) and spec.get("kind") == "llvm":
+        spec.setdefault("num-cores", os.cpu_count() or 1)
+    return Target(canonical_target(spec))
 
 
 def runtime_threads() -> int:

@@ -1,0 +1,108 @@
+"""What `registry transfer` (and later `registry tune`) reports about one model: plain data, a table, and JSON.
+
+No TVM here, so that tools can read a saved report without loading the compiler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SOURCES = ("exact", "transferred", "tuned", "default")
+
+
+@dataclass
+class TaskResult:
+    name: str
+    weight: int
+    workload_id: int
+    source: str  # one of SOURCES
+    before_us: float | None  # the default schedule; None if it could not be built or run
+    after_us: float | None  # what the model now runs with
+    donor: str | None = None  # "task_name#workload_id" of the donor workload
+    donor_record_id: int | None = None
+    distance: float | None = None
+    candidates: int = 0  # candidate schedules measured for this task
+    same_device: bool | None = None  # whether the donor record was measured on this device
+
+
+@dataclass
+class Timings:
+    """Disjoint wall-time parts, seconds."""
+
+    import_s: float = 0.0  # ONNX -> Relax, task extraction, recording the model
+    donors_s: float = 0.0  # donor search and trace application
+    measure_s: float = 0.0  # building and timing the candidate schedules
+    report_s: float = 0.0  # timing the default schedules and the end-to-end model, for this report
+    compile_s: float = 0.0  # compiling the model, untuned and final, and exporting it
+
+    @property
+    def finding_s(self) -> float:
+        """Everything spent finding schedules: what a tuner would spend (search plus candidate measurement)."""
+        return self.donors_s + self.measure_s
+
+    @property
+    def total_s(self) -> float:
+        return self.import_s + self.donors_s + self.measure_s + self.report_s + self.compile_s
+
+
+@dataclass
+class ModelReport:
+    model: str
+    device: str
+    threads: int
+    untuned_ms: float
+    final_ms: float
+    tasks: list[TaskResult]
+    timings: Timings = field(default_factory=Timings)
+    output: str | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.untuned_ms / self.final_ms if self.final_ms else float("nan")
+
+    def as_json(self) -> dict[str, Any]:
+        t = self.timings
+        return {
+            "model": self.model,
+            "device": self.device,
+            "threads": self.threads,
+            "untuned_ms": self.untuned_ms,
+            "final_ms": self.final_ms,
+            "speedup": self.speedup,
+            "search_s": t.finding_s,
+            "timings": {**asdict(t), "total_s": t.total_s},
+            "sources": {s: sum(1 for task in self.tasks if task.source == s) for s in SOURCES},
+            "output": self.output,
+            "tasks": [asdict(task) for task in self.tasks],
+        }
+
+
+def _us(value: float | None) -> str:
+    return "failed" if value is None else f"{value:,.1f}"
+
+
+def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "weight", "source", "donor", "distance", "before µs", "after µs", "speedup"]
+    rows = []
+    for t in report.tasks:
+        gain = f"{t.before_us / t.after_us:.1f}x" if t.before_us and t.after_us else "-"
+        donor = "-" if t.donor is None else t.donor + ("" if t.same_device else " (other device)")
+        dist = "-" if t.distance is None else f"{t.distance:.1f}"
+        rows.append([t.name, str(t.weight), t.source, donor, dist, _us(t.before_us), _us(t.after_us), gain])
+    return headers, rows
+
+
+def summary_lines(report: ModelReport) -> list[str]:
+    t = report.timings
+    counts = ", ".join(f"{n} {s}" for s in SOURCES if (n := sum(1 for x in report.tasks if x.source == s)))
+    lines = [
+        f"model {report.model} on {report.device} ({report.threads} thread(s)): {len(report.tasks)} tasks ({counts})",
+        f"end-to-end latency: untuned {report.untuned_ms:.3f} ms -> final {report.final_ms:.3f} ms "
+        f"({report.speedup:.1f}x faster)",
+        f"wall time {t.total_s:.1f} s: import {t.import_s:.1f} s, donor search {t.donors_s:.1f} s, "
+        f"measure {t.measure_s:.1f} s, report {t.report_s:.1f} s, compile {t.compile_s:.1f} s",
+    ]
+    if report.output:
+        lines.append(f"compiled library written to {report.output}")
+    return lines

@@ -1,0 +1,60 @@
+"""Donor search: the stored records most likely to schedule a new workload well, best bets first. No TVM here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from registry.similarity.embedding import OP_WEIGHT
+from registry.similarity.index import SimilarityIndex
+from registry.store import queries
+
+# Workloads of different operator kinds are at least 2 * OP_WEIGHT**2 apart (squared L2 over the one-hot block),
+# and no shape difference of one kind comes near OP_WEIGHT**2: a donor must be closer than that.
+MAX_DISTANCE = OP_WEIGHT**2
+
+
+@dataclass
+class Donor:
+    record: queries.StoredRecord
+    workload_id: int
+    task_name: str
+    distance: float  # squared L2 between the embeddings
+    same_device: bool
+    rank: int  # 1 for the donor workload's best record on its device
+
+
+def find_donors(
+    index: SimilarityIndex,
+    vector: np.ndarray,
+    device_id: int,
+    *,
+    k: int = 5,
+    per_device: int = 2,
+    exclude: frozenset[int] = frozenset(),
+) -> list[Donor]:
+    """Records of the ``k`` nearest workloads of the same operator kind, in the order they are worth trying.
+
+    Order: every donor's best record on this device (nearest donor first), then their runners-up here, then records
+    measured on other devices, which say less about this one.
+    """
+    near = [(wid, d) for wid, d in index.search(vector, k, exclude=set(exclude)) if d < MAX_DISTANCE]
+    if not near:
+        return []
+    distance = dict(near)
+    with index.store.read() as conn:
+        found = queries.donor_records(conn, list(distance), per_device)
+    donors = [
+        Donor(
+            r.record,
+            r.record.workload_id,
+            r.task_name,
+            distance[r.record.workload_id],
+            r.device_id == device_id,
+            r.rank,
+        )
+        for r in found
+    ]
+    donors.sort(key=lambda d: (not d.same_device, d.rank, d.distance, d.record.mean_s or 0.0))
+    return donors

@@ -1,0 +1,92 @@
+"""A donor's trace applied to another workload: the candidate schedules of transfer-tuning.
+
+A stored trace is ``[instructions, decisions]`` and ends with the postprocessors' instructions (after an
+``EnterPostproc`` marker). Those are specific to the donor's loop nest, so they are cut and the target's
+postprocessors run again on the new workload. Two ways to apply what is left:
+
+1. Replay the instructions on the new workload. It works when both have the same blocks (the same operator at other
+   shapes). Tile decisions that do not divide the new extents are rewritten by TVM (M=100 with ``[2,4,2,4]`` becomes
+   ``[1,1,25,4]``); with ``resample=True`` the decisions are dropped and sampled afresh from ``seed`` instead.
+2. Anchor-trace application (``schedule_using_anchor_trace``): the donor's schedule of its anchor block (the conv or
+   matmul) is applied to the new workload's anchor, and the other blocks are inlined or parallelized. It serves fused
+   variants, e.g. a conv2d+add+relu donor for a conv2d+add.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule import TuneContext
+from tvm.s_tir.meta_schedule.postproc import Postproc
+from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
+from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
+from tvm.s_tir.schedule import Schedule, Trace
+from tvm.target import Target
+
+from registry.tvm_side.compat import TVM_ERRORS, load_tensor_intrinsics
+
+_POSTPROC_MARKER = "EnterPostproc"
+
+
+def without_postproc(trace: list[Any]) -> list[Any]:
+    """The trace JSON up to its ``EnterPostproc`` instruction, with the decisions of the instructions kept."""
+    insts, decisions = trace
+    cut = next((i for i, inst in enumerate(insts) if inst[0] == _POSTPROC_MARKER), len(insts))
+    return [insts[:cut], [d for d in decisions if d[0] < cut]]
+
+
+def _postprocs(mod: IRModule, target: Target) -> list[Postproc]:
+    """The target's default postprocessors, initialized for this task (some read the target's core count).
+
+    RewriteTensorize is left out (``Postproc.create`` omits it): a donor trace that tensorizes does not transfer.
+    """
+    load_tensor_intrinsics(target.kind.name)
+    space = PostOrderApply(sch_rules=[], postprocs=Postproc.create(target.kind.name), mutator_probs={})
+    context = TuneContext(mod=mod, target=target, space_generator=space, task_name="transfer")
+    return list(context.space_generator.postprocs)
+
+
+def _finish(sch: Schedule, mod: IRModule, target: Target) -> Schedule | None:
+    sch.enter_postproc()
+    for postproc in _postprocs(mod, target):
+        if not postproc.apply(sch):
+            return None
+    return sch
+
+
+def replay(
+    mod: IRModule, target: Target, trace: list[Any], *, resample: bool = False, seed: int = 1
+) -> Schedule | None:
+    """Method 1 above; None when the donor's instructions do not fit this workload's blocks."""
+    insts, decisions = without_postproc(trace)
+    sch = Schedule(mod, seed=seed)
+    try:
+        Trace.apply_json_to_schedule([insts, [] if resample else decisions], sch)
+        return _finish(sch, mod, target)
+    except TVM_ERRORS:
+        return None
+
+
+def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[Any], seed: int = 1) -> Schedule | None:
+    """Method 2 above. ``donor_mod`` is the donor's workload: a Trace object is rebuilt on it first."""
+    try:
+        donor = Schedule(donor_mod, seed=seed)
+        Trace.apply_json_to_schedule(without_postproc(trace), donor)
+        sch = Schedule(mod, seed=seed)
+        schedule_using_anchor_trace(sch, donor.trace, target)
+        return _finish(sch, mod, target)
+    except TVM_ERRORS:
+        return None
+
+
+def trace_json(sch: Schedule) -> list[Any]:
+    """The schedule's trace as a record stores it: instructions, then decisions, postprocessors included."""
+    from registry.tvm_side.signature import _plain
+
+    return _plain(sch.trace.as_json())
+
+
+def dumps(trace: list[Any]) -> str:
+    return json.dumps(trace, separators=(",", ":"))

@@ -1,0 +1,75 @@
+"""A MetaSchedule builder whose worker processes outlive one batch.
+
+TVM's ``LocalBuilder`` starts a fresh process pool for every batch, and each worker's default build function imports
+``tvm.s_tir.tensor_intrin``, which parses every target's tensor intrinsics in TVMScript (the CUDA ones alone take
+most of it). Measured here: 54 s per import, on a machine where MetaSchedule gives a build 30 s before killing it,
+so with the defaults *every* candidate failed. Elsewhere it is about 12 s per batch for a 25-140 ms build.
+
+``PersistentBuilder`` keeps its workers (recycled after ``max_uses`` builds, as a guard against the slow leak that
+made TVM restart its pool), and builds with ``build_module``, which skips that import: a tensorized schedule already
+has the intrinsic's body inlined into its IR by the time it is built, so the registry of intrinsics is not needed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.runtime import Module
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.target import Target
+
+from registry.tvm_side import ORIGINAL_AFFINITY
+
+
+def build_module(mod: IRModule, target: Target, _params=None) -> Module:
+    """MetaSchedule's default build, minus the tensor-intrinsics import."""
+    from tvm.driver import build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return build(mod, target=target)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on, before TVM pinned anything (see compat.unpin)."""
+    return len(ORIGINAL_AFFINITY) or os.cpu_count() or 1
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """Builds candidates in a pool of ``max_workers`` processes that is started once and reused."""
+
+    def __init__(self, max_workers: int | None = None, timeout_sec: float = 30.0, max_uses: int = 256) -> None:
+        super().__init__()
+        self.max_workers = max_workers or usable_cores()
+        self.timeout_sec = timeout_sec
+        self.max_uses = max_uses
+        self._pool: PopenPoolExecutor | None = None
+
+    def _executor(self) -> PopenPoolExecutor:
+        if self._pool is None:
+            self._pool = PopenPoolExecutor(
+                max_workers=self.max_workers, timeout=self.timeout_sec, maximum_process_uses=self.max_uses
+            )
+        return self._pool
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        jobs = [(build_module, None, b.mod, b.target, None) for b in build_inputs]
+        results = []
+        for outcome in self._executor().map_with_error_catching(lambda job: _worker_func(*job), jobs):
+            if outcome.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(outcome.value, None))
+            elif outcome.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"PersistentBuilder: timeout, killed after {self.timeout_sec} s"))
+            else:
+                results.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{outcome.value}"))
+        return results
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
