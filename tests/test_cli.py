@@ -45,6 +45,7 @@ def assert_one_line_error(result, *fragments: str) -> None:
         ["index"],
         ["index", "status"],
         ["index", "rebuild"],
+        ["transfer"],
     ],
 )
 def test_every_command_has_help_with_an_example(command, sqlite_url):

@@ -27,8 +27,8 @@ from registry.tvm_side import ORIGINAL_AFFINITY
 
 def build_module(mod: IRModule, target: Target, _params=None) -> Module:
     """MetaSchedule's default build, minus the tensor-intrinsics import."""
-    from tvm.driver import build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.tirx import build
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return build(mod, target=target)

@@ -1,0 +1,133 @@
+"""`registry transfer` end to end with real TVM: a tiny tuned model donates to a sibling with other shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+from sqlalchemy import select
+
+from registry.store.models import Model, ModelTask, TuningRecord, Workload
+from registry.store.store import Store
+from registry.tvm_side import zoo
+from registry.tvm_side.log_import import import_logs
+
+
+def transfer(url: str, *args: str):
+    result = CliRunner().invoke(cli, ["--db", url, "transfer", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def transfer_json(url: str, *args: str) -> dict:
+    out = transfer(url, *args, "--json").stdout
+    return json.loads(out[out.index("{") :])
+
+
+@pytest.fixture
+def sibling(tmp_path: Path) -> Path:
+    """The tuned tiny model is one 8x64x64 matmul+add; this one is 16x96x48: same operator, other shapes."""
+    path = tmp_path / "sibling.onnx"
+    onnx.save(zoo.mlp(16, (96, 48), seed=3), path)
+    return path
+
+
+def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned_logs, sibling, tmp_path):
+    store = Store(db_url)
+    import_logs(store, tuned_logs.work_dir, model="tiny")
+    out = tmp_path / "sibling.so"
+
+    first = transfer_json(db_url, str(sibling), "--budget", "4", "-o", str(out))
+    [task] = first["tasks"]
+    assert task["source"] == "transferred", task
+    assert 1 <= task["candidates"] <= 4
+    assert task["after_us"] < task["before_us"] / 3, task
+    assert first["final_ms"] < first["untuned_ms"] / 3, first
+    assert first["search_s"] > 0 and {"untuned_ms", "final_ms", "tasks"} <= first.keys()
+    assert out.stat().st_size > 0
+
+    with store.read() as s:
+        rec = s.execute(select(TuningRecord).where(TuningRecord.source == "transferred")).scalar_one()
+        donor = s.get(TuningRecord, rec.donor_record_id)
+        assert donor.id == task["donor_record_id"]
+        assert donor.source == "imported" and donor.workload_id != rec.workload_id
+        assert rec.workload_id == task["workload_id"] and rec.model == "sibling" and rec.ok
+        model = s.execute(select(Model).where(Model.name == "sibling")).scalar_one()
+        tasks = s.execute(select(ModelTask).where(ModelTask.model_id == model.id)).scalars().all()
+        assert [(t.workload_id, t.weight) for t in tasks] == [(task["workload_id"], task["weight"])]
+        assert json.loads(model.input_shapes_json) == {"x": [16, 96]}
+
+    second = transfer_json(db_url, str(sibling))
+    assert [t["source"] for t in second["tasks"]] == ["exact"]
+    assert second["timings"]["measure_s"] == 0  # nothing left to search for
+    assert second["final_ms"] < second["untuned_ms"] / 3, second
+    with store.read() as s:  # the exact hit wrote nothing
+        transferred = s.execute(select(TuningRecord.id).where(TuningRecord.source == "transferred")).scalars()
+        assert transferred.all() == [rec.id]
+
+
+def test_no_donor_keeps_the_default_schedule(sqlite_url, sibling):
+    result = transfer_json(sqlite_url, str(sibling))
+    assert [t["source"] for t in result["tasks"]] == ["default"]
+    assert result["tasks"][0]["before_us"] == result["tasks"][0]["after_us"]
+    with Store(sqlite_url).read() as s:
+        assert s.execute(select(TuningRecord)).first() is None
+        assert s.execute(select(Workload.task_name)).scalars().all() == ["fused_matmul_add"]
+
+
+def test_table_output_names_the_sources_and_the_split(sqlite_url, sibling):
+    out = transfer(sqlite_url, str(sibling)).stdout
+    assert "default" in out and "before µs" in out
+    assert "end-to-end latency: untuned" in out and "donor search" in out and "compile" in out
+
+
+def test_dynamic_reshape_imports_once_the_input_shape_is_given(sqlite_url, tmp_path):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    path = tmp_path / "exported.onnx"
+    onnx.save(zoo.exported_mlp(), path)
+    with pytest.raises(Exception, match="Reshape requires the input new shape"):
+        from_onnx(zoo.exported_mlp(), shape_dict={"x": [8, 64]})  # what TVM alone makes of it
+
+    missing = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(path)])
+    assert missing.exit_code == 1 and "--input-shape x=1,64" in missing.output, missing.output
+
+    result = transfer_json(sqlite_url, str(path), "--input-shape", "x=8,64")
+    assert len(result["tasks"]) >= 1 and result["final_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--input-shape", "y=8,64"], "the model's inputs are x"),
+        (["--input-shape", "x=8"], "1 dimensions given"),
+        (["--input-shape", "x=8,zero"], "expected NAME=D1,D2"),
+        (["--input-shape", "x=8,64", "--target", '{"kind": "nope"}'], "not a valid TVM target"),
+    ],
+)
+def test_bad_arguments_give_one_line(sqlite_url, tmp_path, args, fragment):
+    path = tmp_path / "exported.onnx"
+    onnx.save(zoo.exported_mlp(), path)
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(path), *args])
+    assert result.exit_code == 1 and fragment in result.output and "Traceback" not in result.output, result.output
+
+
+def test_corrupt_and_unsupported_models_give_one_line(sqlite_url, tmp_path):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07garbage")
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(corrupt)])
+    assert result.exit_code == 1 and "not a valid ONNX model" in result.output, result.output
+
+    model = zoo.mlp(4, (8, 8))
+    model.graph.node[0].op_type = "FancyMatMul"
+    model.graph.node[0].domain = ""
+    odd = tmp_path / "odd.onnx"
+    onnx.save(model, odd)
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(odd)])
+    assert result.exit_code == 1 and "FancyMatMul" in result.output, result.output
+    with Store(sqlite_url).read() as s:  # nothing was recorded for models that did not import
+        assert s.execute(select(Model)).first() is None
