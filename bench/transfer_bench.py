@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "transfer")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transfer.json")
     parser.add_argument("--tune-only", action="store_true", help="only the full-tuning phase")
+    parser.add_argument("--skip", nargs="*", default=[], help="variant names to leave out, e.g. resnet50-image96")
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.ERROR)
 
@@ -181,7 +182,7 @@ def main() -> None:
     target, threads = host_target(), runtime_threads()
     work = args.work / f"t{args.trials_per_task}"
     work.mkdir(parents=True, exist_ok=True)
-    all_variants = variants(args.models)
+    all_variants = [v for v in variants(args.models) if v[0] not in args.skip]
     print(f"target {target}, {threads} thread(s); {len(all_variants)} model variants", flush=True)
     metas = {v[0]: full_tune(v, work, args.trials_per_task, target) for v in all_variants}
     if args.tune_only:

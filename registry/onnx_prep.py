@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from registry.errors import BadInputError
@@ -20,8 +20,12 @@ from registry.errors import BadInputError
 # Folding stops at values bigger than this many elements: shape arithmetic is tiny, and evaluating weight transforms
 # here would only copy the weights.
 MAX_FOLDED_ELEMENTS = 1 << 16
-# Nodes that are never evaluated here, even on constant inputs: random values must stay random.
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+# Nodes that are never evaluated here, even on constant inputs: random values must stay random (Dropout is random
+# when its training_mode input is true), and sequence and optional values are not tensors an initializer can hold.
+NOT_FOLDABLE = {
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout",
+    "If", "Loop", "Scan", "Optional", "OptionalGetElement", "OptionalHasElement",
+}  # fmt: skip
 
 
 def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, list[int]]:
@@ -32,7 +36,7 @@ def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, list[int
         try:
             if not sep or not name:
                 raise ValueError
-            shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+            shape = [int(d) for d in dims.split(",")]
             if any(d <= 0 for d in shape):
                 raise ValueError
         except ValueError:
@@ -52,8 +56,27 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in shape.dim]
 
 
+def _has_rank(value: onnx.ValueInfoProto) -> bool:
+    return value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape")
+
+
+def input_dtypes(model: onnx.ModelProto) -> dict[str, str]:
+    """Each real input's element type as a numpy dtype name ("float32", "int64", ...)."""
+    return {
+        i.name: str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+        for i in graph_inputs(model)
+        if i.type.HasField("tensor_type")
+    }
+
+
 def fixed_input_shapes(model: onnx.ModelProto, given: dict[str, list[int]]) -> dict[str, list[int]]:
     """Every input's shape: from ``given`` where named, else from the file, which must then be fully static."""
+    for value in graph_inputs(model):
+        if not _has_rank(value) and value.name not in given:
+            raise BadInputError(
+                f"input {value.name!r} has no declared shape (not even its rank); give it with --input-shape "
+                f"{value.name}=D1,D2,..."
+            )
     inputs = {i.name: _dims(i) for i in graph_inputs(model)}
     unknown = sorted(set(given) - set(inputs))
     if unknown:
@@ -61,7 +84,7 @@ def fixed_input_shapes(model: onnx.ModelProto, given: dict[str, list[int]]) -> d
     shapes = {}
     for name, dims in inputs.items():
         if name in given:
-            if len(given[name]) != len(dims):
+            if dims and len(given[name]) != len(dims):
                 raise BadInputError(
                     f"--input-shape {name}: {len(given[name])} dimensions given, the model's input has {len(dims)} "
                     f"({_shape_text(dims)})"
@@ -107,8 +130,12 @@ def _pin_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.Mo
         del tensor_shape.dim[:]
         for d in shapes[value.name]:
             tensor_shape.dim.add().dim_value = d
-    # Intermediate shapes recorded by the exporter may still be symbolic; inference recomputes them from the inputs.
+    # Shapes recorded by the exporter for intermediates and outputs may be symbolic, or fixed at other input shapes:
+    # inference recomputes them from the pinned inputs.
     del pinned.graph.value_info[:]
+    for value in pinned.graph.output:
+        if value.type.HasField("tensor_type"):
+            value.type.tensor_type.ClearField("shape")
     return pinned
 
 
@@ -126,7 +153,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     known: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     initial = set(known)
     shapes = _static_shapes(model)
-    opsets = {o.domain: o.version for o in model.opset_import}
+    opsets = list(model.opset_import)
     kept: list[onnx.NodeProto] = []
     for node in graph.node:
         values = _evaluate(node, known, shapes, opsets)
@@ -136,7 +163,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             known.update(values)
     if len(kept) == len(graph.node):
         return model
-    used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
+    used = {name for node in kept for name in _names_read(node)} | {o.name for o in graph.output}
     new_consts = [numpy_helper.from_array(known[n], n) for n in known if n not in initial and n in used]
     del graph.node[:]
     graph.node.extend(kept)
@@ -144,11 +171,20 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _names_read(node: onnx.NodeProto):
+    """The values a node reads, including those read inside its subgraphs (If branches, Loop and Scan bodies)."""
+    yield from node.input
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            for inner in sub.node:
+                yield from _names_read(inner)
+
+
 def _evaluate(
-    node: onnx.NodeProto, known: dict[str, np.ndarray], shapes: dict[str, list[int]], opsets: dict[str, int]
+    node: onnx.NodeProto, known: dict[str, np.ndarray], shapes: dict[str, list[int]], opsets: list
 ) -> dict[str, np.ndarray] | None:
     """The node's outputs if they can be computed now, else None."""
-    if node.domain not in ("", "ai.onnx") or node.op_type in NOT_FOLDABLE or node.op_type == "If":
+    if node.domain not in ("", "ai.onnx") or node.op_type in NOT_FOLDABLE or node.op_type.startswith("Sequence"):
         return None
     if node.op_type == "Shape" and node.input[0] in shapes:
         dims = np.asarray(shapes[node.input[0]], dtype=np.int64)
@@ -159,13 +195,26 @@ def _evaluate(
     inputs = [name for name in node.input if name]
     if not all(name in known for name in inputs):
         return None
-    if sum(known[n].size for n in inputs) > MAX_FOLDED_ELEMENTS and node.op_type != "Constant":
+    if sum(known[n].size for n in inputs) > MAX_FOLDED_ELEMENTS:
         return None
+    if any(math.prod(shapes[o]) > MAX_FOLDED_ELEMENTS for o in node.output if o in shapes):
+        return None  # e.g. a large ConstantOfShape or Expand: not shape arithmetic, and costly to hold here
+    feeds = {name: known[name] for name in inputs}
     try:
-        evaluator = ReferenceEvaluator(node, opsets=opsets)
-        results = evaluator.run(None, {name: known[name] for name in inputs})
+        results = _reference(node, feeds, opsets).run(None, feeds)
     except Exception:  # noqa: BLE001 - anything the reference cannot evaluate is left for TVM to import
         return None
-    if any(np.asarray(r).size > MAX_FOLDED_ELEMENTS for r in results) and node.op_type != "Constant":
+    if not all(isinstance(r, np.ndarray) and r.size <= MAX_FOLDED_ELEMENTS for r in results):
         return None
-    return {name: np.asarray(r) for name, r in zip(node.output, results, strict=False) if name}
+    return {name: r for name, r in zip(node.output, results, strict=False) if name}
+
+
+def _reference(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets: list) -> ReferenceEvaluator:
+    """An evaluator of one node at the model's opsets (given a bare node, the reference uses the newest opset, and
+    e.g. Softmax changed meaning at opset 13)."""
+    inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()
+    ]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    graph = helper.make_graph([node], "fold", inputs, outputs)
+    return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets))

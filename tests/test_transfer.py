@@ -72,8 +72,7 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
 
 def test_no_donor_keeps_the_default_schedule(sqlite_url, sibling):
     result = transfer_json(sqlite_url, str(sibling))
-    assert [t["source"] for t in result["tasks"]] == ["default"]
-    assert result["tasks"][0]["before_us"] == result["tasks"][0]["after_us"]
+    assert [(t["source"], t["candidates"], t["donor"]) for t in result["tasks"]] == [("default", 0, None)]
     with Store(sqlite_url).read() as s:
         assert s.execute(select(TuningRecord)).first() is None
         assert s.execute(select(Workload.task_name)).scalars().all() == ["fused_matmul_add"]
@@ -96,8 +95,20 @@ def test_dynamic_reshape_imports_once_the_input_shape_is_given(sqlite_url, tmp_p
     missing = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(path)])
     assert missing.exit_code == 1 and "--input-shape x=1,64" in missing.output, missing.output
 
-    result = transfer_json(sqlite_url, str(path), "--input-shape", "x=8,64")
+    result = transfer_json(sqlite_url, str(path), "--input-shape", "x=8,64", "-o", str(tmp_path / "exported.so"))
     assert len(result["tasks"]) >= 1 and result["final_ms"] > 0
+
+    # The folded, compiled model computes what the original ONNX graph computes.
+    import numpy as np
+    import tvm
+    from onnx.reference import ReferenceEvaluator
+    from tvm import relax
+
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype("float32")
+    (expected,) = ReferenceEvaluator(zoo.exported_mlp()).run(None, {"x": x})
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "exported.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    assert got.shape == (8, 16, 2) and np.allclose(got, expected, atol=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -131,3 +142,39 @@ def test_corrupt_and_unsupported_models_give_one_line(sqlite_url, tmp_path):
     assert result.exit_code == 1 and "FancyMatMul" in result.output, result.output
     with Store(sqlite_url).read() as s:  # nothing was recorded for models that did not import
         assert s.execute(select(Model)).first() is None
+
+
+def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
+    """`--threads 2` runs in a fresh process (TVM reads the count once, at start), files its records under a 2-thread
+    device, and does not take the sibling's 1-thread record as an exact hit: only as a donor from another device."""
+    import subprocess
+    import sys
+
+    store = Store(sqlite_url)
+    import_logs(store, tuned_logs.work_dir, model="tiny", num_threads=1)
+    one = transfer_json(sqlite_url, str(sibling), "--budget", "2")
+    assert [t["source"] for t in one["tasks"]] == ["transferred"] and one["device"].endswith("-1t")
+
+    exe = Path(sys.executable).with_name("registry")
+    args = [str(exe), "--db", sqlite_url, "transfer", str(sibling), "--json", "--budget", "2", "--threads", "2"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    two = json.loads(done.stdout)
+    assert two["threads"] == 2 and two["device"].endswith("-2t")
+    assert [(t["source"], t["same_device"]) for t in two["tasks"]] == [("transferred", False)], two["tasks"]
+    assert {d["threads"] for d in store.devices()} == {1, 2}
+
+
+def test_a_thread_count_the_runtime_does_not_run_is_refused(sqlite_url, sibling):
+    """TVM's runtime in this process already runs N threads; filing its measurements under N+1 would be a lie."""
+    import tvm
+
+    from registry.errors import RegistryError
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+    from registry.tvm_side.transfer import transfer as run_transfer
+
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    loaded = load_onnx(sibling, name="sibling")
+    with pytest.raises(RegistryError, match=f"runs {running} thread"):
+        run_transfer(Store(sqlite_url), loaded, host_target(), threads=running + 1)

@@ -29,6 +29,7 @@ def find_donors(
     index: SimilarityIndex,
     vector: np.ndarray,
     device_id: int,
+    target_kind: str,
     *,
     k: int = 5,
     per_device: int = 2,
@@ -37,14 +38,15 @@ def find_donors(
     """Records of the ``k`` nearest workloads of the same operator kind, in the order they are worth trying.
 
     Order: every donor's best record on this device (nearest donor first), then their runners-up here, then records
-    measured on other devices, which say less about this one.
+    measured on other devices of the same target kind, which say less about this one. Records of another target kind
+    (a GPU trace for a CPU task) are never donors. The index is searched as loaded (see SimilarityIndex.search).
     """
-    near = [(wid, d) for wid, d in index.search(vector, k, exclude=set(exclude)) if d < MAX_DISTANCE]
+    near = [(wid, d) for wid, d in index.search(vector, k, set(exclude), refresh=False) if d < MAX_DISTANCE]
     if not near:
         return []
     distance = dict(near)
     with index.store.read() as conn:
-        found = queries.donor_records(conn, list(distance), per_device)
+        found = queries.donor_records(conn, list(distance), per_device, target_kind)
     donors = [
         Donor(
             r.record,
@@ -56,5 +58,5 @@ def find_donors(
         )
         for r in found
     ]
-    donors.sort(key=lambda d: (not d.same_device, d.rank, d.distance, d.record.mean_s or 0.0))
+    donors.sort(key=lambda d: (not d.same_device, d.rank, d.distance, d.record.mean_s or 0.0, d.record.id))
     return donors

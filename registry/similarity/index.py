@@ -119,9 +119,23 @@ class SimilarityIndex:
             self._index = faiss.read_index(str(self.path))
         return self._index
 
-    def search(self, vector: np.ndarray, k: int, exclude: set[int] = frozenset()) -> list[tuple[int, float]]:
-        """The ``k`` nearest workloads (id, squared L2 distance), nearest first, leaving out ``exclude``."""
-        index = self.load()
+    def add(self, workload_id: int, vector: np.ndarray) -> None:
+        """Make a workload that just got a good record findable in this process, without a rebuild. The saved index
+        and its manifest are untouched: the next ``load`` sees them out of date and rebuilds from SQL."""
+        index = self.load() if self._index is None else self._index
+        ids = np.asarray([workload_id], dtype=np.int64)
+        index.remove_ids(ids)
+        index.add_with_ids(vector.reshape(1, -1).astype(np.float32), ids)
+
+    def search(
+        self, vector: np.ndarray, k: int, exclude: set[int] = frozenset(), *, refresh: bool = True
+    ) -> list[tuple[int, float]]:
+        """The ``k`` nearest workloads (id, squared L2 distance), nearest first, leaving out ``exclude``.
+
+        ``refresh=False`` searches the index as last loaded, without asking SQL whether it is still current: for a
+        run that searches once per task and whose own writes need not be found.
+        """
+        index = self._index if (self._index is not None and not refresh) else self.load()
         if index.ntotal == 0:
             return []
         want = min(index.ntotal, k + len(exclude))

@@ -181,8 +181,8 @@ class DonorRecord:
     task_name: str
 
 
-def donor_records(conn: Session, workload_ids: list[int], per_device: int) -> list[DonorRecord]:
-    """The ``per_device`` fastest ok records of each workload on each device it was measured on."""
+def donor_records(conn: Session, workload_ids: list[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+    """The ``per_device`` fastest ok records of each workload on each device of ``target_kind`` it was measured on."""
     rank = (
         func.row_number()
         .over(
@@ -193,7 +193,9 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int) -> li
     )
     ranked = (
         select(*_RECORD_COLS, TuningRecord.device_id, rank)
+        .join(Device, Device.id == TuningRecord.device_id)
         .where(TuningRecord.workload_id.in_(workload_ids), TuningRecord.mean_s.is_not(None))
+        .where(Device.kind == target_kind)
         .subquery()
     )
     stmt = (

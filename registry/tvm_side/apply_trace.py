@@ -81,6 +81,16 @@ def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[A
         return None
 
 
+def as_stored(mod: IRModule, trace: list[Any]) -> Schedule | None:
+    """A stored record's own trace (postprocessors included) applied to its own workload, as compilation does."""
+    sch = Schedule(mod, seed=1)
+    try:
+        Trace.apply_json_to_schedule(trace, sch)
+    except TVM_ERRORS:
+        return None
+    return sch
+
+
 def trace_json(sch: Schedule) -> list[Any]:
     """The schedule's trace as a record stores it: instructions, then decisions, postprocessors included."""
     from registry.tvm_side.signature import _plain

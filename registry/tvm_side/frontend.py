@@ -19,6 +19,7 @@ class LoadedModel:
     name: str
     sha256: str
     input_shapes: dict[str, list[int]]
+    input_dtypes: dict[str, str]
     mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
 
 
@@ -39,13 +40,13 @@ def load_onnx(
         raise BadInputError(f"{where}: not a valid ONNX model ({str(e).splitlines()[0][:200]})") from None
     label = name or (source.stem if isinstance(source, Path) else model.graph.name or "model")
     shapes = onnx_prep.fixed_input_shapes(model, input_shapes or {})
-    _check_ops(model, label)
     model = onnx_prep.prepare(model, shapes, where)
+    _check_ops(model, label)  # after folding: an unsupported op on a constant shape path is gone by now
     try:
         mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
     except Exception as e:  # noqa: BLE001
         raise BadInputError(f"{where}: TVM cannot import this model: {str(e).strip().splitlines()[-1]}") from None
-    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, mod)
+    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod)
 
 
 def _check_ops(model: onnx.ModelProto, label: str) -> None:

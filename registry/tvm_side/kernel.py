@@ -32,11 +32,6 @@ class Timing:
         return statistics.median(self.run_secs) * 1e6
 
 
-def build(mod: IRModule, target: Target) -> tvm.runtime.Module:
-    """Compile a scheduled task module the way the tuning builders do. Raises on a bad schedule."""
-    return build_module(mod, target)
-
-
 def measure(
     rt_mod: tvm.runtime.Module, mod: IRModule, *, repeat: int = 5, min_repeat_ms: int = 20, number: int = 1
 ) -> Timing:
@@ -55,7 +50,7 @@ def measure(
 def build_and_measure(mod: IRModule, target: Target, **measure_args) -> Timing | None:
     """The kernel's timing, or None when it does not build or run."""
     try:
-        rt_mod = build(mod, target)
+        rt_mod = build_module(mod, target)
         return measure(rt_mod, mod, **measure_args)
     except TVM_ERRORS:
         return None

@@ -108,8 +108,9 @@ class _TraceChecker:
         if key in self.seen:
             return insts
         try:
-            # Without decisions, sampling instructions draw fresh ones: only the instructions are checked here.
-            Trace.apply_json_to_schedule([trace[0], []], Schedule(self.modules[ident], seed=1))
+            # With this record's decisions: re-sampled ones can legitimately fail (a different compute location
+            # changes the loops that later instructions refer to). One real decision set per skeleton is checked.
+            Trace.apply_json_to_schedule(trace, Schedule(self.modules[ident], seed=1))
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a trace that does not fit
             reason = str(e).strip().splitlines()[-1][:160] if str(e).strip() else type(e).__name__
             raise BadInputError(f"{raw.where}: the trace does not apply to its workload ({reason})") from None

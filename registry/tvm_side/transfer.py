@@ -15,8 +15,10 @@ against the untuned build.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,20 +29,21 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from registry import hostinfo
-from registry.errors import BadInputError
+from registry.errors import BadInputError, RegistryError
 from registry.report import ModelReport, TaskResult, Timings
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
 from registry.store import queries
-from registry.store.models import BestRecord
 from registry.store.rows import RecordIn
 from registry.store.store import Store
 from registry.tvm_side import apply_trace, kernel
+from registry.tvm_side.compat import TVM_ERRORS, unpin
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.measure import model_latency_ms
 from registry.tvm_side.signature import structural_hash, workload_in
+from registry.tvm_side.target import THREADS_ENV
 
 # Progress: (tasks done, tasks in all, what is happening now).
 Progress = Callable[[int, int, str], None]
@@ -60,7 +63,7 @@ class _Task:
     name: str
     weight: int
     mod: IRModule
-    shash: str
+    ident: tuple[str, str]  # (structural hash, module equality), as the store keys workloads
     workload_id: int
 
 
@@ -70,18 +73,14 @@ class _Clock:
     def __init__(self, timings: Timings) -> None:
         self.timings = timings
 
-    def __call__(self, part: str):
-        clock = self
-
-        class _Span:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                attr = f"{part}_s"
-                setattr(clock.timings, attr, getattr(clock.timings, attr) + time.perf_counter() - self.start)
-
-        return _Span()
+    @contextlib.contextmanager
+    def __call__(self, part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            attr = f"{part}_s"
+            setattr(self.timings, attr, getattr(self.timings, attr) + time.perf_counter() - start)
 
 
 def transfer(
@@ -95,6 +94,7 @@ def transfer(
 ) -> ModelReport:
     """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads; see the module docstring."""
     opts = options or TransferOptions()
+    _check_runs_here(target, threads)
     timings = Timings(import_s=import_s)
     clock = _Clock(timings)
     with clock("import"):
@@ -106,7 +106,7 @@ def transfer(
             source="transferred",
             team=opts.team,
             model=loaded.name,
-            task_names={t.shash: t.name for t in tasks},
+            task_names={t.ident[0]: t.name for t in tasks},
         )
     with clock("donors"):
         index = SimilarityIndex(store)
@@ -118,14 +118,17 @@ def transfer(
         results.append(resolver.resolve(task))
     progress(len(tasks), len(tasks), "compiling")
 
-    with clock("compile"):
-        untuned_exe = ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None)
-        final_exe = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
-        if opts.output is not None:
-            _export(final_exe, opts.output)
-    with clock("report"):
-        untuned_ms = model_latency_ms(untuned_exe, loaded)
-        final_ms = model_latency_ms(final_exe, loaded)
+    try:
+        with clock("compile"):
+            untuned_exe = ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None)
+            final_exe = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+            if opts.output is not None:
+                _export(final_exe, opts.output)
+        with clock("report"):
+            untuned_ms = model_latency_ms(untuned_exe, loaded)
+            final_ms = model_latency_ms(final_exe, loaded)
+    except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
+        raise RegistryError(f"{loaded.name}: compiling or running the model failed: {_last_line(e)}") from None
     return ModelReport(
         model=loaded.name,
         device=db.device.name,
@@ -136,6 +139,32 @@ def transfer(
         timings=timings,
         output=str(opts.output) if opts.output is not None else None,
     )
+
+
+def _check_runs_here(target: Target, threads: int) -> None:
+    """Candidates and models are timed in this process, so the target must be this CPU, at the thread count the
+    records will be filed under."""
+    from tvm.target import codegen
+
+    host_triple = codegen.llvm_get_system_triple()
+    triple = str(target.attrs.get("mtriple", host_triple))
+    if target.kind.name != "llvm" or triple != host_triple:
+        raise BadInputError(
+            f"transfer measures on this machine, so the target must be its CPU (llvm, mtriple {host_triple}); "
+            f"got {target.kind.name}" + (f" for {triple}" if target.kind.name == "llvm" else "")
+        )
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    unpin()  # asking started TVM's thread pool, which pinned this thread to one core
+    if running != threads:
+        raise RegistryError(
+            f"TVM's runtime in this process runs {running} thread(s), not {threads}: it reads {THREADS_ENV} once, "
+            f"when it starts, so set {THREADS_ENV}={threads} before the first use of TVM (the CLI's --threads does)"
+        )
+
+
+def _last_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[-1] if lines else type(error).__name__
 
 
 def _extract(store: Store, loaded: LoadedModel, target: Target) -> list[_Task]:
@@ -150,9 +179,9 @@ def _extract(store: Store, loaded: LoadedModel, target: Target) -> list[_Task]:
         [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
     )
     with store.read() as conn:
-        ids = {w.shash: queries.workload_id(conn, w.shash, w.module_equality) for w in workloads}
+        ids = {w.ident: queries.workload_id(conn, *w.ident) for w in workloads}
     return [
-        _Task(t.task_name, int(t.weight), t.dispatched[0], w.shash, ids[w.shash])
+        _Task(t.task_name, int(t.weight), t.dispatched[0], w.ident, ids[w.ident])
         for w, t in zip(workloads, extracted, strict=True)
     ]
 
@@ -182,13 +211,19 @@ class _Resolver:
         with self.clock("donors"):
             best = self._best_here(task.workload_id)
         if best is not None:
-            result.source, result.after_us = "exact", best * 1e6
+            with self.clock("report"):  # timed here like the default, so that before -> after is one comparison
+                stored = apply_trace.as_stored(task.mod, json.loads(best.trace_json))
+                timing = kernel.build_and_measure(stored.mod, self.target) if stored is not None else None
+            result.source = "exact"
+            result.after_us = timing.median_us if timing is not None else best.mean_s * 1e6
             return result
+        vector = embed(workload_in(task.mod, task_name=task.name).signature)
         with self.clock("donors"):
             donors = find_donors(
                 self.index,
-                embed(workload_in(task.mod, task_name=task.name).signature),
+                vector,
                 self.db.device_id,
+                self.target.kind.name,
                 k=self.opts.neighbours,
                 per_device=self.opts.per_device,
                 exclude=frozenset({task.workload_id}),
@@ -200,15 +235,16 @@ class _Resolver:
         if default is not None and timing.median_us >= default.median_us:
             return result  # the default schedule is at least as fast: keep it, commit nothing
         self._commit(task, donor, sch, timing)
+        self.index.add(task.workload_id, vector)  # a donor for the model's later tasks
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
         return result
 
-    def _best_here(self, workload_id: int) -> float | None:
+    def _best_here(self, workload_id: int) -> queries.StoredRecord | None:
         with self.store.read() as conn:
-            row = conn.get(BestRecord, (workload_id, self.db.device_id))
-            return row.mean_s if row is not None else None
+            best = queries.top_k(conn, workload_id, self.db.device_id, 1)
+        return best[0] if best else None
 
     def _candidates(self, task: _Task, donors: list[Donor]):
         """(donor, schedule) pairs: every donor record as it is, then its decisions re-sampled, until the budget."""
@@ -257,7 +293,7 @@ class _Resolver:
 
     def _commit(self, task: _Task, donor: Donor, sch, timing: kernel.Timing) -> None:
         record = RecordIn(
-            workload=(task.shash, "structural"),
+            workload=task.ident,
             device=self.db.device,
             trace=apply_trace.trace_json(sch),
             run_secs=timing.run_secs,
@@ -272,8 +308,6 @@ class _Resolver:
 
 
 def _trace(donor: Donor) -> list:
-    import json
-
     return json.loads(donor.record.trace_json)
 
 

@@ -57,16 +57,12 @@ class _Graph:
 
     # -- layers ----------------------------------------------------------------------------------------------------
 
-    def conv_bn(self, x: str, c_in: int, c_out: int, k: int, stride: int = 1, group: int = 1, act: str | None = "Relu"):
-        w = self.weight((c_out, c_in // group, k, k))
-        y = self.op("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=group)
-        bn = [
-            self.weight((c_out,)),
-            self.weight((c_out,)),
-            self.weight((c_out,)),
-            self.const(np.ones(c_out), "float32"),
-        ]
-        y = self.op("BatchNormalization", [y, *bn])
+    def conv(self, x: str, c_in: int, c_out: int, k: int, stride: int = 1, group: int = 1, act: str | None = "Relu"):
+        """Conv with bias, then the activation. BatchNorm is folded into the conv's weights and bias, as PyTorch's
+        and Paddle's exporters do for inference."""
+        w, b = self.weight((c_out, c_in // group, k, k)), self.weight((c_out,))
+        pads = [k // 2] * 4
+        y = self.op("Conv", [x, w, b], kernel_shape=[k, k], strides=[stride, stride], pads=pads, group=group)
         if act == "Relu":
             y = self.op("Relu", [y])
         elif act == "Relu6":
@@ -93,7 +89,7 @@ def resnet(
     blocks = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3)}[depth]
     bottleneck = depth >= 50
     g = _Graph(seed)
-    x = g.conv_bn("x", 3, width, 7, stride=2)
+    x = g.conv("x", 3, width, 7, stride=2)
     x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     c_in = width
     for stage, n in enumerate(blocks):
@@ -102,13 +98,13 @@ def resnet(
         for i in range(n):
             stride = 2 if (i == 0 and stage > 0) else 1
             if bottleneck:
-                y = g.conv_bn(x, c_in, mid, 1)
-                y = g.conv_bn(y, mid, mid, 3, stride)
-                y = g.conv_bn(y, mid, c_out, 1, act=None)
+                y = g.conv(x, c_in, mid, 1)
+                y = g.conv(y, mid, mid, 3, stride)
+                y = g.conv(y, mid, c_out, 1, act=None)
             else:
-                y = g.conv_bn(x, c_in, mid, 3, stride)
-                y = g.conv_bn(y, mid, c_out, 3, act=None)
-            short = x if (stride == 1 and c_in == c_out) else g.conv_bn(x, c_in, c_out, 1, stride, act=None)
+                y = g.conv(x, c_in, mid, 3, stride)
+                y = g.conv(y, mid, c_out, 3, act=None)
+            short = x if (stride == 1 and c_in == c_out) else g.conv(x, c_in, c_out, 1, stride, act=None)
             x = g.op("Relu", [g.op("Add", [y, short])])
             c_in = c_out
     out = _classifier(g, x, c_in, classes)
@@ -121,18 +117,18 @@ def mobilenet_v2(batch: int = 1, image: int = 64, width: int = 16, classes: int 
     settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2)]
     g = _Graph(seed)
     c_in = 2 * width
-    x = g.conv_bn("x", 3, c_in, 3, stride=2, act="Relu6")
+    x = g.conv("x", 3, c_in, 3, stride=2, act="Relu6")
     for t, c, n, s in settings:
         c_out = c * width // 16
         for i in range(n):
             stride = s if i == 0 else 1
             hidden = c_in * t
-            y = g.conv_bn(x, c_in, hidden, 1, act="Relu6") if t != 1 else x
-            y = g.conv_bn(y, hidden, hidden, 3, stride, group=hidden, act="Relu6")
-            y = g.conv_bn(y, hidden, c_out, 1, act=None)
+            y = g.conv(x, c_in, hidden, 1, act="Relu6") if t != 1 else x
+            y = g.conv(y, hidden, hidden, 3, stride, group=hidden, act="Relu6")
+            y = g.conv(y, hidden, c_out, 1, act=None)
             x = g.op("Add", [x, y]) if (stride == 1 and c_in == c_out) else y
             c_in = c_out
-    x = g.conv_bn(x, c_in, 4 * c_in, 1, act="Relu6")
+    x = g.conv(x, c_in, 4 * c_in, 1, act="Relu6")
     out = _classifier(g, x, 4 * c_in, classes)
     return g.model("mobilenet_v2", [_image_input(batch, image)], out, [batch, classes])
 
