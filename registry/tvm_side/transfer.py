@@ -51,7 +51,7 @@ Progress = Callable[[int, int, str], None]
 
 @dataclass
 class TransferOptions:
-    budget: int = 8  # candidate schedules measured per task, at most
+    budget: int = 3  # candidate schedules measured per task, at most (see docs/BENCHMARKS.md: 3 vs 8)
     neighbours: int = 5  # donor workloads considered per task
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None
