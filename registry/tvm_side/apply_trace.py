@@ -14,7 +14,6 @@ postprocessors run again on the new workload. Two ways to apply what is left:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tvm.ir import IRModule
@@ -96,7 +95,3 @@ def trace_json(sch: Schedule) -> list[Any]:
     from registry.tvm_side.signature import _plain
 
     return _plain(sch.trace.as_json())
-
-
-def dumps(trace: list[Any]) -> str:
-    return json.dumps(trace, separators=(",", ":"))

@@ -45,6 +45,12 @@ def prepare_tuning(target_kind: str = "llvm") -> None:
 TVM_ERRORS = (RuntimeError, ValueError, TypeError, IndexError)
 
 
+def error_line(error: BaseException) -> str:
+    """The line of a TVM error worth showing a user: TVM puts a C++ backtrace first and the message last."""
+    lines = str(error).strip().splitlines()
+    return lines[-1] if lines else type(error).__name__
+
+
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 # The tensor intrinsics a CPU of this architecture can use; CUDA's are the slow ones (30 s of a 54 s import here).
 _CPU_INTRINSICS = {"x86_64": ("x86",), "AMD64": ("x86",), "aarch64": ("arm_cpu",), "arm64": ("arm_cpu",)}

@@ -12,6 +12,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from registry import onnx_prep
 from registry.errors import BadInputError
+from registry.tvm_side.compat import error_line
 
 
 @dataclass
@@ -45,7 +46,7 @@ def load_onnx(
     try:
         mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
     except Exception as e:  # noqa: BLE001
-        raise BadInputError(f"{where}: TVM cannot import this model: {str(e).strip().splitlines()[-1]}") from None
+        raise BadInputError(f"{where}: TVM cannot import this model: {error_line(e)}") from None
     return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod)
 
 

@@ -16,6 +16,7 @@ from registry.perf import paused_gc
 from registry.store import ingest
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
 from registry.store.store import Store
+from registry.tvm_side.compat import error_line
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
 
@@ -112,7 +113,7 @@ class _TraceChecker:
             # changes the loops that later instructions refer to). One real decision set per skeleton is checked.
             Trace.apply_json_to_schedule(trace, Schedule(self.modules[ident], seed=1))
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a trace that does not fit
-            reason = str(e).strip().splitlines()[-1][:160] if str(e).strip() else type(e).__name__
+            reason = error_line(e)[:160]
             raise BadInputError(f"{raw.where}: the trace does not apply to its workload ({reason})") from None
         self.seen.add(key)
         return insts

@@ -12,7 +12,7 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec
-from registry.tvm_side.compat import TVM_ERRORS, unpin
+from registry.tvm_side.compat import TVM_ERRORS, error_line, unpin
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -26,7 +26,7 @@ def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
         try:
             target = Target(json.loads(target) if isinstance(target, str) else target)
         except TVM_ERRORS as e:
-            raise BadInputError(f"not a valid TVM target {target!r}: {str(e).strip().splitlines()[-1]}") from None
+            raise BadInputError(f"not a valid TVM target {target!r}: {error_line(e)}") from None
     return json.loads(str(target))
 
 
@@ -64,6 +64,11 @@ def runtime_threads() -> int:
     """Threads the TVM runtime measures with: ``$TVM_NUM_THREADS``, else what the runtime reports (1 here)."""
     if os.environ.get(THREADS_ENV):
         return int(os.environ[THREADS_ENV])
+    return running_threads()
+
+
+def running_threads() -> int:
+    """The thread count TVM's runtime in this process actually runs."""
     threads = int(tvm.get_global_func("runtime.NumThreads")())
     unpin()  # asking started TVM's thread pool, which pinned this thread to one core
     return threads

@@ -35,15 +35,15 @@ from registry.similarity.donors import Donor, find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
 from registry.store import queries
-from registry.store.rows import RecordIn
+from registry.store.rows import RecordIn, Signature
 from registry.store.store import Store
 from registry.tvm_side import apply_trace, kernel
-from registry.tvm_side.compat import TVM_ERRORS, unpin
+from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.measure import model_latency_ms
 from registry.tvm_side.signature import structural_hash, workload_in
-from registry.tvm_side.target import THREADS_ENV
+from registry.tvm_side.target import THREADS_ENV, running_threads
 
 # Progress: (tasks done, tasks in all, what is happening now).
 Progress = Callable[[int, int, str], None]
@@ -65,6 +65,7 @@ class _Task:
     mod: IRModule
     ident: tuple[str, str]  # (structural hash, module equality), as the store keys workloads
     workload_id: int
+    signature: Signature
 
 
 class _Clock:
@@ -128,7 +129,7 @@ def transfer(
             untuned_ms = model_latency_ms(untuned_exe, loaded)
             final_ms = model_latency_ms(final_exe, loaded)
     except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
-        raise RegistryError(f"{loaded.name}: compiling or running the model failed: {_last_line(e)}") from None
+        raise RegistryError(f"{loaded.name}: compiling or running the model failed: {error_line(e)}") from None
     return ModelReport(
         model=loaded.name,
         device=db.device.name,
@@ -153,18 +154,12 @@ def _check_runs_here(target: Target, threads: int) -> None:
             f"transfer measures on this machine, so the target must be its CPU (llvm, mtriple {host_triple}); "
             f"got {target.kind.name}" + (f" for {triple}" if target.kind.name == "llvm" else "")
         )
-    running = int(tvm.get_global_func("runtime.NumThreads")())
-    unpin()  # asking started TVM's thread pool, which pinned this thread to one core
+    running = running_threads()
     if running != threads:
         raise RegistryError(
             f"TVM's runtime in this process runs {running} thread(s), not {threads}: it reads {THREADS_ENV} once, "
             f"when it starts, so set {THREADS_ENV}={threads} before the first use of TVM (the CLI's --threads does)"
         )
-
-
-def _last_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[-1] if lines else type(error).__name__
 
 
 def _extract(store: Store, loaded: LoadedModel, target: Target) -> list[_Task]:
@@ -181,7 +176,7 @@ def _extract(store: Store, loaded: LoadedModel, target: Target) -> list[_Task]:
     with store.read() as conn:
         ids = {w.ident: queries.workload_id(conn, *w.ident) for w in workloads}
     return [
-        _Task(t.task_name, int(t.weight), t.dispatched[0], w.ident, ids[w.ident])
+        _Task(t.task_name, int(t.weight), t.dispatched[0], w.ident, ids[w.ident], w.signature)
         for w, t in zip(workloads, extracted, strict=True)
     ]
 
@@ -217,7 +212,7 @@ class _Resolver:
             result.source = "exact"
             result.after_us = timing.median_us if timing is not None else best.mean_s * 1e6
             return result
-        vector = embed(workload_in(task.mod, task_name=task.name).signature)
+        vector = embed(task.signature)
         with self.clock("donors"):
             donors = find_donors(
                 self.index,
