@@ -38,7 +38,7 @@ def _set_revision(url: str, revision: str) -> None:
 def test_an_older_revision_is_refused_naming_the_upgrade_command(db_url, monkeypatch):
     Store(db_url).close()
     # Pretend this registry is one revision newer than the database.
-    monkeypatch.setattr(schema, "HEAD", "0002")
+    monkeypatch.setattr(schema, "HEAD", f"{int(schema.HEAD) + 1:04d}")
     with pytest.raises(SchemaOutdatedError, match="registry db upgrade"):
         Store(db_url)
     result = CliRunner().invoke(cli, ["--db", db_url, "stats"])

@@ -206,3 +206,26 @@ class ModelTask(Base):
     weight: Mapped[int] = mapped_column(Integer)
 
     model: Mapped[Model] = relationship(back_populates="tasks")
+
+
+class Predictor(Base):
+    """A cost model pre-trained on one device's records: a versioned artifact, so a tuning run can start from it.
+
+    ``blob`` is the model as its library saves it (for ``xgb``: the tar of XGBModel.save, booster and training
+    features). Versions count up per device; a newer one supersedes, the older ones stay for comparison.
+    """
+
+    __tablename__ = "predictor"
+    __table_args__ = (UniqueConstraint("device_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    n_workloads: Mapped[int] = mapped_column(Integer)
+    n_records: Mapped[int] = mapped_column(Integer)
+    # The held-out evaluation at training time (JSON), next to a random ranking's: how far to trust the model.
+    metrics_json: Mapped[str] = mapped_column(Text)
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())

@@ -1,0 +1,158 @@
+"""``registry predictor``: train a performance predictor on a device's records, and list the stored ones."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from registry.cli.main import Context, pass_ctx
+from registry.cli.output import echo_json, echo_table
+
+
+@click.group()
+def predictor() -> None:
+    """Pre-trained cost models: XGBoost trained on every workload a device has records of.
+
+    A tuning run that starts from one ranks candidates from its first trial, instead of at random for MetaSchedule's
+    first 100 (the One-Shot Tuner idea). Each training is stored as the device's next version.
+
+    \b
+    Examples:
+      registry predictor train --device host
+      registry predictor list
+    """
+
+
+@predictor.command()
+@click.option(
+    "--device",
+    default="host",
+    show_default=True,
+    help="`host` (this machine), a device id or a name (see `registry devices`).",
+)
+@click.option(
+    "--holdout",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.25,
+    show_default=True,
+    help="Share of the workloads held out to evaluate a model trained without them; 0: no evaluation.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out choice.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the text.")
+@pass_ctx
+def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -> None:
+    """Train a predictor on DEVICE's records and store it as the device's next version.
+
+    Whole workloads are held out, not records: the evaluation says how well the model ranks the schedules of an
+    operator it has never seen, by Spearman correlation with measured throughput and top-1/top-5 recall, next to what
+    a random ranking scores. The stored model is then trained on all workloads.
+
+    \b
+    Example:
+      registry predictor train --device 1 --holdout 0.3
+    """
+    from registry.tvm_side import predictor as tvm_predictor
+
+    store = ctx.store
+    dev = store.resolve_one_device(device)
+    with _Progress() as progress:
+        model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress)
+    version = tvm_predictor.save(store, dev.id, model, metrics)
+    if as_json:
+        echo_json({"version": version, "kind": tvm_predictor.KIND, **metrics})
+        return
+    click.echo(
+        f"stored predictor v{version} ({tvm_predictor.KIND}) of device {metrics['device']}: "
+        f"{metrics['workloads']} workload(s), {metrics['records']} record(s), "
+        f"trained in {metrics['train_seconds']:.1f} s"
+    )
+    if metrics["skipped_records"]:
+        click.echo(f"skipped {metrics['skipped_records']} record(s) whose trace no longer replays on this TVM")
+    if "held_out" not in metrics:
+        why = "--holdout 0" if holdout == 0 else "the held-out workloads' records do not replay on this TVM"
+        click.echo(f"no held-out evaluation ({why})")
+        return
+    held, rand = metrics["held_out"], metrics["random"]
+    click.echo(f"\nheld-out: {held['workloads']} unseen workload(s), {held['records']} record(s)")
+    keys = ["spearman"] + [k for k in held if k.startswith("recall@")]
+    echo_table(
+        ["metric", "model", "random"],
+        [(k, f"{held[k]:.3f}", f"{rand[k]:.3f}") for k in keys],
+        right=("model", "random"),
+    )
+
+
+class _Progress:
+    """One overwritten line per workload on a terminal, wiped at the end (an error then starts a clean line); nothing
+    when stderr is a log, where a line per workload is noise."""
+
+    def __enter__(self):
+        self.enabled = sys.stderr.isatty()
+        return self
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            click.echo(f"\r{msg[:79]:79}", nl=False, err=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            click.echo("\r" + " " * 79 + "\r", nl=False, err=True)
+
+
+@predictor.command(name="list")
+@click.option("--device", help="Only this device: `host`, a device id or a name.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, with each predictor's full evaluation.")
+@pass_ctx
+def list_(ctx: Context, device: str | None, as_json: bool) -> None:
+    """The stored predictors, by device and version, with their held-out Spearman and top-5 recall.
+
+    \b
+    Example:
+      registry predictor list --device host
+    """
+    from registry.store.predictors import list_predictors
+
+    store = ctx.store
+    device_id = store.resolve_one_device(device).id if device else None
+    rows = list_predictors(store, device_id)
+    if as_json:
+        echo_json([r.as_json() for r in rows])
+        return
+    if not rows:
+        click.echo("no predictors yet: `registry predictor train` makes one", err=True)
+        return
+
+    def held(r, key: str) -> str:
+        m = r.metrics
+        if "held_out" not in m:
+            return "-"
+        return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
+
+    echo_table(
+        [
+            "device",
+            "version",
+            "kind",
+            "workloads",
+            "records",
+            "spearman (random)",
+            "recall@5 (random)",
+            "KiB",
+            "created",
+        ],
+        [
+            (
+                f"{r.device_id}:{r.device}",
+                r.version,
+                r.kind,
+                r.n_workloads,
+                r.n_records,
+                held(r, "spearman"),
+                held(r, "recall@5"),
+                round(r.blob_bytes / 1024),
+                r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else None,
+            )
+            for r in rows
+        ],
+        right=("version", "workloads", "records", "KiB"),
+    )

@@ -1,0 +1,386 @@
+"""A performance predictor pre-trained on a device's stored records: the One-Shot Tuner idea.
+
+MetaSchedule's XGBModel normally starts each tuning run knowing nothing and predicts at random for its first 100
+trials. Trained offline on every workload the registry has measured on a device, it ranks a new workload's candidates
+from the first trial. The model is stored in the registry as a versioned artifact of that device
+(``registry.store.predictors``).
+
+Training set: each workload with ok records on the device is one XGBModel feature group. Its stored traces are
+replayed on the workload (``apply_trace.as_stored``), MetaSchedule extracts the features, and XGBModel normalises the
+latencies within the group (best / latency), so that fast and slow operators train one model.
+
+Evaluation holds out whole workloads, not records: the question is how well the model ranks schedules of an operator
+it has never seen, which is how a pre-trained model is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from tvm.s_tir.meta_schedule import TuneContext
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup, XGBConfig, XGBModel
+from tvm.s_tir.meta_schedule.database import Workload as TvmWorkload
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+from tvm.s_tir.meta_schedule.utils import shash2hex
+from tvm.target import Target
+
+from registry import hostinfo, tvmlog
+from registry.errors import BadInputError, RegistryError, UnknownDeviceError
+from registry.store import queries
+from registry.store.models import Device, TuningRecord, Workload
+from registry.store.predictors import latest_predictor, save_predictor
+from registry.store.store import Store
+from registry.tvm_side import ORIGINAL_AFFINITY
+from registry.tvm_side.apply_trace import as_stored
+from registry.tvm_side.compat import load_tensor_intrinsics
+
+KIND = "xgb"
+# Fewer records than this say nothing about a ranking (two records always rank "perfectly" or "inversely").
+MIN_EVAL_RECORDS = 3
+TOP_KS = (1, 5)
+
+
+def new_model() -> XGBModel:
+    """An XGBModel that predicts from its first trial, retrains on every update, and trains on this process's cores.
+
+    ``num_warmup_samples=0``: the default (100) makes XGBModel ignore its booster and predict at random until it
+    holds 100 samples, which would throw a pre-trained model away. ``adaptive_training=False``: with it, a model
+    loaded with thousands of samples would not retrain until the new workload added 20% more, i.e. never in a short
+    tuning run, and the new workload's own measurements are the most telling ones.
+    """
+    return XGBModel(
+        config=XGBConfig(nthread=xgboost_threads()),
+        num_warmup_samples=0,
+        adaptive_training=False,
+        verbose_eval=0,  # XGBModel logs boosting rounds at multiples of it (round 0 too), and its early stop, unless 0
+    )
+
+
+def xgboost_threads() -> int:
+    """``$OMP_NUM_THREADS`` when set, else every core this process may use.
+
+    TVM's runtime pins this thread to one core once its thread pool starts, so the affinity from before TVM loaded
+    is the one that counts. The variable is for shared machines: measured on 2 cores with another job busy on one,
+    training took 3-10 s with 2 threads against 0.6 s with 1, as XGBoost's OpenMP threads wait at every barrier for
+    the one that is not running.
+    """
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(ORIGINAL_AFFINITY) or os.cpu_count() or 1
+
+
+# -- the training set ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """One workload's records, as features for XGBModel and latencies for the evaluation."""
+
+    workload_id: int
+    task: str
+    context: TuneContext
+    group_hash: str
+    features: list[np.ndarray]  # one per record, fastest first
+    run_secs: list[list[float]]
+    mean_s: np.ndarray
+    candidates: list[MeasureCandidate] | None = None  # kept only while needed (they hold a module per record)
+    skipped: int = 0
+
+    @property
+    def costs(self) -> np.ndarray:
+        """XGBModel's cost of each record: the median of its run_secs (``XGBModel.update`` takes the same)."""
+        return np.array([np.median(s) for s in self.run_secs], dtype="float32")
+
+
+class _Source:
+    """Reads one device's workloads and records from the store and turns them into TVM objects."""
+
+    def __init__(self, store: Store, device_id: int) -> None:
+        self.store, self.device_id = store, device_id
+        with store.read() as conn:
+            device = conn.get(Device, device_id)
+            if device is None:
+                raise UnknownDeviceError(f"no device {device_id} in the registry; see `registry devices`")
+            self.device_name = f"{device.id}:{device.name}"
+            self.target = Target(json.loads(device.target_json))
+            stmt = (
+                select(TuningRecord.workload_id, Workload.task_name, func.count())
+                .join(Workload, Workload.id == TuningRecord.workload_id)
+                .where(TuningRecord.device_id == device_id, TuningRecord.mean_s.is_not(None))
+                .group_by(TuningRecord.workload_id, Workload.task_name)
+                .order_by(TuningRecord.workload_id)
+            )
+            # workload id -> (task name, ok records)
+            self.counts: dict[int, tuple[str, int]] = {w: (t, n) for w, t, n in conn.execute(stmt)}
+
+    def group(self, workload_id: int, extractor) -> _Group:
+        task, n = self.counts[workload_id]
+        with self.store.read() as conn:
+            stored = queries.workloads_by_id(conn, [workload_id])[workload_id]
+            records = queries.top_k(conn, workload_id, self.device_id, n)  # all ok records, fastest first
+        mod = TvmWorkload.from_json([stored.shash, tvmlog.encode_module(stored.mod_json)]).mod
+        args_info = [ArgInfo.from_json(a) for a in stored.args_info]
+        context = TuneContext(mod=mod, target=self.target, task_name=task)
+        candidates, kept = [], []
+        for r in records:
+            sch = as_stored(mod, json.loads(r.trace_json))
+            if sch is not None:  # None: written by a TVM whose instructions no longer replay
+                candidates.append(MeasureCandidate(sch, args_info))
+                kept.append(r)
+        features = [x.numpy().astype("float32") for x in extractor.extract_from(context, candidates)] if kept else []
+        # As XGBModel.update does: a schedule without features cannot be trained on.
+        keep = [i for i, f in enumerate(features) if len(f)]
+        return _Group(
+            workload_id=workload_id,
+            task=task,
+            context=context,
+            group_hash=shash2hex(mod),
+            features=[features[i] for i in keep],
+            run_secs=[kept[i].run_secs for i in keep],
+            mean_s=np.array([kept[i].mean_s for i in keep]),
+            candidates=[candidates[i] for i in keep],
+            skipped=len(records) - len(keep),
+        )
+
+
+def _fit(groups: list[_Group], anchor: _Group) -> XGBModel:
+    """A new model trained once on all ``groups``.
+
+    Calling ``update`` once per workload would retrain XGBoost from scratch after each one (XGBModel always trains
+    on everything it holds): quadratic in the number of workloads. So every other group is put in the model's data
+    as ``update`` itself would store it, and one ``update`` with ``anchor`` (which still has its candidates) extracts
+    that group and trains on them all, XGBModel normalising each group by its own best.
+    """
+    model = new_model()
+    for g in groups:
+        if g is not anchor:
+            model.data[g.group_hash] = FeatureGroup(g.group_hash, list(g.features), g.costs)
+            model.data_size += len(g.features)
+    model.update(anchor.context, anchor.candidates, [RunnerResult(s, None) for s in anchor.run_secs])
+    return model
+
+
+# -- evaluation ------------------------------------------------------------------------------------------------
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks from 0, ties given their mean rank (as Spearman's coefficient needs)."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    for value in np.unique(x):
+        tied = x == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation; 0 when either side is constant (it ranks nothing)."""
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def top_k_recall(score: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """The share of the true ``k`` best (highest ``truth``) among the ``k`` highest ``score``; k capped at n."""
+    k = min(k, len(truth))
+    best = set(np.argsort(-truth, kind="stable")[:k].tolist())
+    picked = set(np.argsort(-score, kind="stable")[:k].tolist())
+    return len(best & picked) / k
+
+
+def _evaluate(model: XGBModel, g: _Group) -> dict[str, Any]:
+    score = model.predict(g.context, g.candidates)
+    throughput = 1.0 / g.mean_s
+    row: dict[str, Any] = {"workload_id": g.workload_id, "task": g.task, "records": len(g.mean_s)}
+    row["spearman"] = spearman(score, throughput)
+    for k in TOP_KS:
+        row[f"recall@{k}"] = top_k_recall(score, throughput, k)
+        # A random ranking's expected recall: each of the k picks is one of the true k with probability k/n.
+        row[f"random_recall@{k}"] = min(k, len(throughput)) / len(throughput)
+    return row
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def mean(key: str) -> float:
+        return float(np.mean([r[key] for r in rows]))
+
+    return {
+        "held_out": {"spearman": mean("spearman"), **{f"recall@{k}": mean(f"recall@{k}") for k in TOP_KS}},
+        # A random ranking's Spearman is 0 in expectation; its recall is k/n, averaged like the model's.
+        "random": {"spearman": 0.0, **{f"recall@{k}": mean(f"random_recall@{k}") for k in TOP_KS}},
+        "per_workload": rows,
+    }
+
+
+# -- training --------------------------------------------------------------------------------------------------
+
+
+def _split(source: _Source, holdout: float, seed: int) -> tuple[list[int], list[int]]:
+    """Workload ids to train on and to hold out. Only workloads with enough records to rank are held out."""
+    ids = list(source.counts)
+    if not ids:
+        raise RegistryError(
+            f"device {source.device_name} has no ok records: training needs at least 1 workload with records "
+            "(tune or import some first)"
+        )
+    if holdout == 0:
+        return ids, []
+    rankable = [w for w in ids if source.counts[w][1] >= MIN_EVAL_RECORDS]
+    if len(ids) < 2 or not rankable:
+        raise RegistryError(
+            f"device {source.device_name} has {len(ids)} workload(s) with ok records, {len(rankable)} of them with "
+            f"{MIN_EVAL_RECORDS}+ records: a held-out evaluation needs at least 2 workloads, one of them with "
+            f"{MIN_EVAL_RECORDS}+ records (or train without one: --holdout 0)"
+        )
+    n_held = min(max(1, round(holdout * len(ids))), len(rankable), len(ids) - 1)
+    rng = np.random.default_rng(seed)
+    held = sorted(rng.choice(rankable, size=n_held, replace=False).tolist())
+    return [w for w in ids if w not in held], held
+
+
+def train(
+    store: Store,
+    device_id: int,
+    *,
+    holdout: float = 0.25,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[XGBModel, dict[str, Any]]:
+    """Train an XGBModel on every workload of ``device_id``; first evaluate one trained without ``holdout`` of them.
+
+    Returns the model trained on all workloads, and metrics: counts (``skipped_records``: traces that no longer
+    replay), seconds (trace replay and feature extraction included), and (with ``holdout`` > 0) the mean Spearman
+    correlation and top-1/top-5 recall on held-out workloads next to a random ranking's, with each workload's.
+    Raises RegistryError when the device has too few workloads or records.
+    """
+    if not 0 <= holdout < 1:
+        raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
+    say = progress or (lambda _msg: None)
+    source = _Source(store, device_id)
+    train_ids, held_ids = _split(source, holdout, seed)
+    load_tensor_intrinsics(source.target.kind.name)  # before the first TuneContext, which would import them all
+
+    start = time.perf_counter()
+    extractor = new_model().extractor
+    total, done, skipped = len(train_ids) + len(held_ids), 0, 0
+
+    def read(wid: int) -> _Group:
+        nonlocal done, skipped
+        done += 1
+        say(f"[{done}/{total}] {source.counts[wid][0]}")
+        g = source.group(wid, extractor)
+        skipped += g.skipped
+        return g
+
+    groups: list[_Group] = []
+    for wid in train_ids:
+        g = read(wid)
+        if g.features:
+            if groups:  # only the last group keeps its schedules, for _fit's update: they hold a module each
+                groups[-1].candidates = None
+            groups.append(g)
+    if not groups:
+        raise RegistryError(
+            f"no record of device {source.device_name} replays on this TVM ({skipped} skipped): nothing to train on"
+        )
+    anchor = groups[-1]
+
+    metrics: dict[str, Any] = {"device": source.device_name, "holdout": holdout, "seed": seed}
+    if held_ids:
+        partial = _fit(groups, anchor)
+        rows = []
+        for wid in held_ids:
+            g = read(wid)
+            if len(g.features) >= MIN_EVAL_RECORDS:
+                rows.append(_evaluate(partial, g))
+            g.candidates = None
+            if g.features:
+                groups.append(g)
+        if rows:  # else the held-out workloads' records did not replay: no evaluation to show
+            metrics.update(_summary(rows))
+            metrics["held_out"].update(workloads=len(rows), records=sum(r["records"] for r in rows))
+    model = _fit(groups, anchor)
+    metrics.update(
+        workloads=len(groups),
+        records=sum(len(g.features) for g in groups),
+        skipped_records=skipped,
+        train_seconds=round(time.perf_counter() - start, 3),
+    )
+    return model, metrics
+
+
+# -- storing ---------------------------------------------------------------------------------------------------
+
+
+def to_bytes(model: XGBModel) -> bytes:
+    """XGBModel.save's tar file (booster and training features), as bytes."""
+    with tempfile.TemporaryDirectory() as tmp, _quiet_xgboost():
+        path = Path(tmp) / "model.tar"
+        model.save(str(path))
+        return path.read_bytes()
+
+
+def from_bytes(blob: bytes) -> XGBModel:
+    """The inverse of ``to_bytes``, as a model that predicts from its first trial (see ``new_model``).
+
+    The tar's feature file is a pickled numpy array (XGBModel's format), so a blob is as trusted as the database.
+    """
+    model = new_model()
+    with tempfile.TemporaryDirectory() as tmp, _quiet_xgboost():
+        path = Path(tmp) / "model.tar"
+        path.write_bytes(blob)
+        model.load(str(path))
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_xgboost() -> Iterator[None]:
+    """XGBoost warns on every save and load that XGBModel's ``model.bin`` names no format (it is UBJSON, both ways):
+    noise for a user, nothing to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*(UBJSON|Unknown file format)", category=UserWarning)
+        yield
+
+
+def save(store: Store, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
+    """Store ``model`` as the device's next predictor version; returns the version."""
+    if model.booster is None:
+        raise RegistryError("the model was never trained: there is nothing to store")
+    return save_predictor(
+        store,
+        device_id,
+        KIND,
+        to_bytes(model),
+        metrics,
+        n_workloads=len(model.data),
+        n_records=int(model.data_size),
+        tvm_version=hostinfo.tvm_version(),
+    )
+
+
+def load_predictor(store: Store, device_id: int) -> tuple[XGBModel, int] | None:
+    """The device's newest XGBModel predictor and its version, ready to rank candidates; None when it has none.
+
+    Use it as the cost model of a tuning run on the same device, e.g.
+    ``ms.tune_tir(..., cost_model=load_predictor(store, device_id)[0])``.
+    """
+    stored = latest_predictor(store, device_id, kind=KIND)
+    if stored is None:
+        return None
+    return from_bytes(stored.blob), stored.version
