@@ -62,12 +62,13 @@ def cli(ctx: click.Context, url: str | None) -> None:
       registry lookup --op conv2d --device host      # what is stored?
       registry export -o ./logs --device host        # a JSONDatabase for plain TVM
       registry transfer model.onnx -o model.so       # compile with schedules of similar tuned operators
+      registry tune model.onnx --budget 20m          # tune what is left, every record written back
     """
     ctx.obj = Context(url)
 
 
 def _register() -> None:
-    from registry.cli import db, index, info, logs, lookup, transfer
+    from registry.cli import db, index, info, logs, lookup, predictor, transfer, tune
 
     cli.add_command(db.db)
     cli.add_command(index.index)
@@ -77,6 +78,8 @@ def _register() -> None:
     cli.add_command(info.stats)
     cli.add_command(info.devices)
     cli.add_command(transfer.transfer)
+    cli.add_command(tune.tune)
+    cli.add_command(predictor.predictor)
 
 
 _register()

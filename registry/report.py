@@ -24,6 +24,11 @@ class TaskResult:
     distance: float | None = None
     candidates: int = 0  # candidate schedules measured for this task
     same_device: bool | None = None  # whether the donor record was measured on this device
+    # Tuning cost (registry tune, or transfer's fallback tuning); zero for tasks that were not tuned.
+    trials: int = 0  # candidates proposed
+    measurements: int = 0  # candidates built and timed
+    tune_s: float = 0.0  # wall seconds spent tuning this task
+    stopped: str | None = None  # why tuning of this task stopped
 
 
 @dataclass
@@ -32,6 +37,7 @@ class Timings:
 
     import_s: float = 0.0  # ONNX -> Relax, task extraction, recording the model
     donors_s: float = 0.0  # donor search and trace application
+    search_s: float = 0.0  # the tuner's search: design spaces, evolution, cost model
     measure_s: float = 0.0  # building and timing the candidate schedules
     report_s: float = 0.0  # timing the default schedules and the end-to-end model, for this report
     compile_s: float = 0.0  # compiling the model, untuned and final, and exporting it
@@ -39,11 +45,11 @@ class Timings:
     @property
     def finding_s(self) -> float:
         """Everything spent finding schedules: what a tuner would spend (search plus candidate measurement)."""
-        return self.donors_s + self.measure_s
+        return self.donors_s + self.search_s + self.measure_s
 
     @property
     def total_s(self) -> float:
-        return self.import_s + self.donors_s + self.measure_s + self.report_s + self.compile_s
+        return self.import_s + self.finding_s + self.report_s + self.compile_s
 
 
 @dataclass
@@ -56,6 +62,7 @@ class ModelReport:
     tasks: list[TaskResult]
     timings: Timings = field(default_factory=Timings)
     output: str | None = None
+    tuning: dict[str, Any] | None = None  # how the tuner ran: measurer, degree of parallelism, predictor, stop
 
     @property
     def speedup(self) -> float:
@@ -74,6 +81,7 @@ class ModelReport:
             "timings": {**asdict(t), "total_s": t.total_s},
             "sources": {s: sum(1 for task in self.tasks if task.source == s) for s in SOURCES},
             "output": self.output,
+            "tuning": self.tuning,
             "tasks": [asdict(task) for task in self.tasks],
         }
 
@@ -90,6 +98,10 @@ def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
         donor = "-" if t.donor is None else t.donor + ("" if t.same_device else " (other device)")
         dist = "-" if t.distance is None else f"{t.distance:.1f}"
         rows.append([t.name, str(t.weight), t.source, donor, dist, _us(t.before_us), _us(t.after_us), gain])
+    if any(t.trials for t in report.tasks):  # what tuning each task cost
+        headers += ["trials", "measured", "tune s"]
+        for row, t in zip(rows, report.tasks, strict=True):
+            row += [str(t.trials), str(t.measurements), f"{t.tune_s:.1f}"]
     return headers, rows
 
 
@@ -101,8 +113,17 @@ def summary_lines(report: ModelReport) -> list[str]:
         f"end-to-end latency: untuned {report.untuned_ms:.3f} ms -> final {report.final_ms:.3f} ms "
         f"({report.speedup:.1f}x faster)",
         f"wall time {t.total_s:.1f} s: import {t.import_s:.1f} s, donor search {t.donors_s:.1f} s, "
-        f"measure {t.measure_s:.1f} s, report {t.report_s:.1f} s, compile {t.compile_s:.1f} s",
+        f"tuning search {t.search_s:.1f} s, measure {t.measure_s:.1f} s, report {t.report_s:.1f} s, "
+        f"compile {t.compile_s:.1f} s",
     ]
+    tuned = [x for x in report.tasks if x.trials]
+    if tuned:
+        lines.append(
+            f"tuning cost: {sum(x.tune_s for x in tuned):.1f} s, {sum(x.trials for x in tuned)} trials, "
+            f"{sum(x.measurements for x in tuned)} measurements over {len(tuned)} task(s)"
+        )
+    if report.tuning:
+        lines.append(report.tuning.get("summary", ""))
     if report.output:
         lines.append(f"compiled library written to {report.output}")
     return lines

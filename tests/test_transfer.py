@@ -70,16 +70,27 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
         assert transferred.all() == [rec.id]
 
 
-def test_no_donor_keeps_the_default_schedule(sqlite_url, sibling):
-    result = transfer_json(sqlite_url, str(sibling))
+def test_no_donor_keeps_the_default_schedule_without_fallback_tuning(sqlite_url, sibling):
+    result = transfer_json(sqlite_url, str(sibling), "--tune-trials", "0")
     assert [(t["source"], t["candidates"], t["donor"]) for t in result["tasks"]] == [("default", 0, None)]
     with Store(sqlite_url).read() as s:
         assert s.execute(select(TuningRecord)).first() is None
         assert s.execute(select(Workload.task_name)).scalars().all() == ["fused_matmul_add"]
 
 
+def test_no_donor_tasks_go_to_the_tuning_engine(sqlite_url, sibling):
+    result = transfer_json(sqlite_url, str(sibling), "--tune-trials", "8")
+    [task] = result["tasks"]
+    assert task["source"] == "tuned" and task["measurements"] == 8, task
+    assert task["after_us"] < task["before_us"] / 3, task
+    assert result["tuning"]["dop"] >= 1 and result["final_ms"] < result["untuned_ms"] / 3
+    with Store(sqlite_url).read() as s:
+        sources = s.execute(select(TuningRecord.source)).scalars().all()
+        assert sources == ["tuned"] * 8
+
+
 def test_table_output_names_the_sources_and_the_split(sqlite_url, sibling):
-    out = transfer(sqlite_url, str(sibling)).stdout
+    out = transfer(sqlite_url, str(sibling), "--tune-trials", "0").stdout
     assert "default" in out and "before µs" in out
     assert "end-to-end latency: untuned" in out and "donor search" in out and "compile" in out
 

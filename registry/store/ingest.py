@@ -54,6 +54,11 @@ def trace_hash(trace_text: str) -> str:
     return hashlib.sha256(trace_text.encode()).hexdigest()[:32]
 
 
+def record_trace_hash(trace: Any) -> str:
+    """The ``trace_hash`` a record of this trace JSON is stored under (as insert_records computes it)."""
+    return trace_hash(f"[{canonical_json(trace[0])},{canonical_json(trace[1])}]")
+
+
 def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, int]:
     """Ids of ``specs`` by key, creating the devices not seen before."""
     unique = {s.key: s for s in specs}

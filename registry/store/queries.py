@@ -209,3 +209,22 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         *cols, device_id, rnk, task_name = row
         out.append(DonorRecord(_stored(cols, insts), device_id, rnk, task_name))
     return out
+
+
+@dataclass
+class TuningState:
+    """What earlier runs left for one workload on one device: what ``registry tune`` resumes from."""
+
+    tuned: int  # records of source "tuned"
+    traces: dict[str, list[float]]  # trace hash -> run_secs, for every record (failed ones too)
+
+
+def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState:
+    stmt = select(TuningRecord.trace_hash, TuningRecord.run_secs_json, TuningRecord.source).where(
+        TuningRecord.workload_id == workload_id, TuningRecord.device_id == device_id
+    )
+    rows = conn.execute(stmt).all()
+    return TuningState(
+        tuned=sum(1 for _, _, source in rows if source == "tuned"),
+        traces={h: json.loads(secs) for h, secs, _ in rows},
+    )

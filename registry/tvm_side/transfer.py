@@ -15,38 +15,26 @@ against the untuned build.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import tvm
-from tvm import relax
-from tvm.ir import IRModule
-from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from registry import hostinfo
-from registry.errors import BadInputError, RegistryError
-from registry.report import ModelReport, TaskResult, Timings
+from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
 from registry.store import queries
-from registry.store.rows import RecordIn, Signature
+from registry.store.rows import RecordIn
 from registry.store.store import Store
 from registry.tvm_side import apply_trace, kernel
-from registry.tvm_side.compat import TVM_ERRORS, error_line
-from registry.tvm_side.database import RegistryDatabase
+from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.measure import model_latency_ms
-from registry.tvm_side.signature import structural_hash, workload_in
-from registry.tvm_side.target import THREADS_ENV, running_threads
-
-# Progress: (tasks done, tasks in all, what is happening now).
-Progress = Callable[[int, int, str], None]
+from registry.tvm_side.pipeline import Progress, Task, begin, finish, registry_database
+from registry.tvm_side.signature import structural_hash
+from registry.tvm_side.tuning.engine import EngineTask, TuneOptions
 
 
 @dataclass
@@ -56,32 +44,9 @@ class TransferOptions:
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None
     output: Path | None = None  # where to export the compiled library
-
-
-@dataclass
-class _Task:
-    name: str
-    weight: int
-    mod: IRModule
-    ident: tuple[str, str]  # (structural hash, module equality), as the store keys workloads
-    workload_id: int
-    signature: Signature
-
-
-class _Clock:
-    """Adds wall time to one of the report's parts: ``with clock("donors"): ...``."""
-
-    def __init__(self, timings: Timings) -> None:
-        self.timings = timings
-
-    @contextlib.contextmanager
-    def __call__(self, part: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            attr = f"{part}_s"
-            setattr(self.timings, attr, getattr(self.timings, attr) + time.perf_counter() - start)
+    # Fallback tuning of the tasks no donor helped: this many measured trials per such task (0: none).
+    tune_trials: int = 32
+    tune: TuneOptions = field(default_factory=TuneOptions)
 
 
 def transfer(
@@ -95,20 +60,7 @@ def transfer(
 ) -> ModelReport:
     """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads; see the module docstring."""
     opts = options or TransferOptions()
-    _check_runs_here(target, threads)
-    timings = Timings(import_s=import_s)
-    clock = _Clock(timings)
-    with clock("import"):
-        tasks = _extract(store, loaded, target)
-        db = RegistryDatabase(
-            target,
-            store,
-            num_threads=threads,
-            source="transferred",
-            team=opts.team,
-            model=loaded.name,
-            task_names={t.ident[0]: t.name for t in tasks},
-        )
+    clock, tasks, db = begin(store, loaded, target, threads, "transfer", "transferred", opts.team, import_s)
     with clock("donors"):
         index = SimilarityIndex(store)
         index.load()  # rebuilt here if stale, so that the first task does not pay for it
@@ -117,76 +69,40 @@ def transfer(
     for i, task in enumerate(tasks):
         progress(i, len(tasks), task.name)
         results.append(resolver.resolve(task))
+    tuning = None
+    fallback = [(task, r) for task, r in zip(tasks, results, strict=True) if r.source == "default"]
+    if fallback and opts.tune_trials > 0:
+        progress(len(tasks), len(tasks), f"tuning {len(fallback)} task(s) without a usable donor")
+        tuning = _tune_fallback(store, target, threads, opts, clock, loaded.name, resolver, fallback)
     progress(len(tasks), len(tasks), "compiling")
-
-    try:
-        with clock("compile"):
-            untuned_exe = ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None)
-            final_exe = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
-            if opts.output is not None:
-                _export(final_exe, opts.output)
-        with clock("report"):
-            untuned_ms = model_latency_ms(untuned_exe, loaded)
-            final_ms = model_latency_ms(final_exe, loaded)
-    except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
-        raise RegistryError(f"{loaded.name}: compiling or running the model failed: {error_line(e)}") from None
-    return ModelReport(
-        model=loaded.name,
-        device=db.device.name,
-        threads=threads,
-        untuned_ms=untuned_ms,
-        final_ms=final_ms,
-        tasks=results,
-        timings=timings,
-        output=str(opts.output) if opts.output is not None else None,
-    )
+    report = finish(loaded, db, target, threads, results, clock, opts.output)
+    report.tuning = tuning
+    return report
 
 
-def _check_runs_here(target: Target, threads: int) -> None:
-    """Candidates and models are timed in this process, so the target must be this CPU, at the thread count the
-    records will be filed under."""
-    from tvm.target import codegen
+def _tune_fallback(store, target, threads, opts, clock, model, resolver, fallback) -> dict:
+    """The engine of ``registry tune`` on the tasks transfer left on the default schedule, seeded with the donor
+    schedules transfer tried for them; each result is updated in place."""
+    from dataclasses import replace
 
-    host_triple = codegen.llvm_get_system_triple()
-    triple = str(target.attrs.get("mtriple", host_triple))
-    if target.kind.name != "llvm" or triple != host_triple:
-        raise BadInputError(
-            f"transfer measures on this machine, so the target must be its CPU (llvm, mtriple {host_triple}); "
-            f"got {target.kind.name}" + (f" for {triple}" if target.kind.name == "llvm" else "")
+    from registry.tvm_side.tune import run_engine, task_result, tuning_summary
+
+    tasks = [task for task, _ in fallback]
+    db = registry_database(store, target, threads, tasks, "tuned", opts.team, model)
+    engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback))
+    engine_tasks = [EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, [])) for task, r in fallback]
+    quiet = lambda *_: None  # noqa: E731 -- transfer's own progress line already names this step
+    outcome = run_engine(store, db, target, threads, engine_opts, clock, model, opts.team, quiet, engine_tasks)
+    for t, (_, result) in zip(engine_tasks, fallback, strict=True):
+        tuned = task_result(t, outcome)
+        result.source, result.after_us = tuned.source, tuned.after_us
+        result.trials, result.measurements, result.tune_s, result.stopped = (
+            tuned.trials,
+            tuned.measurements,
+            tuned.tune_s,
+            tuned.stopped,
         )
-    running = running_threads()
-    if running != threads:
-        raise RegistryError(
-            f"TVM's runtime in this process runs {running} thread(s), not {threads}: it reads {THREADS_ENV} once, "
-            f"when it starts, so set {THREADS_ENV}={threads} before the first use of TVM (the CLI's --threads does)"
-        )
-
-
-def _extract(store: Store, loaded: LoadedModel, target: Target) -> list[_Task]:
-    """The model's tuning tasks, recorded in the store with their weights."""
-    zero = relax.get_pipeline("zero")(loaded.mod)  # extract_tasks finds nothing in the raw module
-    extracted = ms.relax_integration.extract_tasks(zero, target)
-    workloads = [workload_in(t.dispatched[0], task_name=t.task_name) for t in extracted]
-    store.record_model(
-        loaded.name,
-        loaded.sha256,
-        loaded.input_shapes,
-        [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
-    )
-    with store.read() as conn:
-        ids = {w.ident: queries.workload_id(conn, *w.ident) for w in workloads}
-    return [
-        _Task(t.task_name, int(t.weight), t.dispatched[0], w.ident, ids[w.ident], w.signature)
-        for w, t in zip(workloads, extracted, strict=True)
-    ]
-
-
-def _export(executable, path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        executable.export_library(str(path))
-    except OSError as e:
-        raise BadInputError(f"cannot write {path}: {e.strerror}") from None
+    return tuning_summary(outcome)
 
 
 class _Resolver:
@@ -195,9 +111,10 @@ class _Resolver:
     def __init__(self, store, db, index, target, opts, clock, model) -> None:
         self.store, self.db, self.index, self.target = store, db, index, target
         self.opts, self.clock, self.model = opts, clock, model
-        self._donor_mods: dict[int, IRModule] = {}
+        self.schedules = DonorSchedules(store, target)
+        self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
 
-    def resolve(self, task: _Task) -> TaskResult:
+    def resolve(self, task: Task) -> TaskResult:
         with self.clock("report"):
             default = kernel.build_and_measure(task.mod, self.target)
         result = TaskResult(
@@ -241,25 +158,10 @@ class _Resolver:
             best = queries.top_k(conn, workload_id, self.db.device_id, 1)
         return best[0] if best else None
 
-    def _candidates(self, task: _Task, donors: list[Donor]):
-        """(donor, schedule) pairs: every donor record as it is, then its decisions re-sampled, until the budget."""
-        for donor in donors:
-            trace = _trace(donor)
-            sch = apply_trace.replay(task.mod, self.target, trace)
-            if sch is None:
-                sch = apply_trace.via_anchor(task.mod, self.target, self._donor_mod(donor.workload_id), trace)
-            if sch is not None:
-                yield donor, sch
-        for seed in range(1, self.opts.budget + 1):
-            for donor in donors[:2]:
-                sch = apply_trace.replay(task.mod, self.target, _trace(donor), resample=True, seed=seed)
-                if sch is not None:
-                    yield donor, sch
-
-    def _best_candidate(self, task: _Task, donors: list[Donor], result: TaskResult):
+    def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):
         best = None
         seen: set[str] = set()
-        candidates = self._candidates(task, donors)
+        candidates = self.schedules.candidates(task.mod, donors, self.opts.budget)
         attempts = 0
         while result.candidates < self.opts.budget and attempts < 4 * self.opts.budget:
             attempts += 1
@@ -275,18 +177,13 @@ class _Resolver:
             with self.clock("measure"):
                 timing = kernel.build_and_measure(sch.mod, self.target)
             result.candidates += 1
+            if timing is not None:
+                self.tried.setdefault(task.workload_id, []).append(sch)
             if timing is not None and (best is None or timing.median_us < best[2].median_us):
                 best = (donor, sch, timing)
         return best
 
-    def _donor_mod(self, workload_id: int) -> IRModule:
-        if workload_id not in self._donor_mods:
-            with self.store.read() as conn:
-                stored = queries.workloads_by_id(conn, [workload_id])[workload_id]
-            self._donor_mods[workload_id] = tvm.ir.load_json(stored.mod_json)
-        return self._donor_mods[workload_id]
-
-    def _commit(self, task: _Task, donor: Donor, sch, timing: kernel.Timing) -> None:
+    def _commit(self, task: Task, donor: Donor, sch, timing: kernel.Timing) -> None:
         record = RecordIn(
             workload=task.ident,
             device=self.db.device,
@@ -300,10 +197,6 @@ class _Resolver:
             host=hostinfo.hostname(),
         )
         self.store.ingest([], [record])
-
-
-def _trace(donor: Donor) -> list:
-    return json.loads(donor.record.trace_json)
 
 
 def _us(timing: kernel.Timing | None) -> float | None:

@@ -1,0 +1,142 @@
+"""``registry tune``: tune a model's tasks with the registry's engine, writing every record back as it is measured."""
+
+from __future__ import annotations
+
+import re
+
+import click
+from registry.cli.main import Context, pass_ctx
+from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+class Duration(click.ParamType):
+    """``90s``, ``20m``, ``1h30m`` or plain seconds, as seconds."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, float):
+            return value
+        match = _DURATION.match(str(value).strip())
+        if not match or not any(match.groups()):
+            self.fail(f"{value!r} is not a duration; examples: 90s, 20m, 1h30m", param, ctx)
+        hours, minutes, seconds = (float(g or 0) for g in match.groups())
+        total = hours * 3600 + minutes * 60 + seconds
+        if total <= 0:
+            self.fail("the budget must be positive", param, ctx)
+        return total
+
+
+@click.command()
+@model_options
+@click.option(
+    "--budget",
+    "seconds",
+    type=Duration(),
+    help="Wall time for this run's tuning, e.g. 20m. A batch that would likely overrun is not started.",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(1),
+    help="Measured candidates for the model, counting those stored by earlier runs, so a re-run resumes "
+    "[default: 32 per task when no --budget is given].",
+)
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT:KEY",
+    help="Measure on the TVM RPC servers registered under KEY with this tracker, one per server at a time. They "
+    "must be the device --target and --threads describe.",
+)
+@click.option(
+    "--dop",
+    type=click.IntRange(1),
+    help="Candidates measured at once [default: calibrated on this machine: the most that do not interfere].",
+)
+@click.option(
+    "--predictor/--no-predictor",
+    default=True,
+    show_default=True,
+    help="Rank candidates with the device's predictor from `registry predictor train` from the first trial.",
+)
+@click.option(
+    "--keep",
+    type=click.FloatRange(0.05, 1.0),
+    default=0.75,
+    show_default=True,
+    help="Share of each batch measured; the predicted-worst rest is dropped unmeasured.",
+)
+@click.option(
+    "--min-gain",
+    type=click.FloatRange(0.0),
+    default=1.0,
+    show_default=True,
+    help="Stop a task when, for 3 batches running, it gains less than this percent of the model's latency per "
+    "minute of tuning.",
+)
+@click.option(
+    "--min-share",
+    type=click.FloatRange(0.0, 100.0),
+    default=1.0,
+    show_default=True,
+    help="Stop a task whose share of the model's latency is below this percent.",
+)
+@click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
+@pass_ctx
+def tune(
+    ctx: Context,
+    model_path,
+    input_shapes,
+    threads,
+    target,
+    output,
+    name,
+    team,
+    as_json,
+    seconds,
+    trials,
+    rpc,
+    dop,
+    predictor,
+    keep,
+    min_gain,
+    min_share,
+    batch,
+) -> None:
+    """Tune MODEL.onnx's tasks, seeded from the registry, and compile it.
+
+    MetaSchedule's evolutionary search runs batch by batch: candidates are ranked by a predictor pre-trained on the
+    registry, the predicted-worst are dropped unmeasured, the rest are measured several at a time and the promising
+    ones again alone, and each measured record is written to the registry at once. The budget goes to tasks by
+    weight x latency; a task stops when it gains too little per minute or is too small a share of the model. An
+    interrupted run loses at most one batch: run the same command again to resume.
+
+    \b
+    Examples:
+      registry tune bert.onnx --input-shape ids=1,128 --budget 20m
+      registry tune resnet.onnx --trials 500 --threads 2 -o resnet.so --json
+      registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
+    """
+    set_threads(threads)
+    from registry.tuning_policy import TrimOptions
+    from registry.tvm_side.tune import ModelTuneOptions
+    from registry.tvm_side.tune import tune as run_tune
+    from registry.tvm_side.tuning.engine import TuneOptions
+    from registry.tvm_side.tuning.runner import Tracker
+
+    tracker = Tracker.parse(rpc) if rpc else None
+    loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
+    engine = TuneOptions(
+        trials=trials,
+        seconds=seconds,
+        batch=batch,
+        trim=TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep),
+        use_predictor=predictor,
+        dop=dop,
+        rpc=tracker,
+    )
+    options = ModelTuneOptions(engine=engine, team=team, output=output)
+    with Progress("tune") as progress:
+        report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
+    print_report(report, as_json)

@@ -1,0 +1,122 @@
+"""How ``registry tune`` spends a budget across a model's tasks, and when it stops one (the Trimmer idea).
+
+Plain Python, no TVM: the engine (``registry.tvm_side.tuning``) reports each batch here and asks which task to
+tune next.
+
+- **Split by weight x latency.** The next batch goes to the live task with the largest ``weight x best latency``
+  per batch it has had in this run, so tasks receive batches in proportion to their share of the end-to-end latency
+  (a water-filling), and a task that got fast stops drawing batches.
+- **Stop on improvement per second.** After each batch the gain in end-to-end latency (``weight x`` the drop of the
+  task's best latency, as a share of the model's estimated latency) is divided by the batch's wall time. A task
+  whose rate stays below ``min_gain_per_min`` for ``patience`` batches in a row is stopped.
+- **Stop on negligible share.** A task whose ``weight x latency`` is below ``min_share`` of the model's estimated
+  latency is stopped: no schedule of it can move the end-to-end number.
+- **Global budget.** Measured candidates (``trials``, counting those stored by earlier runs, so that a re-run
+  resumes) and this run's wall seconds (``seconds``; a batch is not started if it would likely overrun).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrimOptions:
+    min_share: float = 0.01  # of the model's estimated latency
+    min_gain_per_min: float = 0.01  # share of the model's estimated latency gained per minute of tuning
+    patience: int = 3  # batches in a row below min_gain_per_min before a task stops
+    keep: float = 0.75  # share of each batch that is measured; the predicted-worst rest is dropped unmeasured
+
+
+@dataclass
+class TaskState:
+    """One task's tuning so far, as the policy sees it. Latencies in microseconds."""
+
+    name: str
+    weight: int
+    default_us: float | None  # TVM's default schedule; None if it did not build
+    best_us: float | None = None  # best stored record on this device
+    stored: int = 0  # tuned records found in the registry before this run
+    trials: int = 0  # candidates proposed in this run (measured, dropped by the predictor, or found stored)
+    measurements: int = 0  # candidates built and timed in this run
+    batches: int = 0
+    seconds: float = 0.0  # wall time spent on this task in this run
+    slow_batches: int = 0
+    stopped: str | None = None  # why the task stopped drawing batches
+
+    @property
+    def latency_us(self) -> float | None:
+        """What the model runs with now: the best record if it beats the default schedule."""
+        known = [x for x in (self.best_us, self.default_us) if x is not None]
+        return min(known) if known else None
+
+
+@dataclass
+class Budget:
+    trials: int | None = None  # measured candidates across the model's tasks, earlier runs included
+    seconds: float | None = None  # this run's tuning wall time
+
+
+@dataclass
+class Planner:
+    tasks: list[TaskState]
+    budget: Budget
+    trim: TrimOptions = field(default_factory=TrimOptions)
+    batch_seconds: list[float] = field(default_factory=list)
+
+    def model_us(self) -> float:
+        """The model's estimated latency: the sum of weight x latency over its tasks."""
+        return sum(t.weight * t.latency_us for t in self.tasks if t.latency_us is not None)
+
+    def trials_left(self) -> int | None:
+        if self.budget.trials is None:
+            return None
+        spent = sum(t.stored + t.measurements for t in self.tasks)
+        return max(0, self.budget.trials - spent)
+
+    def out_of_budget(self, elapsed_s: float) -> str | None:
+        left = self.trials_left()
+        if left is not None and left <= 0:
+            return f"trial budget of {self.budget.trials} spent"
+        if self.budget.seconds is not None:
+            expected = statistics.median(self.batch_seconds) if self.batch_seconds else 0.0
+            if elapsed_s + expected > self.budget.seconds:
+                return f"time budget of {self.budget.seconds:.0f} s spent"
+        return None
+
+    def next_task(self, elapsed_s: float) -> TaskState | None:
+        """The task that gets the next batch, or None when tuning is over."""
+        if self.out_of_budget(elapsed_s) is not None:
+            return None
+        live = [t for t in self.tasks if t.stopped is None]
+        if not live:
+            return None
+        return max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
+
+    def record_batch(self, task: TaskState, best_before_us: float | None, seconds: float) -> None:
+        """Account one batch of ``task`` (its best_us already updated) and apply the stopping rules."""
+        task.batches += 1
+        task.seconds += seconds
+        self.batch_seconds.append(seconds)
+        total = self.model_us()
+        if not total or task.latency_us is None:
+            return
+        before = best_before_us if best_before_us is not None else task.default_us
+        gained = task.weight * max(0.0, (before or task.latency_us) - task.latency_us) / total
+        rate = gained / (seconds / 60.0) if seconds > 0 else float("inf")
+        task.slow_batches = task.slow_batches + 1 if rate < self.trim.min_gain_per_min else 0
+        self.apply_share_rule()
+        if task.stopped is None and task.slow_batches >= self.trim.patience:
+            task.stopped = (
+                f"gain below {self.trim.min_gain_per_min:.1%} of the model per minute for {task.slow_batches} batches"
+            )
+
+    def apply_share_rule(self) -> None:
+        """Stop every tuned-at-least-once task whose share of the model's latency is negligible."""
+        total = self.model_us()
+        for t in self.tasks:
+            if t.stopped is None and t.batches and t.latency_us is not None and total:
+                share = t.weight * t.latency_us / total
+                if share < self.trim.min_share:
+                    t.stopped = f"{share:.2%} of the model's latency, below {self.trim.min_share:.0%}"

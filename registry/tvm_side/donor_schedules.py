@@ -1,0 +1,51 @@
+"""Candidate schedules for a task from its donors' stored traces: what transfer measures, and what seeds tuning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import tvm
+from tvm.ir import IRModule
+from tvm.s_tir.schedule import Schedule
+from tvm.target import Target
+
+from registry.similarity.donors import Donor
+from registry.store import queries
+from registry.store.store import Store
+from registry.tvm_side import apply_trace
+
+
+class DonorSchedules:
+    """Applies donors' traces to tasks of one target; keeps each donor's workload module once loaded."""
+
+    def __init__(self, store: Store, target: Target) -> None:
+        self.store, self.target = store, target
+        self._donor_mods: dict[int, IRModule] = {}
+
+    def candidates(self, mod: IRModule, donors: list[Donor], resample: int) -> Iterator[tuple[Donor, Schedule]]:
+        """(donor, schedule) pairs: every donor record as it is, then the two nearest donors' decisions re-sampled
+        with seeds 1..``resample``. Several pairs may give the same program: callers deduplicate."""
+        for donor in donors:
+            trace = _trace(donor)
+            sch = apply_trace.replay(mod, self.target, trace)
+            if sch is None:
+                sch = apply_trace.via_anchor(mod, self.target, self._donor_mod(donor.workload_id), trace)
+            if sch is not None:
+                yield donor, sch
+        for seed in range(1, resample + 1):
+            for donor in donors[:2]:
+                sch = apply_trace.replay(mod, self.target, _trace(donor), resample=True, seed=seed)
+                if sch is not None:
+                    yield donor, sch
+
+    def _donor_mod(self, workload_id: int) -> IRModule:
+        if workload_id not in self._donor_mods:
+            with self.store.read() as conn:
+                stored = queries.workloads_by_id(conn, [workload_id])[workload_id]
+            self._donor_mods[workload_id] = tvm.ir.load_json(stored.mod_json)
+        return self._donor_mods[workload_id]
+
+
+def _trace(donor: Donor) -> list:
+    return json.loads(donor.record.trace_json)

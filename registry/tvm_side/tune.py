@@ -1,0 +1,137 @@
+"""Tuning one model (``registry tune``): every task searched with the registry's engine, seeded from donors.
+
+1. The model's tasks are extracted and recorded; each task's default schedule is timed (the report's "before").
+2. Donors: the nearest stored workloads' best traces, applied to each task, seed its search.
+3. The engine (``registry.tvm_side.tuning.engine``) spends the budget across the tasks; every measured record goes
+   to the registry at once, so an interrupted run resumes where it stopped.
+4. The model is compiled with the registry and timed end to end, as transfer does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tvm.target import Target
+
+from registry.report import ModelReport, TaskResult
+from registry.similarity.donors import find_donors
+from registry.similarity.embedding import embed
+from registry.similarity.index import SimilarityIndex
+from registry.store.store import Store
+from registry.tvm_side import kernel
+from registry.tvm_side.donor_schedules import DonorSchedules
+from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.pipeline import Progress, Task, begin, finish
+from registry.tvm_side.signature import structural_hash
+from registry.tvm_side.tuning.engine import Engine, EngineTask, Outcome, TuneOptions
+
+DEFAULT_TRIALS_PER_TASK = 32  # the budget when neither trials nor seconds is given
+
+
+@dataclass
+class ModelTuneOptions:
+    engine: TuneOptions = field(default_factory=TuneOptions)
+    neighbours: int = 5  # donor workloads whose traces seed each task
+    team: str | None = None
+    output: Path | None = None
+
+
+def tune(
+    store: Store,
+    loaded: LoadedModel,
+    target: Target,
+    threads: int,
+    options: ModelTuneOptions | None = None,
+    progress: Progress = lambda _done, _total, _what: None,
+    import_s: float = 0.0,
+) -> ModelReport:
+    opts = options or ModelTuneOptions()
+    clock, tasks, db = begin(store, loaded, target, threads, "tune", "tuned", opts.team, import_s)
+    with clock("report"):
+        defaults = {t.workload_id: kernel.build_and_measure(t.mod, target) for t in tasks}
+    with clock("donors"):
+        seeds = donor_seeds(store, target, db.device_id, tasks, opts.neighbours, opts.engine.seeds)
+    engine_tasks = [EngineTask(t, _us(defaults[t.workload_id]), seeds.get(t.workload_id, [])) for t in tasks]
+    engine_opts = opts.engine
+    if engine_opts.trials is None and engine_opts.seconds is None:
+        engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(tasks))
+    outcome = run_engine(store, db, target, threads, engine_opts, clock, loaded.name, opts.team, progress, engine_tasks)
+    results = [task_result(t, outcome) for t in engine_tasks]
+    report = finish(loaded, db, target, threads, results, clock, opts.output)
+    report.tuning = tuning_summary(outcome)
+    return report
+
+
+def donor_seeds(store, target, device_id, tasks: list[Task], neighbours: int, per_task: int) -> dict[int, list]:
+    """Up to ``per_task`` distinct schedules per task from its donors' best records (none for an empty index)."""
+    index = SimilarityIndex(store)
+    index.load()
+    schedules = DonorSchedules(store, target)
+    out: dict[int, list] = {}
+    for task in tasks:
+        donors = find_donors(
+            index,
+            embed(task.signature),
+            device_id,
+            target.kind.name,
+            k=neighbours,
+            exclude=frozenset({task.workload_id}),
+        )
+        seen: set[str] = set()
+        for _donor, sch in schedules.candidates(task.mod, donors, resample=0):
+            key = structural_hash(sch.mod)
+            if key not in seen:
+                seen.add(key)
+                out.setdefault(task.workload_id, []).append(sch)
+            if len(seen) >= per_task:
+                break
+    return out
+
+
+def run_engine(store, db, target, threads, options, clock, model, team, progress, tasks: list[EngineTask]) -> Outcome:
+    engine = Engine(store, db, target, threads, options, clock, model, team, progress)
+    try:
+        return engine.run(tasks)
+    finally:
+        engine.close()
+
+
+def task_result(t: EngineTask, outcome: Outcome) -> TaskResult:
+    state = outcome.states[t.task.workload_id]
+    improved = state.best_us is not None and (t.default_us is None or state.best_us < t.default_us)
+    return TaskResult(
+        t.task.name,
+        t.task.weight,
+        t.task.workload_id,
+        "tuned" if improved else "default",
+        t.default_us,
+        state.latency_us,
+        candidates=state.measurements,
+        trials=state.trials,
+        measurements=state.measurements,
+        tune_s=state.seconds,
+        stopped=state.stopped,
+    )
+
+
+def tuning_summary(outcome: Outcome) -> dict:
+    cal = outcome.calibration
+    where = "on RPC servers" if outcome.measurer == "rpc" else "here"
+    parts = [f"measured {where}, {outcome.dop} at a time"]
+    if cal is not None:
+        parts.append(f"calibrated in {cal.seconds:.1f} s: {cal.summary()}")
+    parts.append(f"predictor v{outcome.predictor_version}" if outcome.predictor_version else "no stored predictor")
+    parts.append(f"stopped: {outcome.stop}")
+    return {
+        "measurer": outcome.measurer,
+        "dop": outcome.dop,
+        "calibration": None if cal is None else {"seconds": cal.seconds, "table": cal.table},
+        "predictor_version": outcome.predictor_version,
+        "stop": outcome.stop,
+        "summary": "tuning: " + "; ".join(parts),
+    }
+
+
+def _us(timing: kernel.Timing | None) -> float | None:
+    return None if timing is None else timing.median_us

@@ -1,0 +1,345 @@
+"""The tuning loop: MetaSchedule's evolutionary search, one batch at a time, over a model's tasks.
+
+MetaSchedule's own ``tune_tasks`` runs the search, the builder, the runner and the cost model in C++ and only stops
+at a trial count. Here the same pieces are driven batch by batch from Python, so that between batches the registry
+decides (``registry.tuning_policy``) which task goes next and which stop, and each batch:
+
+1. proposes candidates with the task's ``EvolutionarySearch``, ranked by the cost model; with a predictor
+   pre-trained on the registry (``registry predictor train``) that ranking is informed from the first trial;
+2. drops the predicted-worst share of them unmeasured (``TrimOptions.keep``), and takes the latency of any
+   candidate already stored on this device from the registry instead of measuring it again (resume);
+3. builds the rest in the persistent builder pool and measures them ``dop`` at a time (``runner``), then measures
+   again, alone and precisely, those that could become the task's best;
+4. writes every measured record to the registry at once, then updates the cost model and the search.
+
+Search is seeded with donor schedules: they are measured and stored before the task's first batch, and the
+evolutionary search starts from the task's best stored records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+from tvm.s_tir.schedule import Schedule
+from tvm.target import Target
+
+from registry import hostinfo
+from registry.store import queries
+from registry.store.ingest import record_trace_hash
+from registry.store.rows import FAILED_RUN_SECS, RecordIn
+from registry.store.store import Store
+from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
+from registry.tvm_side.apply_trace import trace_json
+from registry.tvm_side.builder import PersistentBuilder, usable_cores
+from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
+from registry.tvm_side.database import RegistryDatabase
+from registry.tvm_side.pipeline import Clock, Task
+from registry.tvm_side.tuning.calibrate import TOLERANCE, Calibration
+from registry.tvm_side.tuning.runner import LocalMeasurer, RpcMeasurer, Tracker, median_s, run_secs
+
+# (trials spent, trial budget or 0, what is happening now)
+Progress = Callable[[int, int, str], None]
+# A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
+# the best, so it is re-measured precisely.
+RECHECK_MARGIN = 1 + TOLERANCE
+
+
+@dataclass
+class TuneOptions:
+    trials: int | None = None  # measured candidates across the model, counting those stored by earlier runs
+    seconds: float | None = None  # wall time of this run's tuning
+    batch: int = 16  # candidates proposed per batch
+    population: int = 128  # EvolutionarySearch population (MetaSchedule's default is 512)
+    genetic_iters: int = 2  # EvolutionarySearch generations per batch (default 4)
+    eps_greedy: float = 0.05
+    trim: TrimOptions = field(default_factory=TrimOptions)
+    use_predictor: bool = True  # start from the device's stored predictor, if it has one
+    dop: int | None = None  # measurements at once; None: calibrated
+    rpc: Tracker | None = None  # measure on the servers behind this tracker instead of here
+    seeds: int = 4  # donor schedules measured per task before its first batch
+    seed: int = 1
+
+
+@dataclass
+class EngineTask:
+    task: Task
+    default_us: float | None
+    seed_schedules: list[Schedule] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    states: dict[int, TaskState]  # by workload id
+    calibration: Calibration | None
+    predictor_version: int | None
+    measurer: str
+    dop: int
+    stop: str
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        db: RegistryDatabase,
+        target: Target,
+        threads: int,
+        options: TuneOptions,
+        clock: Clock,
+        model: str,
+        team: str | None = None,
+        progress: Progress = lambda _done, _total, _what: None,
+    ) -> None:
+        self.store, self.db, self.target, self.opts = store, db, target, options
+        self.clock, self.model, self.team, self.progress = clock, model, team, progress
+        prepare_tuning(target.kind.name)
+        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.WARNING)
+        with clock("measure"):
+            if options.rpc is not None:
+                self.measurer = RpcMeasurer(options.rpc, options.dop)
+            else:
+                self.measurer = LocalMeasurer(options.dop, max_dop=max(1, usable_cores() // max(1, threads)))
+        self.builder = PersistentBuilder()
+        self.cost_model, self.predictor_version = self._cost_model()
+
+    def _cost_model(self):
+        if self.opts.use_predictor:
+            from registry.tvm_side.predictor import load_predictor
+
+            loaded = load_predictor(self.store, self.db.device_id)
+            if loaded is not None:
+                return loaded
+        return ms.cost_model.XGBModel(num_tuning_cores=usable_cores()), None
+
+    def close(self) -> None:
+        self.builder.shutdown()
+        self.measurer.close()
+
+    # -- the model -------------------------------------------------------------------------------------------------
+
+    def run(self, tasks: list[EngineTask]) -> Outcome:
+        start = time.perf_counter()
+        tuners: dict[int, _TaskTuner] = {}
+        states = {t.task.workload_id: self._state(t) for t in tasks}
+        by_id = {t.task.workload_id: t for t in tasks}
+        planner = Planner(list(states.values()), Budget(self.opts.trials, self.opts.seconds), self.opts.trim)
+        ids = {id(s): wid for wid, s in states.items()}
+        budget = self.opts.trials or 0
+        while (state := planner.next_task(time.perf_counter() - start)) is not None:
+            wid = ids[id(state)]
+            t0 = time.perf_counter()
+            before = state.best_us
+            if wid not in tuners:
+                tuners[wid] = self._start(by_id[wid], state, planner)
+            self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
+            done = tuners[wid].batch(state, planner.trials_left())
+            if not done:
+                state.stopped = "search space exhausted"
+            planner.record_batch(state, before, time.perf_counter() - t0)
+        for tuner in tuners.values():
+            tuner.ctx.post_tuning()
+        stop = planner.out_of_budget(time.perf_counter() - start) or "every task stopped"
+        self.progress(self._spent(states), budget, stop)
+        return Outcome(
+            states,
+            self.measurer.calibration,
+            self.predictor_version,
+            self.measurer.kind,
+            self.measurer.dop,
+            stop,
+        )
+
+    @staticmethod
+    def _spent(states: dict[int, TaskState]) -> int:
+        return sum(s.stored + s.measurements for s in states.values())
+
+    def _state(self, t: EngineTask) -> TaskState:
+        with self.store.read() as conn:
+            stored = queries.tuning_state(conn, t.task.workload_id, self.db.device_id)
+            best = queries.top_k(conn, t.task.workload_id, self.db.device_id, 1)
+        return TaskState(
+            t.task.name,
+            t.task.weight,
+            t.default_us,
+            best_us=best[0].mean_s * 1e6 if best else None,
+            stored=stored.tuned,
+        )
+
+    def _start(self, t: EngineTask, state: TaskState, planner: Planner) -> _TaskTuner:
+        tuner = _TaskTuner(self, t.task)
+        if t.seed_schedules:
+            seeds = t.seed_schedules[: self.opts.seeds]
+            left = planner.trials_left()
+            if left is not None:
+                seeds = seeds[:left]
+            state.trials += len(seeds)
+            tuner.measure_and_commit(state, [tuner.candidate(s) for s in seeds])
+        return tuner
+
+
+class _TaskTuner:
+    """One task's TuneContext and search state, advanced one batch at a time."""
+
+    def __init__(self, engine: Engine, task: Task) -> None:
+        self.engine, self.task = engine, task
+        opts = engine.opts
+        with engine.clock("search"):
+            self.ctx = ms.TuneContext(
+                mod=task.mod,
+                target=engine.target,
+                space_generator="post-order-apply",
+                search_strategy=ms.search_strategy.EvolutionarySearch(
+                    population_size=opts.population,
+                    genetic_num_iters=opts.genetic_iters,
+                    eps_greedy=opts.eps_greedy,
+                    init_min_unmeasured=min(50, opts.population // 4),
+                ),
+                task_name=task.name,
+                rand_state=opts.seed,
+                num_threads=usable_cores(),
+            )
+            self.ctx.pre_tuning(
+                max_trials=1 << 30,  # the planner decides when to stop
+                num_trials_per_iter=opts.batch,
+                design_spaces=self.ctx.generate_design_space(),
+                database=engine.db,
+                cost_model=engine.cost_model,
+            )
+        with engine.store.read() as conn:
+            self.stored = queries.tuning_state(conn, task.workload_id, engine.db.device_id).traces
+        self.seen: set[str] = set()
+
+    def candidate(self, sch: Schedule) -> MeasureCandidate:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        return MeasureCandidate(sch, ArgInfo.from_prim_func(next(iter(sch.mod.functions.values()))))
+
+    def batch(self, state: TaskState, trials_left: int | None) -> bool:
+        """One batch; False when the search has nothing left to propose."""
+        with self.engine.clock("search"):
+            proposed = self.ctx.generate_measure_candidates()
+        if not proposed:
+            return False
+        proposed = list(proposed)
+        kept, dropped = self._trim(proposed)
+        if trials_left is not None and len(kept) > trials_left:
+            kept, dropped = kept[:trials_left], dropped + kept[trials_left:]
+        state.trials += len(proposed)
+        results = self.measure_and_commit(state, kept)
+        trimmed = [RunnerResult(None, "not measured: predicted poor") for _ in dropped]
+        with self.engine.clock("search"):
+            self.ctx.notify_runner_results(kept + dropped, results + trimmed)
+        return True
+
+    def _trim(self, proposed: list[MeasureCandidate]) -> tuple[list[MeasureCandidate], list[MeasureCandidate]]:
+        """Drop the predicted-worst share of a batch, once the cost model has been trained on anything."""
+        model = self.engine.cost_model
+        keep = max(1, round(len(proposed) * self.engine.opts.trim.keep))
+        if keep >= len(proposed) or getattr(model, "booster", None) is None:
+            return proposed, []
+        with self.engine.clock("search"):
+            scores = model.predict(self.ctx, proposed)
+        order = sorted(range(len(proposed)), key=lambda i: -scores[i])
+        return [proposed[i] for i in order[:keep]], [proposed[i] for i in order[keep:]]
+
+    def measure_and_commit(self, state: TaskState, cands: list[MeasureCandidate]) -> list[RunnerResult]:
+        """Results for ``cands`` in order: stored ones from the registry, the others built, measured, committed."""
+        engine = self.engine
+        results: list[RunnerResult | None] = [None] * len(cands)
+        traces = [trace_json(c.sch) for c in cands]
+        todo = []
+        for i, trace in enumerate(traces):
+            key = record_trace_hash(trace)
+            if key in self.stored:  # measured by an earlier run: resume, do not measure again
+                secs = self.stored[key]
+                ok = secs and max(secs) < FAILED_RUN_SECS
+                results[i] = RunnerResult(secs if ok else None, None if ok else "failed in an earlier run")
+            elif key in self.seen:
+                results[i] = RunnerResult(None, "duplicate of a candidate of this run")
+            else:
+                self.seen.add(key)
+                todo.append(i)
+        if todo:
+            measured = self._build_and_measure([cands[i] for i in todo], state)
+            for i, r in zip(todo, measured, strict=True):
+                results[i] = r
+            self._commit([traces[i] for i in todo], measured)
+            state.measurements += len(todo)
+            with engine.clock("search"):  # the cost model learns from what was measured
+                engine.cost_model.update(self.ctx, [cands[i] for i in todo], measured)
+        for r in results:
+            if r.error_msg is None and r.run_secs:
+                us = median_or_mean_us(r)
+                if state.best_us is None or us < state.best_us:
+                    state.best_us = us
+        return results
+
+    def _build_and_measure(self, cands: list[MeasureCandidate], state: TaskState) -> list[RunnerResult]:
+        engine = self.engine
+        with engine.clock("measure"):
+            built = engine.builder.build([BuilderInput(c.sch.mod, engine.target) for c in cands])
+            results = [RunnerResult(None, f"build failed: {_last_line(b.error_msg)}") for b in built]
+            ok = [i for i, b in enumerate(built) if b.error_msg is None]
+            device = _device_type(engine.target)
+            inputs = {i: RunnerInput(built[i].artifact_path, device, cands[i].args_info) for i in ok}
+            for i, r in zip(ok, engine.measurer.measure([inputs[i] for i in ok]), strict=True):
+                results[i] = r
+            self._recheck(results, inputs, state)
+            for b in built:
+                if b.artifact_path:
+                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+        return results
+
+    def _recheck(self, results: list[RunnerResult], inputs: dict[int, RunnerInput], state: TaskState) -> None:
+        """Re-measure alone and precisely whatever could become the task's best, before it is recorded: the batch's
+        fastest by the quick pass, then the next one for as long as its quick latency beats every re-checked one."""
+        best = state.best_us / 1e6 if state.best_us is not None else float("inf")
+        ranked = sorted((median_s(results[i]), i) for i in inputs if results[i].error_msg is None)
+        checked: list[float] = []
+        for quick_s, i in ranked:
+            if quick_s >= best * RECHECK_MARGIN or (checked and quick_s >= min(checked)):
+                break
+            [results[i]] = self.engine.measurer.recheck([inputs[i]])
+            checked.append(median_s(results[i]))
+
+    def _commit(self, traces: list, results: list[RunnerResult]) -> None:
+        engine = self.engine
+        records = [
+            RecordIn(
+                workload=self.task.ident,
+                device=engine.db.device,
+                trace=trace,
+                run_secs=tuple(run_secs(r)) or (FAILED_RUN_SECS,),
+                source="tuned",
+                tool_version=hostinfo.tool_version(),
+                team=engine.team,
+                model=engine.model,
+                host=hostinfo.hostname(),
+            )
+            for trace, r in zip(traces, results, strict=True)
+        ]
+        engine.store.ingest([], records)
+
+
+def median_or_mean_us(result: RunnerResult) -> float:
+    """The latency a record is ranked by in the store (the mean of its run_secs), in µs."""
+    secs = run_secs(result)
+    return sum(secs) / len(secs) * 1e6
+
+
+def _device_type(target: Target) -> str:
+    return "cuda" if target.kind.name == "cuda" else "cpu"
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "unknown error"
