@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench bench-tuning clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: install
 # The store benchmark: minutes, not seconds. See docs/BENCHMARKS.md.
 bench: install
 	$(PY) bench/store_bench.py
+
+# registry tune against plain tune_relax: about 25 minutes on 2 cores. See docs/BENCHMARKS.md.
+bench-tuning: install
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) bench/tuning/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

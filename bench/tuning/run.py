@@ -1,0 +1,326 @@
+"""Tuning benchmark: ``registry tune`` against plain MetaSchedule ``tune_relax`` on the same models and machine.
+
+    .venv/bin/python bench/tuning/run.py [--models bert-tiny bert-mini] [--trials-per-task 32]
+
+For every model (the *target*) and one other model of the list (the *registry model*):
+
+1. **Plain.** ``tune_relax`` with MetaSchedule's defaults (evolutionary search, XGBoost cost model starting cold,
+   LocalRunner measuring one candidate at a time) except the builder: TVM's LocalBuilder times out every build on
+   the machine this was written on (registry/tvm_side/builder.py), so plain gets the PersistentBuilder too, which
+   only makes the baseline faster. ``--trials-per-task`` trials per task, in batches of 32. Its records go to a
+   registry of their own, with their times; the run is kept under ``--work`` and reused.
+2. **Registry.** A copy of the *registry model*'s plain registry (what a team would already have), a predictor
+   trained on it (``registry predictor train``; its training time is reported apart, it is paid once per device),
+   then ``registry tune`` on the target with the same trial cap: donor seeds, predictor ranking, trimming, parallel
+   measurement, early stops.
+3. **Curves.** At every second, each task's best latency so far (its default schedule before any record) times its
+   weight, summed: the model's estimated latency. Time to the same latency: the first time registry's curve is at
+   or below plain's final value, against plain's time to reach that value.
+4. **End to end.** Both registries compile the model; untuned, plain and registry builds are timed back to back,
+   three rounds, medians.
+
+Writes bench/results/tuning.json, tuning.png (the curves) and prints the table of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from registry.tvm_side import zoo  # noqa: E402
+
+SHAPE = {"bert": {"seq": 32}, "cnn": {"image": 64}}
+PLAIN_BATCH = 32
+
+
+def load(name: str):
+    from registry.tvm_side.frontend import load_onnx
+
+    kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
+    return load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def plain(name: str, work: Path, trials_per_task: int, target, threads: int) -> dict:
+    """Plain tune_relax into work/plain-<name>.db (kept, and reused by later runs)."""
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.store.store import Store
+    from registry.tvm_side.builder import PersistentBuilder
+    from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.pipeline import extract
+
+    meta_file = work / f"plain-{name}.json"
+    if meta_file.exists():
+        return json.loads(meta_file.read_text())
+    db_path = work / f"plain-{name}.db"
+    db_path.unlink(missing_ok=True)
+    store = Store(f"sqlite:///{db_path}")
+    loaded = load(name)
+    tasks = extract(store, loaded, target)
+    trials = trials_per_task * len(tasks)
+    print(f"plain tune_relax {name}: {len(tasks)} tasks, {trials} trials", flush=True)
+    names = {t.ident[0]: t.name for t in tasks}
+    db = RegistryDatabase(target, store, num_threads=threads, model=name, task_names=names)
+    prepare_tuning()
+    zero = relax.get_pipeline("zero")(loaded.mod)
+    started = _now()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        ms.relax_integration.tune_relax(
+            zero,
+            {},
+            target,
+            tmp,
+            max_trials_global=trials,
+            num_trials_per_iter=PLAIN_BATCH,
+            database=db,
+            builder=PersistentBuilder(),
+            seed=1,
+        )
+    meta = {"seconds": time.perf_counter() - start, "started": started.isoformat(), "trials": trials}
+    meta_file.write_text(json.dumps(meta))
+    return meta
+
+
+def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target, threads: int) -> dict:
+    """registry tune on ``name`` over a copy of the plain registry of ``donor``."""
+    from registry.store.store import Store
+    from registry.tvm_side import predictor
+    from registry.tvm_side.tune import ModelTuneOptions, tune
+    from registry.tvm_side.tuning.engine import TuneOptions
+
+    db_path = work / f"registry-{name}-from-{donor}.db"
+    shutil.copy(work / f"plain-{donor}.db", db_path)
+    store = Store(f"sqlite:///{db_path}")
+    device_id = store.all_devices()[0].id
+    t0 = time.perf_counter()
+    model, metrics = predictor.train(store, device_id)
+    predictor.save(store, device_id, model, metrics)
+    train_s = time.perf_counter() - t0
+    print(f"registry tune {name} (registry of {donor}; predictor trained in {train_s:.0f} s)", flush=True)
+    loaded = load(name)
+    n_tasks = len(_task_weights(store, loaded, target))
+    options = ModelTuneOptions(engine=TuneOptions(trials=trials_per_task * n_tasks))
+    started = _now()
+    start = time.perf_counter()
+    report = tune(store, loaded, target, threads, options)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "tuning_s": report.timings.finding_s,
+        "started": started.isoformat(),
+        "predictor_train_s": train_s,
+        "predictor_metrics": metrics,
+        "report": report.as_json(),
+        "db": str(db_path),
+    }
+
+
+def _task_weights(store, loaded, target):
+    from registry.tvm_side.pipeline import extract
+
+    return {t.workload_id: (t.name, t.weight, t.mod) for t in extract(store, loaded, target)}
+
+
+def curve(store, loaded, target, device_id: int, started: str, defaults: dict[int, float]) -> list[tuple[float, float]]:
+    """(seconds since start, estimated model latency µs) at every change; records stored before start count at 0."""
+    from sqlalchemy import select
+
+    from registry.store.models import TuningRecord
+
+    weights = {wid: w for wid, (_, w, _) in _task_weights(store, loaded, target).items()}
+    t0 = dt.datetime.fromisoformat(started)
+    with store.read() as conn:
+        rows = conn.execute(
+            select(TuningRecord.workload_id, TuningRecord.created_at, TuningRecord.mean_s)
+            .where(TuningRecord.device_id == device_id, TuningRecord.workload_id.in_(list(weights)))
+            .where(TuningRecord.mean_s.is_not(None))
+        ).all()
+    best = dict(defaults)
+    events = sorted((max(0.0, (c.replace(tzinfo=None) - t0).total_seconds()), w, m * 1e6) for w, c, m in rows)
+    points = [(0.0, sum(weights[w] * best[w] for w in weights))]
+    for t, wid, us in events:
+        if us < best[wid]:
+            best[wid] = us
+            points.append((t, sum(weights[w] * best[w] for w in weights)))
+    return points
+
+
+def time_to(points: list[tuple[float, float]], latency: float) -> float | None:
+    return next((t for t, v in points if v <= latency * 1.0001), None)
+
+
+def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.measure import model_latency_ms
+
+    exes = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in dbs.items()}
+    samples: dict[str, list[float]] = {k: [] for k in exes}
+    for _ in range(rounds):
+        for k, exe in exes.items():
+            samples[k].append(model_latency_ms(exe, loaded))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.store.store import Store
+    from registry.tvm_side import kernel
+    from registry.tvm_side.database import RegistryDatabase
+
+    base = plain(name, work, tpt, target, threads)
+    plain(donor, work, tpt, target, threads)
+    ours = registry_run(name, donor, work, tpt, target, threads)
+    plain_store, our_store = Store(f"sqlite:///{work / f'plain-{name}.db'}"), Store(f"sqlite:///{ours['db']}")
+    loaded = load(name)
+    tasks = _task_weights(plain_store, loaded, target)
+    defaults = {}
+    for wid, (_, _, mod) in tasks.items():
+        timing = kernel.build_and_measure(mod, target)
+        defaults[wid] = timing.median_us if timing else float("inf")
+    plain_dev = plain_store.all_devices()[0].id
+    plain_curve = curve(plain_store, loaded, target, plain_dev, base["started"], defaults)
+    # Workload ids differ between the two databases: map the defaults through the task names.
+    names = {n: defaults[w] for w, (n, _, _) in tasks.items()}
+    our_tasks = _task_weights(our_store, loaded, target)
+    our_defaults = {w: names[n] for w, (n, _, _) in our_tasks.items()}
+    our_curve = curve(our_store, loaded, target, our_store.all_devices()[0].id, ours["started"], our_defaults)
+    target_us = plain_curve[-1][1]
+    plain_t = time_to(plain_curve, target_us)
+    our_t = time_to(our_curve, target_us)
+    # The estimate carries a few percent of measurement noise: the times to come within 1, 2 and 5% of plain's
+    # final latency say more than the time to match it to the microsecond.
+    within = {
+        f"{pct}%": (time_to(plain_curve, target_us * (1 + pct / 100)), time_to(our_curve, target_us * (1 + pct / 100)))
+        for pct in (1, 2, 5)
+    }
+    e2e = end_to_end(
+        loaded,
+        target,
+        {
+            "untuned": ms.database.MemoryDatabase(),
+            "plain": RegistryDatabase(target, plain_store, num_threads=threads),
+            "registry": RegistryDatabase(target, our_store, num_threads=threads),
+        },
+    )
+    return {
+        "model": name,
+        "registry_of": donor,
+        "plain_s": base["seconds"],
+        "registry_s": ours["seconds"],
+        "predictor_train_s": ours["predictor_train_s"],
+        "predictor_metrics": ours["predictor_metrics"],
+        "plain_final_est_us": target_us,
+        "registry_final_est_us": our_curve[-1][1],
+        "plain_time_to_target_s": plain_t,
+        "registry_time_to_target_s": our_t,
+        "time_ratio": (our_t / plain_t) if our_t is not None and plain_t else None,
+        "within": within,  # "1%": (plain s, registry s) to come within 1% of plain's final estimate
+        "e2e_ms": e2e,
+        "plain_curve": plain_curve,
+        "registry_curve": our_curve,
+        "registry_report": ours["report"],
+    }
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """Top row: whole runs, log scale. Bottom row: the last 20% above plain's final estimate, linear."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 7.5), squeeze=False)
+    for col, r in enumerate(results):
+        final = r["plain_final_est_us"] / 1000
+        for row, ax in enumerate(axes[:, col]):
+            for kind, label in (("plain", "plain tune_relax"), ("registry", "registry tune")):
+                points = r[f"{kind}_curve"]
+                xs = [t for t, _ in points] + [r[f"{kind}_s"]]  # the curve runs on, flat, to the end of the run
+                ys = [us / 1000 for _, us in points] + [points[-1][1] / 1000]
+                ax.step(xs, ys, where="post", label=label)
+            ax.axhline(final, color="grey", linestyle=":", linewidth=1)
+            ax.set_xlabel("wall time, s")
+            if row == 0:
+                ax.set_yscale("log")
+                ax.set_ylabel("estimated model latency, ms (log)")
+                ax.set_title(f"{r['model']} (registry holds {r['registry_of']})")
+                ax.legend()
+            else:
+                ax.set_ylim(final * 0.97, final * 1.2)
+                ax.set_ylabel("the same, ms: within 20% of plain's final")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| model | registry holds | plain: final est. µs (s to reach) | registry tune: s to reach it | ratio "
+        "| ratio within 1% / 2% / 5% | registry tune: total s, final est. µs | e2e ms: untuned / plain / registry |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = f"{r['time_ratio']:.2f}" if r["time_ratio"] is not None else "not reached"
+        reach = f"{r['registry_time_to_target_s']:.0f}" if r["registry_time_to_target_s"] is not None else "-"
+        within = " / ".join(
+            f"{ours / plain:.2f}" if ours is not None and plain else "-" for plain, ours in r["within"].values()
+        )
+        e = r["e2e_ms"]
+        lines.append(
+            f"| {r['model']} | {r['registry_of']} | {r['plain_final_est_us']:.0f} ({r['plain_time_to_target_s']:.0f}) "
+            f"| {reach} | {ratio} | {within} | {r['registry_s']:.0f}, {r['registry_final_est_us']:.0f} "
+            f"| {e['untuned']:.3f} / {e['plain']:.3f} / {e['registry']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["bert-tiny", "bert-mini"])
+    parser.add_argument("--trials-per-task", type=int, default=32)
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "tuning")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tuning.json")
+    parser.add_argument("--replot", action="store_true", help="redraw the plot and table from --out, measure nothing")
+    args = parser.parse_args()
+    if args.replot:
+        results = json.loads(args.out.read_text())
+        plot(results, args.out.with_suffix(".png"))
+        print(table(results))
+        return
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+    from registry.tvm_side.target import host_target, runtime_threads
+
+    target, threads = host_target(), runtime_threads()
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, name in enumerate(args.models):
+        donor = args.models[(i + 1) % len(args.models)]
+        results.append(compare(name, donor, args.work, args.trials_per_task, target, threads))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+    plot(results, args.out.with_suffix(".png"))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
