@@ -47,8 +47,13 @@ TVM_ERRORS = (RuntimeError, ValueError, TypeError, IndexError)
 
 def error_line(error: BaseException) -> str:
     """The line of a TVM error worth showing a user: TVM puts a C++ backtrace first and the message last."""
-    lines = str(error).strip().splitlines()
-    return lines[-1] if lines else type(error).__name__
+    return last_line(str(error), type(error).__name__)
+
+
+def last_line(text: str | None, default: str) -> str:
+    """The last non-blank line of a TVM message (a builder's or runner's error text, or an error's), else default."""
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else default
 
 
 _INTRINSICS = "tvm.s_tir.tensor_intrin"

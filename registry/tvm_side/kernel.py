@@ -32,6 +32,11 @@ class Timing:
         return statistics.median(self.run_secs) * 1e6
 
 
+def median_us(timing: Timing | None) -> float | None:
+    """A timing's median in µs, None for a kernel that did not build or run."""
+    return None if timing is None else timing.median_us
+
+
 def measure(
     rt_mod: tvm.runtime.Module, mod: IRModule, *, repeat: int = 5, min_repeat_ms: int = 20, number: int = 1
 ) -> Timing:

@@ -117,9 +117,8 @@ class _Resolver:
     def resolve(self, task: Task) -> TaskResult:
         with self.clock("report"):
             default = kernel.build_and_measure(task.mod, self.target)
-        result = TaskResult(
-            task.name, task.weight, task.workload_id, "default", _us(default), _us(default), candidates=0
-        )
+        before = kernel.median_us(default)
+        result = TaskResult(task.name, task.weight, task.workload_id, "default", before, before, candidates=0)
         with self.clock("donors"):
             best = self._best_here(task.workload_id)
         if best is not None:
@@ -197,7 +196,3 @@ class _Resolver:
             host=hostinfo.hostname(),
         )
         self.store.ingest([], [record])
-
-
-def _us(timing: kernel.Timing | None) -> float | None:
-    return None if timing is None else timing.median_us

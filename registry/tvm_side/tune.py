@@ -49,10 +49,10 @@ def tune(
     opts = options or ModelTuneOptions()
     clock, tasks, db = begin(store, loaded, target, threads, "tune", "tuned", opts.team, import_s)
     with clock("report"):
-        defaults = {t.workload_id: kernel.build_and_measure(t.mod, target) for t in tasks}
+        defaults = {t.workload_id: kernel.median_us(kernel.build_and_measure(t.mod, target)) for t in tasks}
     with clock("donors"):
         seeds = donor_seeds(store, target, db.device_id, tasks, opts.neighbours, opts.engine.seeds)
-    engine_tasks = [EngineTask(t, _us(defaults[t.workload_id]), seeds.get(t.workload_id, [])) for t in tasks]
+    engine_tasks = [EngineTask(t, defaults[t.workload_id], seeds.get(t.workload_id, [])) for t in tasks]
     engine_opts = opts.engine
     if engine_opts.trials is None and engine_opts.seconds is None:
         engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(tasks))
@@ -131,7 +131,3 @@ def tuning_summary(outcome: Outcome) -> dict:
         "stop": outcome.stop,
         "summary": "tuning: " + "; ".join(parts),
     }
-
-
-def _us(timing: kernel.Timing | None) -> float | None:
-    return None if timing is None else timing.median_us

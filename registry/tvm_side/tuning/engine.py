@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tvm.s_tir import meta_schedule as ms
@@ -40,14 +39,12 @@ from registry.store.store import Store
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
-from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
+from registry.tvm_side.compat import META_SCHEDULE_LOGGER, last_line, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
-from registry.tvm_side.pipeline import Clock, Task
+from registry.tvm_side.pipeline import Clock, Progress, Task
 from registry.tvm_side.tuning.calibrate import TOLERANCE, Calibration
 from registry.tvm_side.tuning.runner import LocalMeasurer, RpcMeasurer, Tracker, median_s, run_secs
 
-# (trials spent, trial budget or 0, what is happening now)
-Progress = Callable[[int, int, str], None]
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
 # the best, so it is re-measured precisely.
 RECHECK_MARGIN = 1 + TOLERANCE
@@ -97,7 +94,7 @@ class Engine:
         clock: Clock,
         model: str,
         team: str | None = None,
-        progress: Progress = lambda _done, _total, _what: None,
+        progress: Progress = lambda _done, _total, _what: None,  # (trials spent, trial budget or 0, what now)
     ) -> None:
         self.store, self.db, self.target, self.opts = store, db, target, options
         self.clock, self.model, self.team, self.progress = clock, model, team, progress
@@ -110,6 +107,7 @@ class Engine:
                 self.measurer = LocalMeasurer(options.dop, max_dop=max(1, usable_cores() // max(1, threads)))
         self.builder = PersistentBuilder()
         self.cost_model, self.predictor_version = self._cost_model()
+        self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
 
     def _cost_model(self):
         if self.opts.use_predictor:
@@ -166,6 +164,7 @@ class Engine:
         with self.store.read() as conn:
             stored = queries.tuning_state(conn, t.task.workload_id, self.db.device_id)
             best = queries.top_k(conn, t.task.workload_id, self.db.device_id, 1)
+        self._stored_traces[t.task.workload_id] = stored.traces  # what the task's tuner will not measure again
         return TaskState(
             t.task.name,
             t.task.weight,
@@ -175,7 +174,7 @@ class Engine:
         )
 
     def _start(self, t: EngineTask, state: TaskState, planner: Planner) -> _TaskTuner:
-        tuner = _TaskTuner(self, t.task)
+        tuner = _TaskTuner(self, t.task, self._stored_traces[t.task.workload_id])
         if t.seed_schedules:
             seeds = t.seed_schedules[: self.opts.seeds]
             left = planner.trials_left()
@@ -189,8 +188,9 @@ class Engine:
 class _TaskTuner:
     """One task's TuneContext and search state, advanced one batch at a time."""
 
-    def __init__(self, engine: Engine, task: Task) -> None:
-        self.engine, self.task = engine, task
+    def __init__(self, engine: Engine, task: Task, stored: dict[str, list[float]]) -> None:
+        """``stored``: trace hash -> run_secs of the records earlier runs left for this task on this device."""
+        self.engine, self.task, self.stored = engine, task, stored
         opts = engine.opts
         with engine.clock("search"):
             self.ctx = ms.TuneContext(
@@ -214,8 +214,6 @@ class _TaskTuner:
                 database=engine.db,
                 cost_model=engine.cost_model,
             )
-        with engine.store.read() as conn:
-            self.stored = queries.tuning_state(conn, task.workload_id, engine.db.device_id).traces
         self.seen: set[str] = set()
 
     def candidate(self, sch: Schedule) -> MeasureCandidate:
@@ -278,7 +276,7 @@ class _TaskTuner:
                 engine.cost_model.update(self.ctx, [cands[i] for i in todo], measured)
         for r in results:
             if r.error_msg is None and r.run_secs:
-                us = median_or_mean_us(r)
+                us = mean_us(r)
                 if state.best_us is None or us < state.best_us:
                     state.best_us = us
         return results
@@ -287,7 +285,7 @@ class _TaskTuner:
         engine = self.engine
         with engine.clock("measure"):
             built = engine.builder.build([BuilderInput(c.sch.mod, engine.target) for c in cands])
-            results = [RunnerResult(None, f"build failed: {_last_line(b.error_msg)}") for b in built]
+            results = [RunnerResult(None, f"build failed: {last_line(b.error_msg, 'unknown error')}") for b in built]
             ok = [i for i, b in enumerate(built) if b.error_msg is None]
             device = _device_type(engine.target)
             inputs = {i: RunnerInput(built[i].artifact_path, device, cands[i].args_info) for i in ok}
@@ -330,7 +328,7 @@ class _TaskTuner:
         engine.store.ingest([], records)
 
 
-def median_or_mean_us(result: RunnerResult) -> float:
+def mean_us(result: RunnerResult) -> float:
     """The latency a record is ranked by in the store (the mean of its run_secs), in µs."""
     secs = run_secs(result)
     return sum(secs) / len(secs) * 1e6
@@ -338,8 +336,3 @@ def median_or_mean_us(result: RunnerResult) -> float:
 
 def _device_type(target: Target) -> str:
     return "cuda" if target.kind.name == "cuda" else "cpu"
-
-
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1] if lines else "unknown error"

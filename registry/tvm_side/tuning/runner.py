@@ -145,7 +145,7 @@ class Tracker:
         return cls(parts[0], int(parts[1]), parts[2])
 
     def servers(self) -> int:
-        """How many servers of this key the tracker has, free or busy."""
+        """How many servers of this key the tracker has free."""
         from tvm import rpc
 
         from registry.errors import RegistryError
