@@ -45,6 +45,18 @@ def model_options(command):
         ),
         click.option("--name", help="Model name in the registry [default: the file's stem]."),
         click.option("--team", help="Provenance written on the records this run commits."),
+        click.option(
+            "--rpc",
+            metavar="HOST:PORT:KEY",
+            help="Measure on the TVM RPC servers registered under KEY with this tracker, one job per free server at "
+            "a time. Records are filed under the device the servers report.",
+        ),
+        click.option(
+            "--dop",
+            type=click.IntRange(1),
+            help="Kernels measured at once [default: calibrated on this machine: the most that do not interfere; "
+            "with --rpc, one per free server].",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
     ]
     return functools.reduce(lambda f, d: d(f), reversed(decorators), command)
@@ -57,16 +69,25 @@ def set_threads(threads: int | None) -> None:
 
 
 def load_model(model_path: Path, input_shapes, target: str, name: str | None):
-    """(loaded model, TVM target, runtime threads, seconds it took)."""
+    """(loaded model, TVM target, runtime threads or None for the runtime's default, seconds it took)."""
     from registry.onnx_prep import parse_input_shapes
     from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.target import host_target, runtime_threads, target_from_option
+    from registry.tvm_side.target import host_target, target_from_option
 
     start = time.perf_counter()
     shapes = parse_input_shapes(input_shapes)
     tvm_target = host_target() if target == "host" else target_from_option(target)
     loaded = load_onnx(model_path, shapes, name=name or model_path.stem)
-    return loaded, tvm_target, runtime_threads(), time.perf_counter() - start
+    threads = int(os.environ[THREADS_ENV]) if os.environ.get(THREADS_ENV, "").isdigit() else None
+    return loaded, tvm_target, threads, time.perf_counter() - start
+
+
+def where(rpc: str | None, dop: int | None):
+    """Where to measure, from --rpc and --dop."""
+    from registry.measure.tracker import Tracker
+    from registry.tvm_side.pipeline import Where
+
+    return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)
 
 
 def print_report(report, as_json: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 from registry.cli.main import Context, pass_ctx
-from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads
+from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
 
 
 @click.command()
@@ -38,6 +38,8 @@ def transfer(
     output,
     name,
     team,
+    rpc,
+    dop,
     as_json,
     budget,
     neighbours,
@@ -59,8 +61,11 @@ def transfer(
     from registry.tvm_side.transfer import TransferOptions
     from registry.tvm_side.transfer import transfer as run_transfer
 
+    place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
-    options = TransferOptions(budget=budget, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials)
+    options = TransferOptions(
+        budget=budget, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
+    )
     with Progress("transfer") as progress:
         report = run_transfer(
             ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s

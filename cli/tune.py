@@ -6,7 +6,7 @@ import re
 
 import click
 from registry.cli.main import Context, pass_ctx
-from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads
+from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
@@ -42,17 +42,6 @@ class Duration(click.ParamType):
     type=click.IntRange(1),
     help="Measured candidates for the model, counting those stored by earlier runs, so a re-run resumes "
     "[default: 32 per task when no --budget is given].",
-)
-@click.option(
-    "--rpc",
-    metavar="HOST:PORT:KEY",
-    help="Measure on the TVM RPC servers registered under KEY with this tracker, one per server at a time. They "
-    "must be the device --target and --threads describe.",
-)
-@click.option(
-    "--dop",
-    type=click.IntRange(1),
-    help="Candidates measured at once [default: calibrated on this machine: the most that do not interfere].",
 )
 @click.option(
     "--predictor/--no-predictor",
@@ -93,11 +82,11 @@ def tune(
     output,
     name,
     team,
+    rpc,
+    dop,
     as_json,
     seconds,
     trials,
-    rpc,
-    dop,
     predictor,
     keep,
     min_gain,
@@ -123,9 +112,8 @@ def tune(
     from registry.tvm_side.tune import ModelTuneOptions
     from registry.tvm_side.tune import tune as run_tune
     from registry.tvm_side.tuning.engine import TuneOptions
-    from registry.tvm_side.tuning.runner import Tracker
 
-    tracker = Tracker.parse(rpc) if rpc else None
+    place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
     engine = TuneOptions(
         trials=trials,
@@ -133,10 +121,8 @@ def tune(
         batch=batch,
         trim=TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep),
         use_predictor=predictor,
-        dop=dop,
-        rpc=tracker,
     )
-    options = ModelTuneOptions(engine=engine, team=team, output=output)
+    options = ModelTuneOptions(engine=engine, team=team, output=output, where=place)
     with Progress("tune") as progress:
         report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
     print_report(report, as_json)

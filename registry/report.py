@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SOURCES = ("exact", "transferred", "tuned", "default")
+SOURCES = ("exact", "transferred", "tuned", "default", "failed")
 
 
 @dataclass
@@ -16,7 +16,7 @@ class TaskResult:
     name: str
     weight: int
     workload_id: int
-    source: str  # one of SOURCES
+    source: str  # one of SOURCES; "failed": neither the default schedule nor any candidate ran
     before_us: float | None  # the default schedule; None if it could not be built or run
     after_us: float | None  # what the model now runs with
     donor: str | None = None  # "task_name#workload_id" of the donor workload
@@ -29,6 +29,7 @@ class TaskResult:
     measurements: int = 0  # candidates built and timed
     tune_s: float = 0.0  # wall seconds spent tuning this task
     stopped: str | None = None  # why tuning of this task stopped
+    error: str | None = None  # why the default schedule could not be built or run, in one line
 
 
 @dataclass
@@ -57,16 +58,17 @@ class ModelReport:
     model: str
     device: str
     threads: int
-    untuned_ms: float
-    final_ms: float
+    untuned_ms: float | None  # None when the model could not be run (see errors)
+    final_ms: float | None
     tasks: list[TaskResult]
     timings: Timings = field(default_factory=Timings)
     output: str | None = None
     tuning: dict[str, Any] | None = None  # how the tuner ran: measurer, degree of parallelism, predictor, stop
+    errors: list[str] = field(default_factory=list)  # why a model latency is missing, one line each
 
     @property
-    def speedup(self) -> float:
-        return self.untuned_ms / self.final_ms if self.final_ms else float("nan")
+    def speedup(self) -> float | None:
+        return self.untuned_ms / self.final_ms if self.untuned_ms and self.final_ms else None
 
     def as_json(self) -> dict[str, Any]:
         t = self.timings
@@ -83,6 +85,7 @@ class ModelReport:
             "output": self.output,
             "tuning": self.tuning,
             "tasks": [asdict(task) for task in self.tasks],
+            "errors": self.errors,
         }
 
 
@@ -110,8 +113,7 @@ def summary_lines(report: ModelReport) -> list[str]:
     counts = ", ".join(f"{n} {s}" for s in SOURCES if (n := sum(1 for x in report.tasks if x.source == s)))
     lines = [
         f"model {report.model} on {report.device} ({report.threads} thread(s)): {len(report.tasks)} tasks ({counts})",
-        f"end-to-end latency: untuned {report.untuned_ms:.3f} ms -> final {report.final_ms:.3f} ms "
-        f"({report.speedup:.1f}x faster)",
+        _latency_line(report),
         f"wall time {t.total_s:.1f} s: import {t.import_s:.1f} s, donor search {t.donors_s:.1f} s, "
         f"tuning search {t.search_s:.1f} s, measure {t.measure_s:.1f} s, report {t.report_s:.1f} s, "
         f"compile {t.compile_s:.1f} s",
@@ -124,6 +126,19 @@ def summary_lines(report: ModelReport) -> list[str]:
         )
     if report.tuning:
         lines.append(report.tuning.get("summary", ""))
+    for error in report.errors:
+        lines.append(f"not measured: {error}")
+    for task in report.tasks:
+        if task.error:
+            lines.append(f"task {task.name}: {task.error}")
     if report.output:
         lines.append(f"compiled library written to {report.output}")
     return lines
+
+
+def _latency_line(report: ModelReport) -> str:
+    def ms(value: float | None) -> str:
+        return "not measured" if value is None else f"{value:.3f} ms"
+
+    gain = f" ({report.speedup:.1f}x faster)" if report.speedup is not None else ""
+    return f"end-to-end latency: untuned {ms(report.untuned_ms)} -> final {ms(report.final_ms)}{gain}"

@@ -174,18 +174,3 @@ def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
     assert two["threads"] == 2 and two["device"].endswith("-2t")
     assert [(t["source"], t["same_device"]) for t in two["tasks"]] == [("transferred", False)], two["tasks"]
     assert {d["threads"] for d in store.devices()} == {1, 2}
-
-
-def test_a_thread_count_the_runtime_does_not_run_is_refused(sqlite_url, sibling):
-    """TVM's runtime in this process already runs N threads; filing its measurements under N+1 would be a lie."""
-    import tvm
-
-    from registry.errors import RegistryError
-    from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.target import host_target
-    from registry.tvm_side.transfer import transfer as run_transfer
-
-    running = int(tvm.get_global_func("runtime.NumThreads")())
-    loaded = load_onnx(sibling, name="sibling")
-    with pytest.raises(RegistryError, match=f"runs {running} thread"):
-        run_transfer(Store(sqlite_url), loaded, host_target(), threads=running + 1)

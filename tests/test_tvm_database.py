@@ -13,8 +13,7 @@ from registry.store.lookup import LookupFilter
 from registry.store.store import Store
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.log_import import import_logs
-from registry.tvm_side.measure import model_latency_ms
-from tests.tvm_env import tiny_model, tune_with_plain_tvm
+from tests.tvm_env import model_latency_ms, tiny_model, tune_with_plain_tvm
 
 pytestmark = pytest.mark.tvm
 
@@ -106,10 +105,11 @@ def test_import_export_round_trip_gives_the_tuned_speed(db_url, tuned_logs, tmp_
     untuned = compile_and_time(ms.database.MemoryDatabase(), model, target)
     via_plain = compile_and_time(original, model, target)
     via_export = compile_and_time(exported, model, target)
-    # 16 trials on this tiny kernel give 2.3x to 4x over untuned, run to run; what the round trip must keep is the
-    # speed of the plain logs it came from.
+    # 16 trials on this tiny kernel give 2.3x to 4x over untuned, run to run. The exported best is the plain log's
+    # best trace (asserted above), so the same program: its timing only has to agree grossly, as this model runs in
+    # about 3 µs, where two worker processes differ by a third on this shared machine.
     assert untuned / via_export > 2, (untuned, via_export)
-    assert via_export < 1.3 * via_plain, (via_plain, via_export)
+    assert via_export < 2 * via_plain, (via_plain, via_export)
 
 
 def test_tune_relax_writes_through_and_compile_reads_back(sqlite_url, tmp_path):

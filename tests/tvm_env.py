@@ -25,6 +25,18 @@ def tiny_model(batch: int = 8, n: int = 64) -> LoadedModel:
     return load_onnx(zoo.mlp(batch, (n, n)).SerializeToString(), {"x": [batch, n]}, name=f"tiny-{batch}x{n}")
 
 
+def model_latency_ms(executable, model: LoadedModel) -> float:
+    """A compiled model's end-to-end latency, measured as the registry measures it (in a worker process)."""
+    from registry.measure.jobs import time_model
+    from registry.measure.measurer import Measurer
+    from registry.tvm_side.target import host_target
+
+    with Measurer(host_target()) as measurer:
+        timing = time_model(measurer, executable, model.inputs)
+    assert timing.ok, timing.error
+    return timing.median_s * 1e3
+
+
 def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=None, trials: int = TRIALS):
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 
+import tvm
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.runtime import Module
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.target import Target
 
+from registry.measure.pool import WorkerPool
 from registry.tvm_side import ORIGINAL_AFFINITY
 
 
@@ -34,18 +34,6 @@ def build_module(mod: IRModule, target: Target, _params=None) -> Module:
     return build(mod, target=target)
 
 
-def export_shared(rt_mod: Module) -> str:
-    """The built kernel as a shared library, linked here in the builder pool.
-
-    MetaSchedule's default exports a tar of object files, which every runner then links before loading it: about a
-    third of a measurement's cost here, paid one candidate at a time while the builders (in parallel) sit idle."""
-    import tempfile
-
-    path = os.path.join(tempfile.mkdtemp(prefix="registry-build-"), "kernel.so")
-    rt_mod.export_library(path)
-    return path
-
-
 def usable_cores() -> int:
     """Cores this process may run on, before TVM pinned anything (see compat.unpin)."""
     return len(ORIGINAL_AFFINITY) or os.cpu_count() or 1
@@ -53,35 +41,34 @@ def usable_cores() -> int:
 
 @derived_object
 class PersistentBuilder(PyBuilder):
-    """Builds candidates in a pool of ``max_workers`` processes that is started once and reused."""
+    """Builds candidates in a pool of ``max_workers`` processes that is started once and reused.
+
+    Each kernel is built and linked into a shared library in the pool (``registry.measure.worker``'s ``build``):
+    MetaSchedule's default exports a tar of object files, which every runner then links before loading it, about a
+    third of a measurement's cost here, paid one candidate at a time while the builders (in parallel) sit idle. A
+    build that crashes or hangs costs that candidate, as a measurement does.
+    """
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = 30.0, max_uses: int = 256) -> None:
         super().__init__()
         self.max_workers = max_workers or usable_cores()
         self.timeout_sec = timeout_sec
         self.max_uses = max_uses
-        self._pool: PopenPoolExecutor | None = None
-
-    def _executor(self) -> PopenPoolExecutor:
-        if self._pool is None:
-            self._pool = PopenPoolExecutor(
-                max_workers=self.max_workers, timeout=self.timeout_sec, maximum_process_uses=self.max_uses
-            )
-        return self._pool
+        self._pool: WorkerPool | None = None
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        jobs = [(build_module, export_shared, b.mod, b.target, None) for b in build_inputs]
-        results = []
-        for outcome in self._executor().map_with_error_catching(lambda job: _worker_func(*job), jobs):
-            if outcome.status == StatusKind.COMPLETE:
-                results.append(BuilderResult(outcome.value, None))
-            elif outcome.status == StatusKind.TIMEOUT:
-                results.append(BuilderResult(None, f"PersistentBuilder: timeout, killed after {self.timeout_sec} s"))
-            else:
-                results.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{outcome.value}"))
-        return results
+        if self._pool is None:
+            self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses)
+        requests = [{"op": "build", "module": tvm.ir.save_json(b.mod), "target": str(b.target)} for b in build_inputs]
+        replies = self._pool.run(requests, at_once=self.max_workers, timeout=self.timeout_sec)
+        return [
+            BuilderResult(r["artifact"], None)
+            if "artifact" in r
+            else BuilderResult(None, f"PersistentBuilder: {r['error']}")
+            for r in replies
+        ]
 
     def shutdown(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.close()
             self._pool = None

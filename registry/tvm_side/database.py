@@ -19,7 +19,7 @@ from tvm.target import Target
 from registry import hostinfo, tvmlog
 from registry.errors import RegistryError
 from registry.store import queries
-from registry.store.rows import RecordIn
+from registry.store.rows import DeviceSpec, RecordIn
 from registry.store.store import Store
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec
@@ -39,6 +39,9 @@ class RegistryDatabase(PyDatabase):
         A ``Store`` or database URL (default: the configured registry).
     num_threads:
         The runtime thread count the records are measured with (default: ``$TVM_NUM_THREADS``, else TVM's).
+    device:
+        The device exactly, as a measurer describes the one it measures on; overrides ``num_threads`` and this
+        machine's fingerprint (records measured on an RPC server are filed under the server's device).
     source, team, model:
         Provenance written on every committed record.
     task_names:
@@ -51,6 +54,7 @@ class RegistryDatabase(PyDatabase):
         store: Store | str | None = None,
         *,
         num_threads: int | None = None,
+        device: DeviceSpec | None = None,
         source: str = "tuned",
         team: str | None = None,
         model: str | None = None,
@@ -58,7 +62,7 @@ class RegistryDatabase(PyDatabase):
     ) -> None:
         super().__init__()
         self.store = store if isinstance(store, Store) else Store(store)
-        self.device = device_spec(target, num_threads)
+        self.device = device or device_spec(target, num_threads)
         self.device_id = self.store.device_id(self.device)
         self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
         self.task_names = dict(task_names or {})

@@ -14,13 +14,14 @@ import time
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from registry.measure.jobs import time_model
+from registry.measure.measurer import Measurer
 from registry.store.store import Store
 from registry.tvm_side import zoo
 from registry.tvm_side.builder import PersistentBuilder
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import load_onnx
-from registry.tvm_side.measure import model_latency_ms
 from registry.tvm_side.signature import structural_hash, workload_in
 from registry.tvm_side.target import host_target, runtime_threads
 
@@ -53,13 +54,17 @@ def main() -> None:
     )
     print(f"{len(tasks)} tasks: " + ", ".join(f"{t.task_name} (x{t.weight})" for t in tasks))
 
-    untuned = model_latency_ms(
-        ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None), loaded
-    )
+    measurer = Measurer(target, threads)  # end-to-end timings run in its worker processes
+
+    def latency_ms(db) -> float:
+        executable = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+        return time_model(measurer, executable, loaded.inputs).median_s * 1e3
+
+    untuned = latency_ms(ms.database.MemoryDatabase())
     db = RegistryDatabase(
         target,
         store,
-        num_threads=threads,
+        device=measurer.device,
         model=MODEL,
         task_names={structural_hash(t.dispatched[0]): t.task_name for t in tasks},
     )
@@ -80,7 +85,8 @@ def main() -> None:
             builder=PersistentBuilder(),
         )
     tune_s = time.perf_counter() - start
-    tuned = model_latency_ms(ms.relax_integration.compile_relax(db, loaded.mod, target, None), loaded)
+    tuned = latency_ms(db)
+    measurer.close()
     print(f"\ntuned {args.trials} trials in {tune_s:.0f} s; {len(db) - before} record(s) written to the registry")
     print(f"end-to-end latency: untuned {untuned:.3f} ms -> tuned {tuned:.3f} ms ({untuned / tuned:.1f}x faster)")
 

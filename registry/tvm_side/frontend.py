@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -12,6 +12,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from registry import onnx_prep
 from registry.errors import BadInputError
+from registry.measure.types import Bound, ModelInput
 from registry.tvm_side.compat import error_line
 
 
@@ -22,6 +23,15 @@ class LoadedModel:
     input_shapes: dict[str, list[int]]
     input_dtypes: dict[str, str]
     mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
+    bounds: dict[str, Bound | None] = field(default_factory=dict)  # values of the integer inputs (token ids ...)
+
+    @property
+    def inputs(self) -> list[ModelInput]:
+        """The model's inputs as the measurer generates them: integers within their bounds (ones by default)."""
+        return [
+            ModelInput(name, tuple(shape), self.input_dtypes.get(name, "float32"), self.bounds.get(name))
+            for name, shape in self.input_shapes.items()
+        ]
 
 
 def load_onnx(

@@ -1,9 +1,11 @@
 """The steps every per-model command shares (``registry transfer``, ``registry tune``): extracting a model's tasks,
-checking that it can be measured here, timing wall-clock parts, compiling the result and reporting it."""
+opening the measurer and the registry database its records are filed in, timing wall-clock parts, compiling the
+result and reporting it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,16 +17,18 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from registry.errors import BadInputError, RegistryError
+from registry.measure.jobs import kernel_arguments, time_model
+from registry.measure.measurer import Measurer
+from registry.measure.tracker import Tracker
+from registry.measure.types import Measurement
 from registry.report import ModelReport, TaskResult, Timings
 from registry.store import queries
-from registry.store.rows import Signature
+from registry.store.rows import DeviceSpec, Signature
 from registry.store.store import Store
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.measure import model_latency_ms
 from registry.tvm_side.signature import workload_in
-from registry.tvm_side.target import THREADS_ENV, running_threads
 
 # Progress: (steps done, steps in all, what is happening now).
 Progress = Callable[[int, int, str], None]
@@ -38,6 +42,16 @@ class Task:
     ident: tuple[str, str]  # (structural hash, module equality), as the store keys workloads
     workload_id: int
     signature: Signature
+    arguments: tuple  # (ArgInfo JSON, bounds of the integer arguments): what every schedule of it is timed on
+
+
+@dataclass
+class Where:
+    """Where a per-model command measures: this machine, or the servers behind an RPC tracker."""
+
+    rpc: Tracker | None = None
+    dop: int | None = None  # kernels measured at once; None: calibrated (here) or one per free server (RPC)
+    verbose: bool = False  # show the workers' own output (TVM's warnings and errors)
 
 
 class Clock:
@@ -56,26 +70,6 @@ class Clock:
             setattr(self.timings, attr, getattr(self.timings, attr) + time.perf_counter() - start)
 
 
-def check_runs_here(target: Target, threads: int, what: str) -> None:
-    """Candidates and models are timed in this process, so the target must be this CPU, at the thread count the
-    records will be filed under."""
-    from tvm.target import codegen
-
-    host_triple = codegen.llvm_get_system_triple()
-    triple = str(target.attrs.get("mtriple", host_triple))
-    if target.kind.name != "llvm" or triple != host_triple:
-        raise BadInputError(
-            f"{what} measures on this machine, so the target must be its CPU (llvm, mtriple {host_triple}); "
-            f"got {target.kind.name}" + (f" for {triple}" if target.kind.name == "llvm" else "")
-        )
-    running = running_threads()
-    if running != threads:
-        raise RegistryError(
-            f"TVM's runtime in this process runs {running} thread(s), not {threads}: it reads {THREADS_ENV} once, "
-            f"when it starts, so set {THREADS_ENV}={threads} before the first use of TVM (the CLI's --threads does)"
-        )
-
-
 def extract(store: Store, loaded: LoadedModel, target: Target) -> list[Task]:
     """The model's tuning tasks, recorded in the store with their weights."""
     zero = relax.get_pipeline("zero")(loaded.mod)  # extract_tasks finds nothing in the raw module
@@ -90,27 +84,68 @@ def extract(store: Store, loaded: LoadedModel, target: Target) -> list[Task]:
     with store.read() as conn:
         ids = {w.ident: queries.workload_id(conn, *w.ident) for w in workloads}
     return [
-        Task(t.task_name, int(t.weight), t.dispatched[0], w.ident, ids[w.ident], w.signature)
+        Task(
+            t.task_name,
+            int(t.weight),
+            t.dispatched[0],
+            w.ident,
+            ids[w.ident],
+            w.signature,
+            kernel_arguments(t.dispatched[0]),
+        )
         for w, t in zip(workloads, extracted, strict=True)
     ]
 
 
-def begin(store: Store, loaded: LoadedModel, target: Target, threads: int, command: str, source: str, team, import_s):
-    """What every per-model command does first: check the target, start the clock, extract and record the tasks,
-    and open the registry database records are filed in. Returns (clock, tasks, database)."""
-    check_runs_here(target, threads, command)
+@dataclass
+class ModelRun:
+    """One per-model command's run: the model's tasks, what measures them, and the registry database that files
+    their records under the measurer's device."""
+
+    store: Store
+    loaded: LoadedModel
+    target: Target
+    clock: Clock
+    tasks: list[Task]
+    measurer: Measurer
+    db: RegistryDatabase
+
+    def database(self, tasks: list[Task], source: str, team: str | None) -> RegistryDatabase:
+        """Another view of the registry for this run's device, filing records as ``source``."""
+        return registry_database(self.store, self.measurer.device, tasks, source, team, self.loaded.name)
+
+
+@contextlib.contextmanager
+def model_run(
+    store: Store,
+    loaded: LoadedModel,
+    target: Target,
+    threads: int | None,
+    source: str,
+    team: str | None,
+    import_s: float = 0.0,
+    where: Where | None = None,
+) -> Iterator[ModelRun]:
+    """What every per-model command does first: start the measurer (which says which device this is), start the
+    clock, extract and record the tasks, open the registry database. The measurer's workers stop at the end."""
+    where = where or Where()
     clock = Clock(Timings(import_s=import_s))
     with clock("import"):
-        tasks = extract(store, loaded, target)
-        db = registry_database(store, target, threads, tasks, source, team, loaded.name)
-    return clock, tasks, db
+        measurer = Measurer(target, threads, rpc=where.rpc, dop=where.dop, verbose=where.verbose)
+    try:
+        with clock("import"):
+            tasks = extract(store, loaded, target)
+            db = registry_database(store, measurer.device, tasks, source, team, loaded.name)
+        yield ModelRun(store, loaded, target, clock, tasks, measurer, db)
+    finally:
+        measurer.close()
 
 
-def registry_database(store: Store, target: Target, threads: int, tasks: list[Task], source: str, team, model):
+def registry_database(store: Store, device: DeviceSpec, tasks: list[Task], source: str, team, model):
     return RegistryDatabase(
-        target,
+        device.target,
         store,
-        num_threads=threads,
+        device=device,
         source=source,
         team=team,
         model=model,
@@ -118,42 +153,53 @@ def registry_database(store: Store, target: Target, threads: int, tasks: list[Ta
     )
 
 
-def finish(
-    loaded: LoadedModel,
-    db: RegistryDatabase,
-    target: Target,
-    threads: int,
-    results: list[TaskResult],
-    clock: Clock,
-    output: Path | None,
-) -> ModelReport:
-    """Compile the model untuned and with the registry, time both end to end, and export the tuned one."""
+def default_timings(run: ModelRun, tasks: list[Task]) -> dict[int, Measurement]:
+    """Each task's default schedule (what the model runs without records), timed like the candidates: the "before"."""
+    from registry.measure.jobs import module_job
+
+    with run.clock("report"):
+        measured = run.measurer.kernels([module_job(t.mod, run.target, t.arguments) for t in tasks])
+    return {t.workload_id: m for t, m in zip(tasks, measured, strict=True)}
+
+
+def finish(run: ModelRun, results: list[TaskResult], output: Path | None) -> ModelReport:
+    """Compile the model untuned and with the registry, time both end to end, and export the tuned one. A model
+    that compiles but cannot be run is reported with the reason; its library is still written."""
+    loaded, target, clock = run.loaded, run.target, run.clock
     try:
         with clock("compile"):
             untuned_exe = ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None)
-            final_exe = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
-            if output is not None:
-                _export(final_exe, output)
-        with clock("report"):
-            untuned_ms = model_latency_ms(untuned_exe, loaded)
-            final_ms = model_latency_ms(final_exe, loaded)
+            final_exe = ms.relax_integration.compile_relax(run.db, loaded.mod, target, None)
     except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
-        raise RegistryError(f"{loaded.name}: compiling or running the model failed: {error_line(e)}") from None
+        raise RegistryError(f"{loaded.name}: compiling the model failed: {error_line(e)}") from None
+    if output is not None:
+        _writable(output)
+    with clock("report"):
+        untuned = time_model(run.measurer, untuned_exe, loaded.inputs)
+        final = time_model(run.measurer, final_exe, loaded.inputs, keep=str(output) if output else None)
+    errors = [f"{what}: {m.error}" for what, m in (("untuned model", untuned), ("final model", final)) if not m.ok]
     return ModelReport(
         model=loaded.name,
-        device=db.device.name,
-        threads=threads,
-        untuned_ms=untuned_ms,
-        final_ms=final_ms,
+        device=run.measurer.device.name,
+        threads=run.measurer.device.num_threads,
+        untuned_ms=_ms(untuned),
+        final_ms=_ms(final),
         tasks=results,
         timings=clock.timings,
         output=str(output) if output is not None else None,
+        errors=errors,
     )
 
 
-def _export(executable, path: Path) -> None:
+def _ms(m: Measurement) -> float | None:
+    return m.median_s * 1e3 if m.ok else None
+
+
+def _writable(path: Path) -> None:
+    """Fail early, in one line, when the library cannot be written where the user asked."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        executable.export_library(str(path))
     except OSError as e:
         raise BadInputError(f"cannot write {path}: {e.strerror}") from None
+    if path.is_dir() or not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise BadInputError(f"cannot write {path}: " + ("it is a directory" if path.is_dir() else "permission denied"))

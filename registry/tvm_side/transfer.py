@@ -8,7 +8,9 @@ For each task of the model, in order of preference:
    candidates are built and timed here, and the fastest is committed as a ``transferred`` record naming its donor,
    but only if it beats the task's default schedule.
 3. **default**: no donor helped. The task keeps TVM's default schedule until it is tuned (``registry tune``).
+4. **failed**: neither the default schedule nor any candidate could be built or run (the reason is reported).
 
+Every timing goes through the run's measurer, in worker processes: a candidate that crashes costs that candidate.
 The model is then compiled with the registry as its MetaSchedule database, and its end-to-end latency measured
 against the untuned build.
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 from tvm.target import Target
 
 from registry import hostinfo
+from registry.measure.jobs import module_job
+from registry.measure.types import Measurement
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.embedding import embed
@@ -29,10 +33,10 @@ from registry.similarity.index import SimilarityIndex
 from registry.store import queries
 from registry.store.rows import RecordIn
 from registry.store.store import Store
-from registry.tvm_side import apply_trace, kernel
+from registry.tvm_side import apply_trace
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.pipeline import Progress, Task, begin, finish, registry_database
+from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, finish, model_run
 from registry.tvm_side.signature import structural_hash
 from registry.tvm_side.tuning.engine import EngineTask, TuneOptions
 
@@ -47,40 +51,42 @@ class TransferOptions:
     # Fallback tuning of the tasks no donor helped: this many measured trials per such task (0: none).
     tune_trials: int = 32
     tune: TuneOptions = field(default_factory=TuneOptions)
+    where: Where = field(default_factory=Where)  # where to measure
 
 
 def transfer(
     store: Store,
     loaded: LoadedModel,
     target: Target,
-    threads: int,
+    threads: int | None,
     options: TransferOptions | None = None,
     progress: Progress = lambda _done, _total, _what: None,
     import_s: float = 0.0,
 ) -> ModelReport:
-    """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads; see the module docstring."""
+    """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads (None: the runtime's default); see the
+    module docstring."""
     opts = options or TransferOptions()
-    clock, tasks, db = begin(store, loaded, target, threads, "transfer", "transferred", opts.team, import_s)
-    with clock("donors"):
-        index = SimilarityIndex(store)
-        index.load()  # rebuilt here if stale, so that the first task does not pay for it
-    resolver = _Resolver(store, db, index, target, opts, clock, loaded.name)
-    results = []
-    for i, task in enumerate(tasks):
-        progress(i, len(tasks), task.name)
-        results.append(resolver.resolve(task))
-    tuning = None
-    fallback = [(task, r) for task, r in zip(tasks, results, strict=True) if r.source == "default"]
-    if fallback and opts.tune_trials > 0:
-        progress(len(tasks), len(tasks), f"tuning {len(fallback)} task(s) without a usable donor")
-        tuning = _tune_fallback(store, target, threads, opts, clock, loaded.name, resolver, fallback)
-    progress(len(tasks), len(tasks), "compiling")
-    report = finish(loaded, db, target, threads, results, clock, opts.output)
+    with model_run(store, loaded, target, threads, "transferred", opts.team, import_s, opts.where) as run:
+        with run.clock("donors"):
+            index = SimilarityIndex(store)
+            index.load()  # rebuilt here if stale, so that the first task does not pay for it
+        resolver = _Resolver(run, index, opts)
+        results = []
+        for i, task in enumerate(run.tasks):
+            progress(i, len(run.tasks), task.name)
+            results.append(resolver.resolve(task))
+        tuning = None
+        fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if r.source in ("default", "failed")]
+        if fallback and opts.tune_trials > 0:
+            progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s) without a usable donor")
+            tuning = _tune_fallback(run, opts, resolver, fallback)
+        progress(len(run.tasks), len(run.tasks), "compiling")
+        report = finish(run, results, opts.output)
     report.tuning = tuning
     return report
 
 
-def _tune_fallback(store, target, threads, opts, clock, model, resolver, fallback) -> dict:
+def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback) -> dict:
     """The engine of ``registry tune`` on the tasks transfer left on the default schedule, seeded with the donor
     schedules transfer tried for them; each result is updated in place."""
     from dataclasses import replace
@@ -88,14 +94,16 @@ def _tune_fallback(store, target, threads, opts, clock, model, resolver, fallbac
     from registry.tvm_side.tune import run_engine, task_result, tuning_summary
 
     tasks = [task for task, _ in fallback]
-    db = registry_database(store, target, threads, tasks, "tuned", opts.team, model)
+    db = run.database(tasks, "tuned", opts.team)
     engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback))
-    engine_tasks = [EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, [])) for task, r in fallback]
+    engine_tasks = [
+        EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, []), r.error) for task, r in fallback
+    ]
     quiet = lambda *_: None  # noqa: E731 -- transfer's own progress line already names this step
-    outcome = run_engine(store, db, target, threads, engine_opts, clock, model, opts.team, quiet, engine_tasks)
+    outcome = run_engine(run, db, engine_opts, opts.team, quiet, engine_tasks)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
-        result.source, result.after_us = tuned.source, tuned.after_us
+        result.source, result.after_us, result.error = tuned.source, tuned.after_us, tuned.error
         result.trials, result.measurements, result.tune_s, result.stopped = (
             tuned.trials,
             tuned.measurements,
@@ -108,25 +116,30 @@ def _tune_fallback(store, target, threads, opts, clock, model, resolver, fallbac
 class _Resolver:
     """Resolves one task at a time: exact hit, else the best donor candidate that beats the default, else default."""
 
-    def __init__(self, store, db, index, target, opts, clock, model) -> None:
-        self.store, self.db, self.index, self.target = store, db, index, target
-        self.opts, self.clock, self.model = opts, clock, model
-        self.schedules = DonorSchedules(store, target)
+    def __init__(self, run: ModelRun, index: SimilarityIndex, opts: TransferOptions) -> None:
+        self.run, self.store, self.db, self.index, self.target = run, run.store, run.db, index, run.target
+        self.opts, self.clock, self.model = opts, run.clock, run.loaded.name
+        self.schedules = DonorSchedules(run.store, run.target)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
+
+    def _time(self, task: Task, mod) -> Measurement:
+        return self.run.measurer.kernels([module_job(mod, self.target, task.arguments)])[0]
 
     def resolve(self, task: Task) -> TaskResult:
         with self.clock("report"):
-            default = kernel.build_and_measure(task.mod, self.target)
-        before = kernel.median_us(default)
+            default = self._time(task, task.mod)
+        before = default.median_us
         result = TaskResult(task.name, task.weight, task.workload_id, "default", before, before, candidates=0)
+        if not default.ok:
+            result.source, result.error = "failed", f"default schedule: {default.error}"
         with self.clock("donors"):
             best = self._best_here(task.workload_id)
         if best is not None:
             with self.clock("report"):  # timed here like the default, so that before -> after is one comparison
                 stored = apply_trace.as_stored(task.mod, json.loads(best.trace_json))
-                timing = kernel.build_and_measure(stored.mod, self.target) if stored is not None else None
+                timing = self._time(task, stored.mod) if stored is not None else None
             result.source = "exact"
-            result.after_us = timing.median_us if timing is not None else best.mean_s * 1e6
+            result.after_us = timing.median_us if timing is not None and timing.ok else best.mean_s * 1e6
             return result
         vector = embed(task.signature)
         with self.clock("donors"):
@@ -143,7 +156,7 @@ class _Resolver:
         if winner is None:
             return result
         donor, sch, timing = winner
-        if default is not None and timing.median_us >= default.median_us:
+        if default.ok and timing.median_s >= default.median_s:
             return result  # the default schedule is at least as fast: keep it, commit nothing
         self._commit(task, donor, sch, timing)
         self.index.add(task.workload_id, vector)  # a donor for the model's later tasks
@@ -174,15 +187,15 @@ class _Resolver:
                 continue
             seen.add(key)
             with self.clock("measure"):
-                timing = kernel.build_and_measure(sch.mod, self.target)
+                timing = self._time(task, sch.mod)
             result.candidates += 1
-            if timing is not None:
+            if timing.ok:
                 self.tried.setdefault(task.workload_id, []).append(sch)
-            if timing is not None and (best is None or timing.median_us < best[2].median_us):
-                best = (donor, sch, timing)
+                if best is None or timing.median_s < best[2].median_s:
+                    best = (donor, sch, timing)
         return best
 
-    def _commit(self, task: Task, donor: Donor, sch, timing: kernel.Timing) -> None:
+    def _commit(self, task: Task, donor: Donor, sch, timing: Measurement) -> None:
         record = RecordIn(
             workload=task.ident,
             device=self.db.device,

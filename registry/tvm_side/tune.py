@@ -19,10 +19,9 @@ from registry.similarity.donors import find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
 from registry.store.store import Store
-from registry.tvm_side import kernel
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.pipeline import Progress, Task, begin, finish
+from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.tvm_side.signature import structural_hash
 from registry.tvm_side.tuning.engine import Engine, EngineTask, Outcome, TuneOptions
 
@@ -35,30 +34,35 @@ class ModelTuneOptions:
     neighbours: int = 5  # donor workloads whose traces seed each task
     team: str | None = None
     output: Path | None = None
+    where: Where = field(default_factory=Where)  # where to measure
 
 
 def tune(
     store: Store,
     loaded: LoadedModel,
     target: Target,
-    threads: int,
+    threads: int | None,
     options: ModelTuneOptions | None = None,
     progress: Progress = lambda _done, _total, _what: None,
     import_s: float = 0.0,
 ) -> ModelReport:
     opts = options or ModelTuneOptions()
-    clock, tasks, db = begin(store, loaded, target, threads, "tune", "tuned", opts.team, import_s)
-    with clock("report"):
-        defaults = {t.workload_id: kernel.median_us(kernel.build_and_measure(t.mod, target)) for t in tasks}
-    with clock("donors"):
-        seeds = donor_seeds(store, target, db.device_id, tasks, opts.neighbours, opts.engine.seeds)
-    engine_tasks = [EngineTask(t, defaults[t.workload_id], seeds.get(t.workload_id, [])) for t in tasks]
-    engine_opts = opts.engine
-    if engine_opts.trials is None and engine_opts.seconds is None:
-        engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(tasks))
-    outcome = run_engine(store, db, target, threads, engine_opts, clock, loaded.name, opts.team, progress, engine_tasks)
-    results = [task_result(t, outcome) for t in engine_tasks]
-    report = finish(loaded, db, target, threads, results, clock, opts.output)
+    with model_run(store, loaded, target, threads, "tuned", opts.team, import_s, opts.where) as run:
+        defaults = default_timings(run, run.tasks)
+        with run.clock("donors"):
+            seeds = donor_seeds(store, target, run.db.device_id, run.tasks, opts.neighbours, opts.engine.seeds)
+        engine_tasks = [
+            EngineTask(
+                t, defaults[t.workload_id].median_us, seeds.get(t.workload_id, []), defaults[t.workload_id].error
+            )
+            for t in run.tasks
+        ]
+        engine_opts = opts.engine
+        if engine_opts.trials is None and engine_opts.seconds is None:
+            engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(run.tasks))
+        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, engine_tasks)
+        results = [task_result(t, outcome) for t in engine_tasks]
+        report = finish(run, results, opts.output)
     report.tuning = tuning_summary(outcome)
     return report
 
@@ -89,8 +93,8 @@ def donor_seeds(store, target, device_id, tasks: list[Task], neighbours: int, pe
     return out
 
 
-def run_engine(store, db, target, threads, options, clock, model, team, progress, tasks: list[EngineTask]) -> Outcome:
-    engine = Engine(store, db, target, threads, options, clock, model, team, progress)
+def run_engine(run: ModelRun, db, options, team, progress, tasks: list[EngineTask]) -> Outcome:
+    engine = Engine(run, db, options, team, progress)
     try:
         return engine.run(tasks)
     finally:
@@ -100,11 +104,12 @@ def run_engine(store, db, target, threads, options, clock, model, team, progress
 def task_result(t: EngineTask, outcome: Outcome) -> TaskResult:
     state = outcome.states[t.task.workload_id]
     improved = state.best_us is not None and (t.default_us is None or state.best_us < t.default_us)
+    failed = not improved and t.default_us is None  # nothing ran: neither the default schedule nor a candidate
     return TaskResult(
         t.task.name,
         t.task.weight,
         t.task.workload_id,
-        "tuned" if improved else "default",
+        "tuned" if improved else "failed" if failed else "default",
         t.default_us,
         state.latency_us,
         candidates=state.measurements,
@@ -112,13 +117,13 @@ def task_result(t: EngineTask, outcome: Outcome) -> TaskResult:
         measurements=state.measurements,
         tune_s=state.seconds,
         stopped=state.stopped,
+        error=t.default_error if failed else None,
     )
 
 
 def tuning_summary(outcome: Outcome) -> dict:
     cal = outcome.calibration
-    where = "on RPC servers" if outcome.measurer == "rpc" else "here"
-    parts = [f"measured {where}, {outcome.dop} at a time"]
+    parts = [outcome.measured]
     if cal is not None:
         parts.append(f"calibrated in {cal.seconds:.1f} s: {cal.summary()}")
     parts.append(f"predictor v{outcome.predictor_version}" if outcome.predictor_version else "no stored predictor")

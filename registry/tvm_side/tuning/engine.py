@@ -8,8 +8,8 @@ decides (``registry.tuning_policy``) which task goes next and which stop, and ea
    pre-trained on the registry (``registry predictor train``) that ranking is informed from the first trial;
 2. drops the predicted-worst share of them unmeasured (``TrimOptions.keep``), and takes the latency of any
    candidate already stored on this device from the registry instead of measuring it again (resume);
-3. builds the rest in the persistent builder pool and measures them ``dop`` at a time (``runner``), then measures
-   again, alone and precisely, those that could become the task's best;
+3. builds the rest in the persistent builder pool and measures them ``dop`` at a time through the run's measurer
+   (``registry.measure``), then measures again, alone and precisely, those that could become the task's best;
 4. writes every measured record to the registry at once, then updates the cost model and the search.
 
 Search is seeded with donor schedules: they are measured and stored before the task's first batch, and the
@@ -26,24 +26,23 @@ from dataclasses import dataclass, field
 
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
-from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.s_tir.schedule import Schedule
-from tvm.target import Target
 
 from registry import hostinfo
+from registry.measure.calibrate import TOLERANCE, Calibration
+from registry.measure.jobs import artifact_job
+from registry.measure.types import KernelJob, Measurement
 from registry.store import queries
 from registry.store.ingest import record_trace_hash
 from registry.store.rows import FAILED_RUN_SECS, RecordIn
-from registry.store.store import Store
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, last_line, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
-from registry.tvm_side.pipeline import Clock, Progress, Task
-from registry.tvm_side.tuning.calibrate import TOLERANCE, Calibration
-from registry.tvm_side.tuning.runner import LocalMeasurer, RpcMeasurer, Tracker, median_s, run_secs
+from registry.tvm_side.pipeline import ModelRun, Progress, Task
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
 # the best, so it is re-measured precisely.
@@ -60,8 +59,6 @@ class TuneOptions:
     eps_greedy: float = 0.05
     trim: TrimOptions = field(default_factory=TrimOptions)
     use_predictor: bool = True  # start from the device's stored predictor, if it has one
-    dop: int | None = None  # measurements at once; None: calibrated
-    rpc: Tracker | None = None  # measure on the servers behind this tracker instead of here
     seeds: int = 4  # donor schedules measured per task before its first batch
     seed: int = 1
 
@@ -71,6 +68,7 @@ class EngineTask:
     task: Task
     default_us: float | None
     seed_schedules: list[Schedule] = field(default_factory=list)
+    default_error: str | None = None  # why the default schedule did not run, when it did not
 
 
 @dataclass
@@ -78,7 +76,8 @@ class Outcome:
     states: dict[int, TaskState]  # by workload id
     calibration: Calibration | None
     predictor_version: int | None
-    measurer: str
+    measurer: str  # "local" or "rpc"
+    measured: str  # where and how, in words
     dop: int
     stop: str
 
@@ -86,25 +85,17 @@ class Outcome:
 class Engine:
     def __init__(
         self,
-        store: Store,
+        run: ModelRun,
         db: RegistryDatabase,
-        target: Target,
-        threads: int,
         options: TuneOptions,
-        clock: Clock,
-        model: str,
         team: str | None = None,
         progress: Progress = lambda _done, _total, _what: None,  # (trials spent, trial budget or 0, what now)
     ) -> None:
-        self.store, self.db, self.target, self.opts = store, db, target, options
-        self.clock, self.model, self.team, self.progress = clock, model, team, progress
-        prepare_tuning(target.kind.name)
+        self.store, self.db, self.target, self.opts = run.store, db, run.target, options
+        self.clock, self.model, self.team, self.progress = run.clock, run.loaded.name, team, progress
+        self.measurer = run.measurer
+        prepare_tuning(self.target.kind.name)
         logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.WARNING)
-        with clock("measure"):
-            if options.rpc is not None:
-                self.measurer = RpcMeasurer(options.rpc, options.dop)
-            else:
-                self.measurer = LocalMeasurer(options.dop, max_dop=max(1, usable_cores() // max(1, threads)))
         self.builder = PersistentBuilder()
         self.cost_model, self.predictor_version = self._cost_model()
         self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
@@ -120,7 +111,6 @@ class Engine:
 
     def close(self) -> None:
         self.builder.shutdown()
-        self.measurer.close()
 
     # -- the model -------------------------------------------------------------------------------------------------
 
@@ -152,6 +142,7 @@ class Engine:
             self.measurer.calibration,
             self.predictor_version,
             self.measurer.kind,
+            self.measurer.summary(),
             self.measurer.dop,
             stop,
         )
@@ -285,29 +276,29 @@ class _TaskTuner:
         engine = self.engine
         with engine.clock("measure"):
             built = engine.builder.build([BuilderInput(c.sch.mod, engine.target) for c in cands])
-            results = [RunnerResult(None, f"build failed: {last_line(b.error_msg, 'unknown error')}") for b in built]
-            ok = [i for i, b in enumerate(built) if b.error_msg is None]
-            device = _device_type(engine.target)
-            inputs = {i: RunnerInput(built[i].artifact_path, device, cands[i].args_info) for i in ok}
-            for i, r in zip(ok, engine.measurer.measure([inputs[i] for i in ok]), strict=True):
-                results[i] = r
-            self._recheck(results, inputs, state)
+            results = [Measurement((), f"build failed: {last_line(b.error_msg, 'unknown error')}") for b in built]
+            jobs = {
+                i: artifact_job(b.artifact_path, self.task.arguments) for i, b in enumerate(built) if not b.error_msg
+            }
+            for i, m in zip(jobs, engine.measurer.measure(list(jobs.values())), strict=True):
+                results[i] = m
+            self._recheck(results, jobs, state)
             for b in built:
                 if b.artifact_path:
                     shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-        return results
+        return [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in results]
 
-    def _recheck(self, results: list[RunnerResult], inputs: dict[int, RunnerInput], state: TaskState) -> None:
+    def _recheck(self, results: list[Measurement], jobs: dict[int, KernelJob], state: TaskState) -> None:
         """Re-measure alone and precisely whatever could become the task's best, before it is recorded: the batch's
         fastest by the quick pass, then the next one for as long as its quick latency beats every re-checked one."""
         best = state.best_us / 1e6 if state.best_us is not None else float("inf")
-        ranked = sorted((median_s(results[i]), i) for i in inputs if results[i].error_msg is None)
+        ranked = sorted((results[i].median_s, i) for i in jobs if results[i].ok)
         checked: list[float] = []
         for quick_s, i in ranked:
             if quick_s >= best * RECHECK_MARGIN or (checked and quick_s >= min(checked)):
                 break
-            [results[i]] = self.engine.measurer.recheck([inputs[i]])
-            checked.append(median_s(results[i]))
+            [results[i]] = self.engine.measurer.recheck([jobs[i]])
+            checked.append(results[i].median_s)
 
     def _commit(self, traces: list, results: list[RunnerResult]) -> None:
         engine = self.engine
@@ -316,7 +307,7 @@ class _TaskTuner:
                 workload=self.task.ident,
                 device=engine.db.device,
                 trace=trace,
-                run_secs=tuple(run_secs(r)) or (FAILED_RUN_SECS,),
+                run_secs=tuple(_run_secs(r)) or (FAILED_RUN_SECS,),
                 source="tuned",
                 tool_version=hostinfo.tool_version(),
                 team=engine.team,
@@ -328,11 +319,12 @@ class _TaskTuner:
         engine.store.ingest([], records)
 
 
+def _run_secs(result: RunnerResult) -> list[float]:
+    """A result's seconds as Python floats (TVM hands them back as FloatImm), empty if it failed."""
+    return [float(s) for s in result.run_secs] if result.error_msg is None and result.run_secs else []
+
+
 def mean_us(result: RunnerResult) -> float:
     """The latency a record is ranked by in the store (the mean of its run_secs), in µs."""
-    secs = run_secs(result)
+    secs = _run_secs(result)
     return sum(secs) / len(secs) * 1e6
-
-
-def _device_type(target: Target) -> str:
-    return "cuda" if target.kind.name == "cuda" else "cpu"

@@ -1,0 +1,60 @@
+"""Measurement jobs made from TVM objects: a kernel from its scheduled module or built library, a model from its
+compiled executable."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import tvm
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.target import Target
+
+from registry.measure.inputs import argument_bounds
+from registry.measure.types import Bound, KernelJob, Measurement, ModelInput, ModelJob
+
+if TYPE_CHECKING:
+    from registry.measure.measurer import Measurer
+
+
+def _main(mod: IRModule):
+    return next(iter(mod.functions.values()))
+
+
+def kernel_arguments(mod: IRModule) -> tuple[tuple, tuple[Bound | None, ...]]:
+    """A kernel's arguments as ArgInfo JSON, and the values each integer argument may take. Every schedule of one
+    workload has the same arguments, so callers compute this once per task."""
+    func = _main(mod)
+    return tuple(a.as_json() for a in ArgInfo.from_prim_func(func)), tuple(argument_bounds(func))
+
+
+def module_job(mod: IRModule, target: Target, arguments: tuple | None = None) -> KernelJob:
+    """A scheduled module, to be built and timed by the worker."""
+    args, bounds = arguments or kernel_arguments(mod)
+    return KernelJob(args, bounds, module=tvm.ir.save_json(mod), target=str(target))
+
+
+def artifact_job(path: str, arguments: tuple) -> KernelJob:
+    """A kernel already built into a shared library (by the builder pool)."""
+    args, bounds = arguments
+    return KernelJob(args, bounds, artifact=path)
+
+
+@contextmanager
+def model_job(executable, inputs: list[ModelInput], keep: str | None = None) -> Iterator[ModelJob]:
+    """A compiled Relax executable exported as a shared library the worker loads; to ``keep`` if given (the user's
+    ``-o``), else to a temporary file removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="registry-model-") as tmp:
+        path = keep or os.path.join(tmp, "model.so")
+        executable.export_library(path)
+        yield ModelJob(path, tuple(inputs))
+
+
+def time_model(measurer: Measurer, executable, inputs: list[ModelInput], keep: str | None = None) -> Measurement:
+    """A compiled model's end-to-end latency, measured by ``measurer``'s workers (see ``model_job``)."""
+    with model_job(executable, inputs, keep) as job:
+        return measurer.model(job)

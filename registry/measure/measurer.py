@@ -1,0 +1,202 @@
+"""``Measurer``: the one place where the registry times anything.
+
+Every latency the registry records or reports goes through it: transfer's candidates and a task's default schedule
+(the "before"), tuning batches and their precise re-checks, and a model's end-to-end latency. Nothing is timed in
+the caller's process: the measurer sends each job to a worker process (``registry.measure.worker``), so a kernel
+that segfaults, aborts, hangs or runs out of memory costs that one measurement, reported with its reason, and the
+run goes on with a fresh worker.
+
+Where it measures:
+
+- this machine's CPU (``llvm`` targets) or GPU (``cuda``), through a pool of persistent workers; on a CPU, up to the
+  calibrated degree of parallelism at once (``registry.measure.calibrate``), each measurement in flight on cores of
+  its own; a GPU measures one at a time;
+- the servers behind a TVM RPC tracker (``rpc=Tracker(...)``), one job per free server at once.
+
+A measurer **describes the device it measures on** (``device``): the CPU or GPU the worker, or the RPC server, reports,
+with its runtime thread count and TVM release. Records are filed under that description, never under this host's
+when the measuring happened elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from tvm.target import Target
+
+from registry.errors import BadInputError, RegistryError
+from registry.measure.calibrate import SAMPLE, Calibration, calibrate
+from registry.measure.pool import WorkerPool
+from registry.measure.tracker import Tracker
+from registry.measure.types import (
+    MODEL,
+    PRECISE,
+    QUICK,
+    DeviceDescription,
+    KernelJob,
+    Measurement,
+    ModelJob,
+    Settings,
+)
+from registry.store.rows import DeviceSpec
+from registry.tvm_side import ORIGINAL_AFFINITY
+from registry.tvm_side.target import THREADS_ENV, canonical_target
+
+KERNEL_TIMEOUT_S = 60.0  # one kernel job: its build (when it has one), loading, inputs and the timing itself
+MODEL_TIMEOUT_S = 600.0  # an untuned model can take seconds per run: 7 timed runs and a warm-up
+_DEVICE_TYPES = {"llvm": "cpu", "cuda": "cuda"}
+
+
+class Measurer:
+    """Times kernels and models on one device: this machine's, or an RPC server's.
+
+    ``threads`` is the TVM runtime thread count measurements run with (default: what the runtime chooses there;
+    ``device`` says which it was). ``dop`` fixes how many kernels are measured
+    at once; by default it is calibrated on the first batch (this machine) or is the number of free servers (RPC).
+    Raises BadInputError for a target this machine (or the server) cannot run, RegistryError when the device cannot
+    be reached.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        threads: int | None = None,
+        *,
+        rpc: Tracker | None = None,
+        dop: int | None = None,
+        verbose: bool = False,
+    ) -> None:
+        kind = target.kind.name
+        if kind not in _DEVICE_TYPES:
+            raise BadInputError(f"cannot measure for target kind {kind!r}: the registry measures llvm and cuda")
+        self.target, self.rpc = target, rpc
+        self.device_type = _DEVICE_TYPES[kind]
+        self._cores = sorted(ORIGINAL_AFFINITY or range(os.cpu_count() or 1))
+        self.calibration: Calibration | None = None
+        self.kind = "rpc" if rpc is not None else "local"
+        servers = 0
+        if rpc is not None:
+            servers = rpc.free_servers()
+            if servers < 1:
+                raise RegistryError(f"the RPC tracker at {rpc.address} has no free server of key {rpc.key!r}")
+        # TVM_BIND_THREADS=0: each measurement in flight is given cores of its own here; TVM must not re-pin them.
+        env = {"TVM_BIND_THREADS": "0", **({THREADS_ENV: str(threads)} if threads else {})}
+        self.pool = WorkerPool(1, env, verbose=verbose)
+        try:
+            self.description = self._describe(threads)
+        except BaseException:
+            self.pool.close()
+            raise
+        self.threads = self.description.threads
+        if rpc is not None:
+            self.dop, self._auto = (min(dop, servers) if dop else servers), False
+            self.pool.size = self.dop
+        else:
+            # A GPU runs one kernel at a time; on a CPU every measurement in flight needs its threads' cores.
+            most = 1 if self.device_type == "cuda" else max(1, len(self._cores) // max(1, self.threads))
+            self.dop, self._auto = max(1, dop or 1), dop is None and most > 1
+            self.pool.size = max(self.dop, most)
+        self.device = DeviceSpec(
+            target=canonical_target(target),
+            num_threads=self.threads,
+            host_model=self.description.model,
+            tvm_version=self.description.tvm_version,
+        )
+
+    # -- the device ------------------------------------------------------------------------------------------------
+
+    def _describe(self, threads: int | None) -> DeviceDescription:
+        reply = self.pool.call(self._request("describe"), timeout=120.0)
+        where = f"the RPC servers of {self.rpc.address}" if self.rpc else "this machine"
+        if "error" in reply:
+            raise RegistryError(f"cannot measure on {where}: {reply['error']}")
+        desc = DeviceDescription(**reply)
+        if threads and desc.threads != threads:
+            raise RegistryError(
+                f"TVM's runtime on {where} runs {desc.threads} thread(s), not {threads}: it reads "
+                f"{THREADS_ENV} once, when it starts" + (" (set it where the RPC server starts)" if self.rpc else "")
+            )
+        wanted = self.target.attrs.get("mtriple")
+        triple = desc.details.get("triple")
+        if self.device_type == "cpu" and wanted and triple and str(wanted) != triple:
+            raise BadInputError(
+                f"the target is for {wanted}, but {where} is {triple}: its code cannot run there "
+                f'(give --target with "mtriple": "{triple}", or measure on a matching RPC server)'
+            )
+        return desc
+
+    def _request(self, op: str, **fields) -> dict:
+        request = {"op": op, "device": self.device_type, **fields}
+        if self.rpc is not None:
+            request["rpc"] = self.rpc.as_json()
+        return request
+
+    # -- kernels ---------------------------------------------------------------------------------------------------
+
+    def kernels(self, jobs: Sequence[KernelJob], settings: Settings = PRECISE, at_once: int = 1) -> list[Measurement]:
+        """Each job timed with ``settings``, ``at_once`` at a time (each on cores of its own, on this machine)."""
+        at_once = max(1, min(at_once, self.pool.size))
+        per_slot = max(1, len(self._cores) // at_once)
+        slots = [self._cores[k * per_slot : (k + 1) * per_slot] for k in range(at_once)]
+        requests = []
+        for i, job in enumerate(jobs):
+            # Each measurement in flight keeps cores of its own: a process that the OS moves between cores runs
+            # from a cold cache, which read as 5-10% noise here.
+            cores = slots[i % at_once] if self.rpc is None and self.device_type == "cpu" else None
+            requests.append(self._request("kernel", job=job.as_json(), settings=settings.as_json(), cores=cores))
+        replies = self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S)
+        return [_measurement(r) for r in replies]
+
+    def measure(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
+        """Quick timings at the degree of parallelism, calibrated on the first batch of two or more jobs."""
+        if self._auto and len(jobs) >= 2:
+            return self._calibrate_then_measure(jobs)
+        return self.kernels(jobs, QUICK, self.dop)
+
+    def recheck(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
+        """Precise timings, one at a time: what a record that may become a task's best is filed with."""
+        return self.kernels(jobs, PRECISE, 1)
+
+    def _calibrate_then_measure(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
+        self._auto = False
+        probe = list(jobs[:SAMPLE])
+        kept: dict[int, Measurement] = {}
+
+        def measure_at(d: int, items: list[KernelJob]) -> list[float]:
+            results = self.kernels(items, QUICK, d)
+            if d == 1:
+                kept.update(enumerate(results))
+            return [m.median_s for m in results]
+
+        most = self.pool.size
+        self.calibration, _ = calibrate(measure_at, probe, most)
+        self.dop = self.calibration.dop
+        return [kept[i] for i in range(len(probe))] + self.kernels(jobs[len(probe) :], QUICK, self.dop)
+
+    # -- models ----------------------------------------------------------------------------------------------------
+
+    def model(self, job: ModelJob, settings: Settings = MODEL) -> Measurement:
+        """A compiled model's end-to-end latency, alone."""
+        request = self._request("model", job=job.as_json(), settings=settings.as_json(), cores=None)
+        return _measurement(self.pool.run([request], timeout=MODEL_TIMEOUT_S)[0])
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def summary(self) -> str:
+        where = f"on the RPC servers of {self.rpc.address}" if self.rpc else "here"
+        return f"measured {where} ({self.description.model}), {self.dop} at a time"
+
+
+def _measurement(reply: dict) -> Measurement:
+    if "error" in reply:
+        return Measurement((), str(reply["error"]))
+    secs = tuple(float(s) for s in reply.get("run_secs", ()))
+    return Measurement(secs, None if secs else "no timing came back")

@@ -1,0 +1,225 @@
+"""Persistent worker processes that run one request at a time each, and whose failures stay theirs.
+
+A request is a JSON object sent to a worker (``registry.measure.worker``); the reply is a JSON object. Whatever a
+worker does to itself (a segfault in a kernel, an abort, a hang, running out of memory), the caller gets an
+``{"error": ...}`` reply for that request, the dead worker is reaped, and a fresh one starts on the next request.
+
+Workers die with their parent, ``kill -9`` included: each asks the kernel for SIGKILL when its parent dies
+(``PR_SET_PDEATHSIG``), and also exits when its request pipe closes. They run in their own process group, so that a
+timeout kills what a worker started too (the compiler the build step runs).
+
+No threads: requests in flight are multiplexed with ``select`` from the calling thread. That matters for
+``PR_SET_PDEATHSIG``, which fires when the *thread* that started the worker ends.
+
+No TVM and no pickle here: the framing is a 4-byte length and orjson.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+_HEADER = struct.Struct("<I")
+
+
+def signal_name(returncode: int) -> str:
+    """``-11`` -> "SIGSEGV"; a plain exit code for a normal exit."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def why_died(returncode: int) -> str:
+    """A one-line reason for a worker that died while it worked on a request."""
+    name = signal_name(returncode)
+    if returncode == -signal.SIGKILL:
+        return f"crashed ({name}: killed, likely out of memory)"
+    if returncode < 0:
+        return f"crashed ({name})"
+    return f"worker exited ({name})"
+
+
+class Worker:
+    """One worker process and its two pipes."""
+
+    def __init__(self, env: dict[str, str], stderr) -> None:
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "registry.measure.worker", str(req_r), str(rep_w), str(os.getpid())],
+            pass_fds=(req_r, rep_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # replies go through their own pipe: TVM's prints cannot corrupt them
+            stderr=stderr,
+            env=env,
+            start_new_session=True,  # its own process group: a timeout kills what it started too
+        )
+        os.close(req_r)
+        os.close(rep_w)
+        self._buffer = b""
+        self.deadline: float | None = None  # while a request is in flight
+        self.uses = 0
+
+    @property
+    def fd(self) -> int:
+        return self._rep_r
+
+    def send(self, request: dict[str, Any], timeout: float) -> None:
+        data = orjson.dumps(request)
+        try:
+            os.write(self._req_w, _HEADER.pack(len(data)))
+            _write_all(self._req_w, data)
+        except BrokenPipeError:
+            pass  # it died already: the read side reports how
+        self.deadline = time.monotonic() + timeout
+
+    def read(self) -> dict[str, Any] | None:
+        """After select says the reply pipe is readable: the reply if it is complete, else None (more to come).
+        Raises EOFError when the worker is gone."""
+        chunk = os.read(self._rep_r, 1 << 20)
+        if not chunk:
+            raise EOFError
+        self._buffer += chunk
+        if len(self._buffer) < _HEADER.size:
+            return None
+        (n,) = _HEADER.unpack_from(self._buffer)
+        if len(self._buffer) < _HEADER.size + n:
+            return None
+        reply = orjson.loads(self._buffer[_HEADER.size : _HEADER.size + n])
+        self._buffer = self._buffer[_HEADER.size + n :]
+        self.deadline = None
+        return reply
+
+    def kill(self) -> str:
+        """Kill the worker and what it started, reap it, and say why it died."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        returncode = self.proc.wait()
+        for fd in (self._req_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return why_died(returncode)
+
+    def close(self) -> None:
+        """Ask the worker to exit (its request pipe closes), then make sure it did."""
+        try:
+            os.close(self._req_w)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class WorkerPool:
+    """Up to ``size`` workers, started when first needed and kept for later requests.
+
+    ``env`` is added to this process's environment for the workers (e.g. the TVM runtime's thread count). A worker
+    is replaced after ``max_uses`` requests, a guard against slow leaks in what it runs (TVM recycles its own pools).
+    """
+
+    def __init__(
+        self, size: int, env: dict[str, str] | None = None, *, verbose: bool = False, max_uses: int | None = None
+    ) -> None:
+        self.size = max(1, size)
+        self.max_uses = max_uses
+        self.env = {**os.environ, **(env or {})}
+        self.stderr = None if verbose else subprocess.DEVNULL
+        self._idle: list[Worker] = []
+        self._all: list[Worker] = []
+
+    def _worker(self) -> Worker:
+        if self._idle:
+            return self._idle.pop()
+        worker = Worker(self.env, self.stderr)
+        self._all.append(worker)
+        return worker
+
+    def _retire(self, worker: Worker) -> str:
+        self._all.remove(worker)
+        return worker.kill()
+
+    def run(self, requests: Iterable[dict[str, Any]], *, at_once: int = 1, timeout: float = 60.0) -> list[dict]:
+        """Replies in request order, at most ``at_once`` requests in flight. A request that outlives ``timeout``
+        seconds, or whose worker dies, gets ``{"error": reason}``; its worker is replaced."""
+        pending = list(enumerate(requests))[::-1]
+        replies: list[dict | None] = [None] * len(pending)
+        busy: dict[int, tuple[Worker, int]] = {}  # reply fd -> (worker, request index)
+        limit = max(1, min(at_once, self.size))
+        try:
+            while pending or busy:
+                while pending and len(busy) < limit:
+                    index, request = pending.pop()
+                    worker = self._worker()
+                    worker.send(request, timeout)
+                    busy[worker.fd] = (worker, index)
+                now = time.monotonic()
+                wait = max(0.0, min(w.deadline for w, _ in busy.values()) - now)
+                readable, _, _ = select.select(list(busy), [], [], wait)
+                for fd in readable:
+                    worker, index = busy[fd]
+                    try:
+                        reply = worker.read()
+                    except (EOFError, OSError):
+                        del busy[fd]
+                        replies[index] = {"error": self._retire(worker)}
+                        continue
+                    if reply is not None:
+                        del busy[fd]
+                        replies[index] = reply
+                        worker.uses += 1
+                        if self.max_uses and worker.uses >= self.max_uses:
+                            self._all.remove(worker)
+                            worker.close()
+                        else:
+                            self._idle.append(worker)
+                now = time.monotonic()
+                for fd, (worker, index) in list(busy.items()):
+                    if worker.deadline is not None and now >= worker.deadline:
+                        del busy[fd]
+                        self._retire(worker)
+                        replies[index] = {"error": f"timeout: killed after {timeout:g} s"}
+        except BaseException:
+            for worker, _ in busy.values():  # interrupted: a worker mid-request cannot be reused
+                self._retire(worker)
+            raise
+        return [r if r is not None else {"error": "no reply"} for r in replies]
+
+    def call(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        return self.run([request], timeout=timeout)[0]
+
+    def close(self) -> None:
+        for worker in list(self._all):
+            worker.close()
+        self._all.clear()
+        self._idle.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,326 @@
+"""A measurement worker: the only process in which the registry runs a kernel or a model.
+
+Started by ``registry.measure.pool`` as ``python -m registry.measure.worker REQUEST_FD REPLY_FD PARENT_PID``. It
+reads one request at a time and answers each with one reply; a request it cannot serve gets ``{"error": line}``.
+Ops:
+
+- ``describe``: the device this worker measures on (its CPU or GPU, the runtime's threads, TVM's release).
+- ``build``: a scheduled module built for a target and linked into a shared library (the builder pool's job).
+- ``kernel``: a kernel (a built library, or a module built here first) timed on in-range inputs.
+- ``model``: a compiled model (a Relax executable's library) timed end to end.
+
+With ``rpc`` in a request, the device is a TVM RPC server's behind a tracker: the library is uploaded and timed
+there, and ``describe`` reports the server's device, not this machine's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import struct
+import sys
+import tempfile
+import traceback
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import orjson
+
+_HEADER = struct.Struct("<I")
+_PR_SET_PDEATHSIG = 1
+_rng = np.random.default_rng(0)
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux), and catch a parent that died before this line ran."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):
+        pass  # not Linux: the closed request pipe still ends the loop below
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else "unknown error"
+
+
+# -- the device ----------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _session(rpc: dict | None):
+    """An RPC session for one request (None: this machine). Not kept between requests: a session holds its server,
+    and the tracker gives a freed server to whichever request waits, another worker's or this one's."""
+    if rpc is None:
+        yield None
+        return
+    from tvm import rpc as tvm_rpc
+
+    tracker = tvm_rpc.connect_tracker(rpc["host"], rpc["port"])
+    remote = tracker.request(rpc["key"], priority=1, session_timeout=int(rpc.get("session_timeout", 0)))
+    try:
+        yield remote
+    finally:
+        del remote  # closing the session frees the server for the tracker
+
+
+def _device(kind: str, remote):
+    import tvm
+
+    return remote.device(kind, 0) if remote is not None else tvm.runtime.device(kind, 0)
+
+
+def _load(path: str, remote):
+    import tvm
+
+    if remote is None:
+        return tvm.runtime.load_module(path)
+    remote.upload(path)
+    return remote.load_module(os.path.basename(path))
+
+
+def describe(request: dict[str, Any]) -> dict[str, Any]:
+
+
+    with _session(request.get("rpc")) as remote:
+        return _describe(request, remote)
+
+
+def _describe(request: dict[str, Any], remote) -> dict[str, Any]:
+    import tvm
+
+    from registry import hostinfo
+
+    kind = request.get("device", "cpu")
+    dev = _device(kind, remote)
+    if not dev.exist:
+        where = "the RPC server" if remote is not None else "this machine"
+        return {"error": f"no {kind} device on {where}"}
+    if remote is None:
+        threads = int(tvm.get_global_func("runtime.NumThreads")())
+        details = {
+            "triple": _global(None, "target.llvm_get_system_triple"),
+            "mcpu": _global(None, "target.llvm_get_system_cpu"),
+        }
+        model, version = hostinfo.cpu_model(), hostinfo.tvm_version()
+    else:
+        threads = int(remote.get_function("runtime.NumThreads")())
+        details = {
+            "triple": _global(remote, "target.llvm_get_system_triple"),
+            "mcpu": _global(remote, "target.llvm_get_system_cpu"),
+            "rpc": f"{request['rpc']['host']}:{request['rpc']['port']}:{request['rpc']['key']}",
+        }
+        model, version = _remote_cpu_model(remote), _remote_tvm_version(remote)
+    if kind == "cuda":
+        model = str(dev.device_name)
+        details.update(compute_version=str(dev.compute_version), driver=_cuda_driver(dev))
+    return {"kind": kind, "model": model, "threads": threads, "tvm_version": version, "details": details}
+
+
+def _global(remote, name: str) -> str | None:
+    import tvm
+
+    try:
+        func = remote.get_function(name) if remote is not None else tvm.get_global_func(name)
+        return str(func())
+    except Exception:  # noqa: BLE001 - a minimal runtime (the C++ RPC server) has no compiler functions
+        return None
+
+
+def _remote_cpu_model(remote) -> str:
+    """The server's CPU name, from its /proc/cpuinfo (the Python RPC server serves absolute paths)."""
+    try:
+        text = bytes(remote.download("/proc/cpuinfo")).decode("utf-8", "replace")
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except Exception:  # noqa: BLE001 - no such file there (another OS), or a server that refuses it
+        pass
+    mcpu = _global(remote, "target.llvm_get_system_cpu")
+    return f"rpc cpu {mcpu}" if mcpu else "rpc cpu unknown"
+
+
+def _remote_tvm_version(remote) -> str:
+    from registry import hostinfo
+
+    version = _global(remote, "runtime.GetTVMVersion") or _global(remote, "support.GetLibInfo")
+    return hostinfo.release(version) if version and version[0].isdigit() else hostinfo.tvm_version()
+
+
+def _cuda_driver(dev) -> str | None:
+    try:
+        return str(dev.driver_version)
+    except Exception:  # noqa: BLE001 - not every TVM exposes it
+        return None
+
+
+# -- inputs --------------------------------------------------------------------------------------------------------
+
+
+def _array(shape: list[int], dtype: str, bound: list[int] | None) -> np.ndarray:
+    """Random values; an integer argument's from [low, high) of its bound (see registry.measure.inputs)."""
+    np_dtype = np.dtype(dtype)
+    if np_dtype == np.bool_:
+        return _rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(np_dtype, np.integer):
+        low, high = bound if bound is not None else (1, 2)
+        return _rng.integers(low, high, size=shape, dtype=np.int64).astype(np_dtype)
+    return _rng.standard_normal(size=shape, dtype=np.float32).astype(np_dtype)
+
+
+_args_cache: dict[bytes, list[np.ndarray]] = {}
+
+
+def _kernel_arrays(args: list, bounds: list) -> list[np.ndarray]:
+    """Numpy arrays for a kernel's arguments; the last set is kept, as a task's candidates share their arguments."""
+    key = orjson.dumps([args, bounds])
+    if key not in _args_cache:
+        _args_cache.clear()
+        arrays = []
+        for arg, bound in zip(args, bounds, strict=True):
+            _tag, dtype, shape = arg  # ["TENSOR", dtype, shape], MetaSchedule's ArgInfo JSON
+            arrays.append(_array(shape, dtype, bound))
+        _args_cache[key] = arrays
+    return _args_cache[key]
+
+
+# -- building and timing -------------------------------------------------------------------------------------------
+
+
+def _build(module_json: str, target_json: str) -> str:
+    """The module built for the target and linked into a shared library in a fresh temporary directory."""
+    import tvm
+    from tvm.target import Target
+
+    from registry.tvm_side.builder import build_module
+
+    rt_mod = build_module(tvm.ir.load_json(module_json), Target(orjson.loads(target_json)))
+    path = os.path.join(tempfile.mkdtemp(prefix="registry-build-"), "kernel.so")
+    rt_mod.export_library(path)
+    return path
+
+
+def build(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {"artifact": _build(request["module"], request["target"])}
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
+        return {"error": f"build failed: {_last_line(e)}"}
+
+
+def _pin(request: dict[str, Any]) -> None:
+    cores = request.get("cores")
+    if cores:
+        os.sched_setaffinity(0, cores)
+
+
+def _evaluate(func, dev, settings: dict[str, Any], args) -> list[float]:
+    evaluator = func.time_evaluator(
+        func.entry_name if hasattr(func, "entry_name") else "main",
+        dev,
+        number=settings["number"],
+        repeat=settings["repeat"],
+        min_repeat_ms=settings["min_repeat_ms"],
+        f_preproc="cache_flush_cpu_non_first_arg" if settings.get("cache_flush") else "",
+    )
+    dev.sync()
+    return [float(s) for s in evaluator(*args).results]
+
+
+def kernel(request: dict[str, Any]) -> dict[str, Any]:
+    import tvm
+
+    job = request["job"]
+    artifact = job.get("artifact")
+    built_here = artifact is None
+    if built_here:
+        try:
+            artifact = _build(job["module"], job["target"])
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"build failed: {_last_line(e)}"}
+    try:
+        _pin(request)
+        with _session(request.get("rpc")) as remote:
+            dev = _device(request.get("device", "cpu"), remote)
+            rt_mod = _load(artifact, remote)
+            args = [tvm.runtime.tensor(a, dev) for a in _kernel_arrays(job["args"], job["bounds"])]
+            return {"run_secs": _evaluate(rt_mod, dev, request["settings"], args)}
+    except Exception as e:  # noqa: BLE001 - a kernel that fails at run time, or an RPC session that broke
+        return {"error": f"run failed: {_last_line(e)}"}
+    finally:
+        if built_here:
+            _remove(artifact)
+
+
+def model(request: dict[str, Any]) -> dict[str, Any]:
+    import tvm
+    from tvm import relax
+
+    job = request["job"]
+    try:
+        _pin(request)
+        with _session(request.get("rpc")) as remote:
+            dev = _device(request.get("device", "cpu"), remote)
+            vm = relax.VirtualMachine(_load(job["artifact"], remote), dev)
+            inputs = [tvm.runtime.tensor(_array(i["shape"], i["dtype"], i["bound"]), dev) for i in job["inputs"]]
+            s = request["settings"]
+            timer = vm.time_evaluator(
+                "main", dev, number=s["number"], repeat=s["repeat"], min_repeat_ms=s["min_repeat_ms"]
+            )
+            return {"run_secs": [float(t) for t in timer(*inputs).results]}
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"run failed: {_last_line(e)}"}
+
+
+def _remove(artifact: str) -> None:
+    import shutil
+
+    shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
+
+
+OPS = {"describe": describe, "build": build, "kernel": kernel, "model": model}
+
+
+def serve(request_fd: int, reply_fd: int) -> None:
+    while True:
+        header = _read_exact(request_fd, _HEADER.size)
+        if header is None:
+            return  # the parent closed the pipe, or died
+        (n,) = _HEADER.unpack(header)
+        body = _read_exact(request_fd, n)
+        if body is None:
+            return
+        try:
+            request = orjson.loads(body)
+            reply = OPS[request["op"]](request)
+        except Exception:  # noqa: BLE001 - a bug here must not look like a crash of the kernel
+            reply = {"error": f"worker error: {_last_line(traceback.format_exc())}"}
+        data = orjson.dumps(reply)
+        os.write(reply_fd, _HEADER.pack(len(data)))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(reply_fd, view) :]
+
+
+def main() -> None:
+    request_fd, reply_fd, parent = (int(a) for a in sys.argv[1:4])
+    _die_with_parent(parent)
+    os.environ.setdefault("TVM_BIND_THREADS", "0")  # the pool gives each measurement its cores; TVM must not re-pin
+    serve(request_fd, reply_fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The measurement interface with real TVM kernels: in-range inputs, isolation from crashes and hangs, the device
+description, and workers that die with their parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from registry.measure.inputs import argument_bounds
+from registry.measure.jobs import module_job
+from registry.measure.measurer import Measurer
+from registry.measure.pool import WorkerPool
+from registry.measure.types import ONES, ZEROS, Bound
+from registry.tvm_side.target import host_target
+
+pytestmark = pytest.mark.tvm
+
+
+@T.prim_func(s_tir=True)
+def take(table: T.Buffer((100, 16), "float32"), ids: T.Buffer((8,), "int64"), out: T.Buffer((8, 16), "float32")):
+    for j, k in T.grid(8, 16):
+        with T.sblock("take"):
+            vj, vk = T.axis.remap("SS", [j, k])
+            out[vj, vk] = table[ids[vj], vk]
+
+
+@T.prim_func(s_tir=True)
+def take_normalized(
+    table: T.Buffer((100, 16), "float32"), ids: T.Buffer((1, 8), "int64"), out: T.Buffer((1, 8, 16), "float32")
+):
+    # ONNX Gather as TVM imports it: negative indices wrapped first, through an intermediate buffer
+    wrapped = T.sblock_alloc_buffer((1, 8), "int64")
+    for i, j in T.grid(1, 8):
+        with T.sblock("wrap"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            wrapped[vi, vj] = T.Select(ids[vi, vj] < T.int64(0), ids[vi, vj] + T.int64(100), ids[vi, vj])
+    for i, j, k in T.grid(1, 8, 16):
+        with T.sblock("take"):
+            vi, vj, vk = T.axis.remap("SSS", [i, j, k])
+            out[vi, vj, vk] = table[wrapped[vi, vj], vk]
+
+
+@T.prim_func(s_tir=True)
+def strided(table: T.Buffer((100, 16), "float32"), ids: T.Buffer((8,), "int32"), out: T.Buffer((8, 16), "float32")):
+    for j, k in T.grid(8, 16):
+        with T.sblock("take"):
+            vj, vk = T.axis.remap("SS", [j, k])
+            out[vj, vk] = table[ids[vj] * 2 + 1, vk]
+
+
+@T.prim_func(s_tir=True)
+def masked(x: T.Buffer((8,), "float32"), mask: T.Buffer((8,), "int64"), out: T.Buffer((8,), "float32")):
+    for j in range(8):
+        with T.sblock("mask"):
+            vj = T.axis.remap("S", [j])
+            out[vj] = x[vj] * T.Cast("float32", mask[vj])
+
+
+@T.prim_func(s_tir=True)
+def writes_out_of_bounds(x: T.Buffer((16,), "float32"), out: T.Buffer((16,), "float32")):
+    for j in range(16):
+        with T.sblock("w"):
+            vj = T.axis.remap("S", [j])
+            out[vj * 100000000] = x[vj]
+
+
+@T.prim_func(s_tir=True)
+def slow(a: T.Buffer((1024, 1024), "float32"), out: T.Buffer((1024, 1024), "float32")):
+    for i, j, k, r in T.grid(1024, 1024, 1024, 64):
+        with T.sblock("s"):
+            vi, vj, vk, vr = T.axis.remap("SSRR", [i, j, k, r])
+            with T.init():
+                out[vi, vj] = T.float32(0)
+            out[vi, vj] = out[vi, vj] + a[vi, vk] * T.float32(vr)
+
+
+def test_integer_arguments_get_the_range_of_what_they_index():
+    assert argument_bounds(take) == [None, Bound(0, 100), None]
+    assert argument_bounds(take_normalized) == [None, Bound(0, 100), None]
+    assert argument_bounds(strided) == [None, Bound(0, 50), None]  # 2 * 49 + 1 = 99, the last row
+    assert argument_bounds(masked) == [None, ONES, None]  # not an index: ones (a mask, never a zero divisor)
+    assert ZEROS != ONES
+
+
+def _job(func):
+    return module_job(tvm.IRModule({"main": func}), host_target())
+
+
+def test_an_embedding_lookup_runs_on_in_range_ids():
+    with Measurer(host_target()) as measurer:
+        [m] = measurer.kernels([_job(take_normalized)])
+    assert m.ok and m.median_s < 1e-3, m
+
+
+def test_a_crashing_kernel_costs_that_measurement_only():
+    with Measurer(host_target()) as measurer:
+        before, crashed, after = measurer.kernels([_job(take), _job(writes_out_of_bounds), _job(take)])
+    assert before.ok and after.ok
+    assert not crashed.ok and "crashed (SIGSEGV)" in crashed.error
+
+
+def test_a_hanging_kernel_is_killed_at_its_timeout(monkeypatch):
+    monkeypatch.setattr("registry.measure.measurer.KERNEL_TIMEOUT_S", 3.0)
+    with Measurer(host_target()) as measurer:
+        start = time.monotonic()
+        hung, fine = measurer.kernels([_job(slow), _job(take)])
+    assert "timeout: killed after 3 s" in hung.error and fine.ok
+    assert time.monotonic() - start < 30
+
+
+def test_the_measurer_describes_the_device_it_measures_on():
+    from registry import hostinfo
+
+    with Measurer(host_target()) as measurer:
+        device = measurer.device
+    assert device.host_model == hostinfo.cpu_model() and device.tvm_version == hostinfo.tvm_version()
+    assert device.num_threads >= 1 and device.kind == "llvm"
+
+
+def test_the_workers_run_the_thread_count_asked_for():
+    with Measurer(host_target(), threads=2) as measurer:
+        assert measurer.device.num_threads == 2 and measurer.device.name.endswith("-2t")
+
+
+def test_a_target_for_another_machine_is_refused_in_one_line():
+    from tvm.target import Target
+
+    from registry.errors import BadInputError
+
+    other = Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 2})
+    with pytest.raises(BadInputError, match="cannot run there"):
+        Measurer(other)
+
+
+def test_workers_die_with_their_parent_even_after_kill_9(tmp_path):
+    """A process that holds a worker pool mid-request is killed with SIGKILL: its workers go within seconds."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            from registry.measure.pool import WorkerPool
+            pool = WorkerPool(2)
+            pool.run([{"op": "describe"}] * 2, at_once=2)
+            print(" ".join(str(w.proc.pid) for w in pool._all), flush=True)
+            time.sleep(600)
+            """
+        )
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"  # a zombie is dead, waiting to be reaped by init
+    except FileNotFoundError:
+        return False
+
+
+def test_a_closed_pool_leaves_no_process_behind():
+    pool = WorkerPool(2)
+    pool.run([{"op": "describe"}] * 2, at_once=2)
+    procs = [w.proc for w in pool._all]
+    pool.close()
+    assert all(p.returncode is not None for p in procs)  # reaped
