@@ -180,3 +180,18 @@ def test_a_closed_pool_leaves_no_process_behind():
     procs = [w.proc for w in pool._all]
     pool.close()
     assert all(p.returncode is not None for p in procs)  # reaped
+
+
+@T.prim_func(s_tir=True)
+def huge(x: T.Buffer((1 << 36,), "float32"), out: T.Buffer((16,), "float32")):
+    for j in range(16):
+        with T.sblock("h"):
+            vj = T.axis.remap("S", [j])
+            out[vj] = x[vj]
+
+
+def test_a_kernel_whose_buffers_exceed_memory_fails_alone():
+    """256 GiB of input: the worker's address-space cap makes the allocation fail there, and the run goes on."""
+    with Measurer(host_target()) as measurer:
+        too_big, fine = measurer.kernels([_job(huge), _job(take)])
+    assert not too_big.ok and fine.ok, (too_big, fine)

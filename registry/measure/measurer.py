@@ -39,6 +39,7 @@ from registry.measure.types import (
     ModelJob,
     Settings,
 )
+from registry.measure.worker import MEMORY_ENV
 from registry.store.rows import DeviceSpec
 from registry.tvm_side import ORIGINAL_AFFINITY
 from registry.tvm_side.target import THREADS_ENV, canonical_target
@@ -82,6 +83,8 @@ class Measurer:
                 raise RegistryError(f"the RPC tracker at {rpc.address} has no free server of key {rpc.key!r}")
         # TVM_BIND_THREADS=0: each measurement in flight is given cores of its own here; TVM must not re-pin them.
         env = {"TVM_BIND_THREADS": "0", **({THREADS_ENV: str(threads)} if threads else {})}
+        if self.device_type == "cpu" and rpc is None:
+            env[MEMORY_ENV] = str(_worker_memory_mb())
         self.pool = WorkerPool(1, env, verbose=verbose)
         try:
             self.description = self._describe(threads)
@@ -193,6 +196,15 @@ class Measurer:
     def summary(self) -> str:
         where = f"on the RPC servers of {self.rpc.address}" if self.rpc else "here"
         return f"measured {where} ({self.description.model}), {self.dop} at a time"
+
+
+def _worker_memory_mb() -> int:
+    """Half of this machine's memory, per worker: what a kernel or a model being measured may take."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return max(2048, pages * size // 2 >> 20)
+    except (ValueError, OSError):
+        return 0  # unknown: no cap
 
 
 def _measurement(reply: dict) -> Measurement:

@@ -95,7 +95,6 @@ def _load(path: str, remote):
 
 def describe(request: dict[str, Any]) -> dict[str, Any]:
 
-
     with _session(request.get("rpc")) as remote:
         return _describe(request, remote)
 
@@ -315,9 +314,24 @@ def serve(request_fd: int, reply_fd: int) -> None:
             view = view[os.write(reply_fd, view) :]
 
 
+MEMORY_ENV = "REGISTRY_WORKER_MEMORY_MB"
+
+
+def _limit_memory() -> None:
+    """Cap this process's address space when asked (CPU measurement): a kernel whose buffers do not fit then fails
+    to allocate, in this worker, instead of waking the kernel's OOM killer, which may pick another process. Not for
+    a GPU: CUDA reserves far more address space than it uses."""
+    limit = os.environ.get(MEMORY_ENV, "")
+    if limit.isdigit() and int(limit) > 0:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit) << 20, int(limit) << 20))
+
+
 def main() -> None:
     request_fd, reply_fd, parent = (int(a) for a in sys.argv[1:4])
     _die_with_parent(parent)
+    _limit_memory()
     os.environ.setdefault("TVM_BIND_THREADS", "0")  # the pool gives each measurement its cores; TVM must not re-pin
     serve(request_fd, reply_fd)
 
