@@ -175,9 +175,13 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     if len(kept) == len(graph.node):
         return model
     used = {name for node in kept for name in _names_read(node)} | {o.name for o in graph.output}
+    used |= {i.name for i in graph.input}  # old exporters list initializers as inputs too: those stay
     new_consts = [numpy_helper.from_array(known[n], n) for n in known if n not in initial and n in used]
     del graph.node[:]
     graph.node.extend(kept)
+    for i in reversed(range(len(graph.initializer))):  # those only folded nodes read (onnxruntime warns of each)
+        if graph.initializer[i].name not in used:
+            del graph.initializer[i]
     graph.initializer.extend(new_consts)
     return model
 
@@ -212,10 +216,11 @@ def _evaluate(
         return None  # e.g. a large ConstantOfShape or Expand: not shape arithmetic, and costly to hold here
     feeds = {name: known[name] for name in inputs}
     try:
-        if node.op_type == "GatherElements":
-            results = [_gather_elements(node, *(known[name] for name in node.input))]
-        else:
-            results = _reference(node, feeds, opsets).run(None, feeds)
+        with np.errstate(all="ignore"):  # e.g. T5's log of relative positions: -inf where a later Where drops it
+            if node.op_type == "GatherElements":
+                results = [_gather_elements(node, *(known[name] for name in node.input))]
+            else:
+                results = _reference(node, feeds, opsets).run(None, feeds)
     except Exception:  # noqa: BLE001 - anything the reference cannot evaluate is left for TVM to import
         return None
     if not all(isinstance(r, np.ndarray) and r.size <= MAX_FOLDED_ELEMENTS for r in results):
