@@ -69,14 +69,44 @@ def dynamic_axes(shapes: dict[str, tuple[int, ...]]) -> dict[str, dict[int, str]
     return axes
 
 
+def calibrate_batchnorm(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+    """Give every BatchNorm a scale of 1, a shift of 0 and the running statistics of one batch like ``args``.
+
+    transformers initializes BatchNorm scales like weights (about 0.02) and leaves the statistics at mean 0, variance
+    1, so activations shrink layer after layer: MobileViT's logits were 1e-42 (denormal floats, which make CPU
+    arithmetic many times slower and would distort every timing), MobileNetV2's 1e-25 and EfficientNet's exactly 0.
+    Trained networks keep them near unit scale, and so do these after this.
+    """
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.reset_parameters()  # scale 1, shift 0, statistics reset
+        norm.momentum = None  # cumulative average: after one batch, exactly that batch's statistics
+        norm.train()
+    # A batch of 8 (the inputs repeated, floats redrawn) so that statistics exist where the image is down to 1x1.
+    generator = torch.Generator().manual_seed(SEED + 1)
+    batch = [
+        torch.randn((8, *a.shape[1:]), generator=generator)
+        if a.is_floating_point()
+        else a.repeat(8, *[1] * (a.dim() - 1))
+        for a in args
+    ]
+    with torch.no_grad():
+        module(*batch)
+    module.eval()
+
+
 def export_model(origin: HF, shapes: dict[str, tuple[int, ...]], int_high: dict[str, int], path: Path) -> None:
     names = list(shapes)
     module = _Named(build(origin), names, origin.output)
+    args = tuple(example_inputs(shapes, int_high))
+    calibrate_batchnorm(module, args)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # TracerWarnings, the exporter's deprecation notice
         torch.onnx.export(
             module,
-            tuple(example_inputs(shapes, int_high)),
+            args,
             str(path),
             input_names=names,
             output_names=[origin.output],
