@@ -5,7 +5,8 @@
 A model either imports (``load_onnx`` at the catalogue's input shapes, the zero pipeline, ``extract_tasks`` for this
 CPU) or is refused with the one-line BadInputError the CLI would print. Anything else (a traceback from deep inside
 TVM) is a bug in the registry's import path and is reported as such. Each model runs in its own process, so a crash
-in one does not hide the others.
+in one does not hide the others. The ``fold_error`` of a row checks onnx_prep's folding itself: onnxruntime runs the
+file and its folded copy on the same inputs, and the outputs must agree to float rounding.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bench.corpus.catalogue import BY_NAME, MODELS, CorpusModel, materialize  # 
 def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
     """One row: name, family, ok, tasks / weight or error, seconds."""
     import tvm
+    import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
 
     from registry.errors import BadInputError
@@ -36,6 +38,7 @@ def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model.name, "family": model.family, "ok": False}
     path = materialize(model, cache)
     row["mb"] = round(path.stat().st_size / 1e6, 2)
+    row["fold_error"] = folding_error(path, model.shapes)
     start = time.perf_counter()
     try:
         loaded = load_onnx(path, model.shapes, name=model.name)
@@ -45,8 +48,38 @@ def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
     zero = tvm.relax.get_pipeline("zero")(loaded.mod)
     tasks = extract_tasks(zero, host_target())
     row.update(ok=True, tasks=len(tasks), weight=sum(int(t.weight) for t in tasks))
+    # Structural hashes (as the registry keys workloads): which tasks models share, e.g. for transfer experiments.
+    row["workloads"] = sorted({str(tvm_ffi.structural_hash(t.dispatched[0])) for t in tasks})
     row["import_s"] = round(time.perf_counter() - start, 1)
     return row
+
+
+def folding_error(path: Path, shapes: dict[str, list[int]]) -> float | None:
+    """The largest difference, relative to the output's largest value, between onnxruntime's outputs on the file and
+    on ``onnx_prep.prepare``'s folded copy (same inputs, from registry.onnx_inputs). None if the folding refused."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from registry import onnx_prep
+    from registry.errors import BadInputError
+    from registry.onnx_inputs import input_specs, make_inputs
+
+    model = onnx.load(str(path))
+    try:
+        fixed = onnx_prep.fixed_input_shapes(model, shapes)
+        folded = onnx_prep.prepare(model, fixed).SerializeToString()
+    except BadInputError:
+        return None
+    feeds = make_inputs(input_specs(model, fixed), seed=0)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    want, got = (ort.InferenceSession(m, options, providers=["CPUExecutionProvider"]).run(None, feeds)
+                 for m in (str(path), folded))  # fmt: skip
+    return max(
+        float(np.abs(a.astype(np.float64) - b).max() / max(float(np.abs(a).max()), 1e-30))
+        for a, b in zip(want, got, strict=True)
+    )
 
 
 def _child(model: CorpusModel, cache: str | None, queue: mp.Queue) -> None:
@@ -73,19 +106,22 @@ def check_isolated(model: CorpusModel, cache: str | None, timeout: float = 600) 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = ["model", "family", "ok", "tasks (weight) or error"]
+    header = ["model", "family", "MB", "fold err", "ok", "tasks (weight) or error"]
     body = [
         [
             r["model"],
             r["family"],
+            f"{r['mb']:.2f}" if "mb" in r else "-",
+            f"{r['fold_error']:.0e}" if r.get("fold_error") is not None else "-",
             "yes" if r["ok"] else "no",
             f"{r['tasks']} ({r['weight']})" if r["ok"] else r["error"],
         ]
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(3)]
-    lines = [[*header], ["-" * w for w in widths] + ["-" * len(header[3])], *body]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[3]]) for line in lines)
+    n = len(header) - 1
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(n)]
+    lines = [[*header], ["-" * w for w in widths] + ["-" * len(header[n])], *body]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[n]]) for line in lines)
 
 
 def main() -> int:
@@ -104,6 +140,9 @@ def main() -> int:
     refused = sum(not r["ok"] for r in rows)
     bugs = sum(str(r.get("error", "")).startswith("BUG") for r in rows)
     print(f"\n{len(rows) - refused} of {len(rows)} imported, {refused} refused ({bugs} not with a one-line error)")
+    tasks = sum(r.get("tasks", 0) for r in rows)
+    distinct = len({h for r in rows for h in r.get("workloads", [])})
+    print(f"{tasks} tasks in all, {distinct} distinct workloads")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 1 if bugs else 0
