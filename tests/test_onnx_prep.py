@@ -185,3 +185,29 @@ def test_bert_buffered_token_types_fold_past_the_references_64_entry_limit():
     (want,) = ReferenceEvaluator(_token_type_model(gather_elements=False)).run(None, {"input_ids": ids})
     (got,) = ReferenceEvaluator(prepared).run(None, {"input_ids": ids})
     assert np.array_equal(want, got)
+
+
+def test_paddle_slice_of_shape_at_opset_12_folds():
+    """Paddle2ONNX's flatten before attention (PP-OCRv4 rec): Concat(Slice(Shape(x), 0, 2), [-1]) -> Reshape, its
+    constants as Constant nodes rather than initializers, at opset 12."""
+
+    def const(name: str, values) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(values, np.int64)))
+
+    nodes = [
+        const("starts", [0]), const("ends", [2]), const("axes", [0]), const("minus_one", [-1]),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Slice", ["s", "starts", "ends", "axes"], ["head"]),
+        helper.make_node("Concat", ["head", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"]),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["p2o.DynamicDimension.0", 120, "?", "?"])
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [], opset=12)
+    prepared = onnx_prep.prepare(model, {"x": [1, 120, 1, 20]})
+    assert [n.op_type for n in prepared.graph.node] == ["Relu", "Reshape"]
+    assert list(_initializers(prepared)[prepared.graph.node[1].input[1]]) == [1, 120, -1]
+    value = np.random.default_rng(3).standard_normal((1, 120, 1, 20)).astype("float32")
+    (want,) = ReferenceEvaluator(model).run(None, {"x": value})
+    (got,) = ReferenceEvaluator(prepared).run(None, {"x": value})
+    assert want.shape == (1, 120, 20) and np.array_equal(want, got)
