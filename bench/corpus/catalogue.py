@@ -130,15 +130,15 @@ def _hf(name: str, family: str, shapes: dict[str, tuple[int, ...]], origin: HF, 
     return CorpusModel(name, family, origin, shapes, "Apache-2.0 (transformers code; random weights)", **extra)
 
 
-def _tok(name: str, family: str, model: str, config: str, seq: int, vocab: int, kwargs: dict[str, Any], **extra: Any):
-    mask = extra.pop("mask", True)
-    shapes = {"input_ids": (1, seq)} | ({"attention_mask": (1, seq)} if mask else {})
-    high = {"input_ids": vocab} | ({"attention_mask": 2} if mask else {})
+def _tok(name: str, family: str, model: str, config: str, seq: int, vocab: int, kwargs: dict, **extra: Any):
+    """A token-id model: int64 ``input_ids`` (traced with ids below ``vocab``) and ``attention_mask``, 1 x seq."""
+    shapes = {"input_ids": (1, seq), "attention_mask": (1, seq)}
     origin = HF(model, config, {"vocab_size": vocab, **kwargs}, **extra)
-    return _hf(name, family, shapes, origin, int_high=high)
+    return _hf(name, family, shapes, origin, int_high={"input_ids": vocab, "attention_mask": 2})
 
 
-def _img(name: str, family: str, model: str, config: str, size: int, kwargs: dict[str, Any], **extra: Any):
+def _img(name: str, family: str, model: str, config: str, size: int, kwargs: dict, **extra: Any) -> CorpusModel:
+    """An image model: float ``pixel_values``, 1 x 3 x size x size."""
     origin = HF(model, config, {"image_size": size, **kwargs}, **extra)
     return _hf(name, family, {"pixel_values": (1, 3, size, size)}, origin)
 
