@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install demo test lint bench bench-tuning clean
+.PHONY: install demo test lint bench bench-tuning corpus clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ bench: install
 bench-tuning: install
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/tuning/run.py
+
+# Real third-party ONNX models (bench/corpus/): installs the corpus extra (CPU torch, transformers, onnxruntime),
+# exports or downloads every model into ~/.cache/tvm-registry/corpus ($$TVM_REGISTRY_CORPUS), then checks that each
+# imports. torch==2.13.0+cpu is not on PyPI: CORPUS_PIP_ARGS says where pip finds it (a folder holding the wheel, or
+# --extra-index-url with PyTorch's CPU index).
+CORPUS_PIP_ARGS ?= --find-links /opt/wheels
+corpus: install
+	$(PY) -m pip install -q $(CORPUS_PIP_ARGS) -e '.[dev,corpus]'
+	$(PY) bench/corpus/materialize.py
+	$(PY) bench/corpus/check_import.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

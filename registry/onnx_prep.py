@@ -3,7 +3,9 @@
 Files exported by PyTorch or Paddle compute Reshape targets at run time (``Shape -> Gather -> Concat``). Once the
 input shapes are fixed those values are constants, but TVM's Relax importer only accepts a constant new shape
 ("Reshape requires the input new shape to be Shape"). Here every node whose inputs are all known is evaluated with
-ONNX's reference implementation and replaced by an initializer. Nothing here imports TVM.
+ONNX's reference implementation and replaced by an initializer, in rounds with shape inference in between (a folded
+Pad or Expand gives its output a static shape, so the Shape node after it folds in the next round). Nothing here
+imports TVM.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from registry.errors import BadInputError
 # Folding stops at values bigger than this many elements: shape arithmetic is tiny, and evaluating weight transforms
 # here would only copy the weights.
 MAX_FOLDED_ELEMENTS = 1 << 16
+MAX_FOLD_ROUNDS = 16
 # Nodes that are never evaluated here, even on constant inputs: random values must stay random (Dropout is random
 # when its training_mode input is true), and sequence and optional values are not tensors an initializer can hold.
 NOT_FOLDABLE = {
@@ -111,13 +114,21 @@ def _listing(inputs: dict[str, list[int | str]]) -> str:
 def prepare(model: onnx.ModelProto, shapes: dict[str, list[int]], where: str = "model") -> onnx.ModelProto:
     """A copy of ``model`` with its inputs pinned to ``shapes`` and its constant subgraphs folded."""
     model = _pin_inputs(model, shapes)
-    try:
-        model = shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - onnx raises its own kinds for an inconsistent graph
-        raise BadInputError(
-            f"{where}: the shapes do not check at these input shapes: {str(e).splitlines()[0]}"
-        ) from None
-    return _fold_constants(model)
+    # Folding and shape inference feed each other: a folded Expand or Reshape target gives its output a static shape,
+    # which lets the next Shape node fold (HF exports need a few rounds). Stop when a round folds nothing.
+    for _ in range(MAX_FOLD_ROUNDS):
+        del model.graph.value_info[:]  # a folded value's inferred shape would shadow its initializer's
+        try:
+            model = shape_inference.infer_shapes(model, data_prop=True)
+        except Exception as e:  # noqa: BLE001 - onnx raises its own kinds for an inconsistent graph
+            raise BadInputError(
+                f"{where}: the shapes do not check at these input shapes: {str(e).splitlines()[0]}"
+            ) from None
+        before = len(model.graph.node)
+        model = _fold_constants(model)
+        if len(model.graph.node) == before:
+            break
+    return model
 
 
 def _pin_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
@@ -164,9 +175,13 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     if len(kept) == len(graph.node):
         return model
     used = {name for node in kept for name in _names_read(node)} | {o.name for o in graph.output}
+    used |= {i.name for i in graph.input}  # old exporters list initializers as inputs too: those stay
     new_consts = [numpy_helper.from_array(known[n], n) for n in known if n not in initial and n in used]
     del graph.node[:]
     graph.node.extend(kept)
+    for i in reversed(range(len(graph.initializer))):  # those only folded nodes read (onnxruntime warns of each)
+        if graph.initializer[i].name not in used:
+            del graph.initializer[i]
     graph.initializer.extend(new_consts)
     return model
 
@@ -201,7 +216,11 @@ def _evaluate(
         return None  # e.g. a large ConstantOfShape or Expand: not shape arithmetic, and costly to hold here
     feeds = {name: known[name] for name in inputs}
     try:
-        results = _reference(node, feeds, opsets).run(None, feeds)
+        with np.errstate(all="ignore"):  # e.g. T5's log of relative positions: -inf where a later Where drops it
+            if node.op_type == "GatherElements":
+                results = [_gather_elements(node, *(known[name] for name in node.input))]
+            else:
+                results = _reference(node, feeds, opsets).run(None, feeds)
     except Exception:  # noqa: BLE001 - anything the reference cannot evaluate is left for TVM to import
         return None
     if not all(isinstance(r, np.ndarray) and r.size <= MAX_FOLDED_ELEMENTS for r in results):
@@ -218,3 +237,10 @@ def _reference(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets: list)
     outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
     graph = helper.make_graph([node], "fold", inputs, outputs)
     return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets))
+
+
+def _gather_elements(node: onnx.NodeProto, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """GatherElements, which ONNX's reference gets wrong when the gathered axis has 64 or more entries (it uses
+    np.choose, limited to 64 choices, then falls back to code that fails). HF BERT's buffered token type ids hit it."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    return np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices), axis=axis)

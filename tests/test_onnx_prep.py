@@ -92,3 +92,122 @@ def test_parse_input_shapes(spec, ok):
             onnx_prep.parse_input_shapes([spec])
     else:
         assert onnx_prep.parse_input_shapes([spec]) == ok
+
+
+def _model(nodes, inputs, outputs, inits, opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "m", inputs, outputs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _window_partition_model() -> onnx.ModelProto:
+    """Swin's window attention as HF exports it: pad height and width up to a multiple of the window with pads
+    computed at run time ((4 - w % 4) % 4 -> Concat -> Pad), then cut windows with a Reshape whose target is built
+    from the padded value's Shape. The Pad's output shape is only known once its pads are folded, so the Shape after
+    it can only fold in a second round."""
+    g = zoo._Graph(0)
+    four = g.const(4)
+    dims = g.op("Shape", ["x"])
+    pad = {}
+    for axis in (1, 2):
+        size = g.op("Gather", [dims, g.const(axis)], axis=0)
+        missing = g.op("Mod", [g.op("Sub", [four, g.op("Mod", [size, four])]), four])
+        pad[axis] = g.op("Unsqueeze", [missing, g.const([0])])
+    zero = g.const([0])
+    pads = g.op("Concat", [zero, zero, zero, zero, zero, pad[1], pad[2], zero], axis=0)
+    padded = g.op("Pad", ["x", pads])
+    shape = g.op("Shape", [padded])
+    part = [g.op("Unsqueeze", [g.op("Gather", [shape, g.const(i)], axis=0), g.const([0])]) for i in range(4)]
+    rows = g.op("Div", [part[1], g.const([4])])
+    cols = g.op("Div", [part[2], g.const([4])])
+    target = g.op("Concat", [part[0], rows, g.const([4]), cols, g.const([4]), part[3]], axis=0)
+    windows = g.op("Reshape", [padded, target])
+    y = g.op("Transpose", [windows], perm=[0, 1, 3, 2, 4, 5])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "h", "w", 3])
+    return _model(g.nodes, [x], [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], g.inits)
+
+
+def test_folding_repeats_until_the_shapes_settle(monkeypatch):
+    model = _window_partition_model()
+    shapes = {"x": [1, 6, 7, 3]}
+    monkeypatch.setattr(onnx_prep, "MAX_FOLD_ROUNDS", 1)
+    assert "Shape" in [n.op_type for n in onnx_prep.prepare(model, shapes).graph.node]  # one round is not enough
+    monkeypatch.undo()
+    prepared = onnx_prep.prepare(model, shapes)
+    assert [n.op_type for n in prepared.graph.node] == ["Pad", "Reshape", "Transpose"]
+    assert len(prepared.graph.initializer) == 2  # the folded pads and window shape; the constants they used are gone
+    x = np.random.default_rng(0).standard_normal((1, 6, 7, 3)).astype("float32")
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = ReferenceEvaluator(prepared).run(None, {"x": x})
+    assert want.shape == (1, 2, 2, 4, 4, 3)
+    assert np.array_equal(want, got)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((3, 5), 0), ((3, 5), 1), ((2, 3, 4), -1), ((4, 60), 1)])
+def test_gather_elements_matches_the_reference(shape, axis):
+    """Where the reference evaluator's GatherElements works (fewer than 64 entries on the axis), folding agrees."""
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal(shape).astype("float32")
+    indices = rng.integers(-shape[axis], shape[axis], size=shape).astype("int64")
+    node = helper.make_node("GatherElements", ["d", "i"], ["y"], axis=axis)
+    model = _model(
+        [node], [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(data, "d"), numpy_helper.from_array(indices, "i")],
+    )  # fmt: skip
+    (want,) = ReferenceEvaluator(model).run(None, {})
+    assert np.array_equal(onnx_prep._gather_elements(node, data, indices), want)
+
+
+def _token_type_model(gather_elements: bool) -> onnx.ModelProto:
+    """HF BERT's embeddings: the buffered token type ids (1 x max_positions zeros) expanded to the batch and gathered
+    at the position ids, then looked up in the token type table. ``gather_elements=False`` builds the same model with
+    the one-row GatherElements written as Gather, which the reference evaluator computes right: the oracle."""
+    g = zoo._Graph(0)
+    dims = g.op("Shape", ["input_ids"])
+    batch = g.op("Unsqueeze", [g.op("Gather", [dims, g.const(0)], axis=0), g.const([0])])
+    seq = g.op("Unsqueeze", [g.op("Gather", [dims, g.const(1)], axis=0), g.const([0])])
+    positions = g.op("Slice", [g.const(np.arange(128)[None]), g.const([0]), seq, g.const([1])])
+    buffered = g.op("Expand", [g.const(np.zeros((1, 128))), g.op("Concat", [batch, g.const([128])], axis=0)])
+    if gather_elements:
+        types = g.op("GatherElements", [buffered, positions], axis=1)
+    else:
+        types = g.op("Gather", [buffered, g.op("Squeeze", [positions, g.const([0])])], axis=1)
+    words = g.op("Gather", [g.weight((100, 8)), "input_ids"])
+    y = g.op("Add", [words, g.op("Gather", [g.weight((2, 8)), types])])
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])
+    return _model(g.nodes, [ids], [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], g.inits)
+
+
+def test_bert_buffered_token_types_fold_past_the_references_64_entry_limit():
+    model = _token_type_model(gather_elements=True)
+    prepared = onnx_prep.prepare(model, {"input_ids": [1, 32]})
+    assert [n.op_type for n in prepared.graph.node] == ["Gather", "Add"]  # the token type rows became a constant
+    ids = np.random.default_rng(2).integers(0, 100, size=(1, 32))
+    (want,) = ReferenceEvaluator(_token_type_model(gather_elements=False)).run(None, {"input_ids": ids})
+    (got,) = ReferenceEvaluator(prepared).run(None, {"input_ids": ids})
+    assert np.array_equal(want, got)
+
+
+def test_paddle_slice_of_shape_at_opset_12_folds():
+    """Paddle2ONNX's flatten before attention (PP-OCRv4 rec): Concat(Slice(Shape(x), 0, 2), [-1]) -> Reshape, its
+    constants as Constant nodes rather than initializers, at opset 12."""
+
+    def const(name: str, values) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(values, np.int64)))
+
+    nodes = [
+        const("starts", [0]), const("ends", [2]), const("axes", [0]), const("minus_one", [-1]),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Slice", ["s", "starts", "ends", "axes"], ["head"]),
+        helper.make_node("Concat", ["head", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"]),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["p2o.DynamicDimension.0", 120, "?", "?"])
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [], opset=12)
+    prepared = onnx_prep.prepare(model, {"x": [1, 120, 1, 20]})
+    assert [n.op_type for n in prepared.graph.node] == ["Relu", "Reshape"]
+    assert list(_initializers(prepared)[prepared.graph.node[1].input[1]]) == [1, 120, -1]
+    value = np.random.default_rng(3).standard_normal((1, 120, 1, 20)).astype("float32")
+    (want,) = ReferenceEvaluator(model).run(None, {"x": value})
+    (got,) = ReferenceEvaluator(prepared).run(None, {"x": value})
+    assert want.shape == (1, 120, 20) and np.array_equal(want, got)

@@ -64,9 +64,19 @@ def _check_ops(model: onnx.ModelProto, label: str) -> None:
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = set(_get_convert_map()) | {"Constant", "If"}
-    missing = sorted({n.op_type for n in model.graph.node if n.op_type not in supported})
+    missing = sorted({op for op in _op_types(model.graph) if op not in supported})
     if missing:
         raise BadInputError(f"{label}: TVM's ONNX importer does not support the operator(s) {', '.join(missing)}")
+
+
+def _op_types(graph: onnx.GraphProto):
+    """Every node's operator, including those inside If branches (silero-vad's LSTM is only there: TVM's error for
+    it would otherwise be about a shape deep inside the branch)."""
+    for node in graph.node:
+        yield node.op_type
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                yield from _op_types(sub)
 
 
 def _read(path: Path) -> bytes:
