@@ -13,6 +13,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from registry import onnx_prep
 from registry.errors import BadInputError
 from registry.measure.types import Bound, ModelInput
+from registry.onnx_inputs import InputSpec, input_specs
 from registry.tvm_side.compat import error_line
 
 
@@ -23,7 +24,8 @@ class LoadedModel:
     input_shapes: dict[str, list[int]]
     input_dtypes: dict[str, str]
     mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
-    bounds: dict[str, Bound | None] = field(default_factory=dict)  # values of the integer inputs (token ids ...)
+    # Values of the integer inputs: token ids within their embedding table (registry.onnx_inputs), masks ones.
+    bounds: dict[str, Bound | None] = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[ModelInput]:
@@ -57,7 +59,13 @@ def load_onnx(
         mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
     except Exception as e:  # noqa: BLE001
         raise BadInputError(f"{where}: TVM cannot import this model: {error_line(e)}") from None
-    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod)
+    bounds = {spec.name: _bound(spec) for spec in input_specs(model, shapes)}
+    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod, bounds)
+
+
+def _bound(spec: InputSpec) -> Bound | None:
+    """What the measurer draws an input from: token ids within their table, masks ones, floats (None) normal."""
+    return None if spec.kind == "normal" else Bound(spec.low, spec.high)
 
 
 def _check_ops(model: onnx.ModelProto, label: str) -> None:
