@@ -86,13 +86,12 @@ def full_tune(variant, work: Path, trials_per_task: int, target) -> dict:
 
 
 def latency_rounds(executables: dict, loaded, rounds: int = 3) -> dict[str, float]:
-    from registry.tvm_side.measure import model_latency_ms
+    from registry.measure.jobs import interleaved_model_ms
+    from registry.measure.measurer import Measurer
+    from registry.tvm_side.target import host_target
 
-    samples: dict[str, list[float]] = {k: [] for k in executables}
-    for _ in range(rounds):
-        for key, exe in executables.items():
-            samples[key].append(model_latency_ms(exe, loaded))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    with Measurer(host_target()) as measurer:
+        return interleaved_model_ms(measurer, executables, loaded.inputs, rounds)
 
 
 def leave_one_out(held_out, others: list, work: Path, target, threads: int, budget: int, meta: dict) -> dict:

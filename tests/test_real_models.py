@@ -43,7 +43,7 @@ def test_transfer_then_tune_run_to_the_end_on_a_real_export(sqlite_url, name):
     assert all(t["before_us"] is not None for t in tasks), [t for t in tasks if t["before_us"] is None]
     assert transferred["untuned_ms"] > 0 and transferred["final_ms"] > 0
 
-    tuned = _run(sqlite_url, "tune", model, *_shapes(name), "--trials", "16", "--no-predictor")
+    tuned = _run(sqlite_url, "tune", model, *_shapes(name), "--trials", "8", "--no-predictor")
     assert not tuned["errors"] and tuned["final_ms"] > 0
     assert sum(t["measurements"] for t in tuned["tasks"]) >= 1
     assert all(t["source"] != "failed" for t in tuned["tasks"]), tuned["tasks"]

@@ -29,7 +29,6 @@ import datetime as dt
 import json
 import logging
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -170,21 +169,20 @@ def time_to(points: list[tuple[float, float]], latency: float) -> float | None:
 def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.tvm_side.measure import model_latency_ms
+    from registry.measure.jobs import interleaved_model_ms
+    from registry.measure.measurer import Measurer
 
     exes = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in dbs.items()}
-    samples: dict[str, list[float]] = {k: [] for k in exes}
-    for _ in range(rounds):
-        for k, exe in exes.items():
-            samples[k].append(model_latency_ms(exe, loaded))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    with Measurer(target) as measurer:
+        return interleaved_model_ms(measurer, exes, loaded.inputs, rounds)
 
 
 def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.measure.jobs import module_job
+    from registry.measure.measurer import Measurer
     from registry.store.store import Store
-    from registry.tvm_side import kernel
     from registry.tvm_side.database import RegistryDatabase
 
     base = plain(name, work, tpt, target, threads)
@@ -193,10 +191,9 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -
     plain_store, our_store = Store(f"sqlite:///{work / f'plain-{name}.db'}"), Store(f"sqlite:///{ours['db']}")
     loaded = load(name)
     tasks = _task_weights(plain_store, loaded, target)
-    defaults = {}
-    for wid, (_, _, mod) in tasks.items():
-        timing = kernel.build_and_measure(mod, target)
-        defaults[wid] = timing.median_us if timing else float("inf")
+    with Measurer(target) as measurer:
+        timings = measurer.kernels([module_job(mod, target) for _, _, mod in tasks.values()])
+    defaults = {wid: m.median_us or float("inf") for wid, m in zip(tasks, timings, strict=True)}
     plain_dev = plain_store.all_devices()[0].id
     plain_curve = curve(plain_store, loaded, target, plain_dev, base["started"], defaults)
     # Workload ids differ between the two databases: map the defaults through the task names.

@@ -3,7 +3,9 @@ compiled executable."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import statistics
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,3 +60,19 @@ def time_model(measurer: Measurer, executable, inputs: list[ModelInput], keep: s
     """A compiled model's end-to-end latency, measured by ``measurer``'s workers (see ``model_job``)."""
     with model_job(executable, inputs, keep) as job:
         return measurer.model(job)
+
+
+def interleaved_model_ms(
+    measurer: Measurer, executables: dict[str, object], inputs: list[ModelInput], rounds: int = 3
+) -> dict[str, float | None]:
+    """Several builds of one model timed in turn, ``rounds`` times, medians in ms (None: it did not run). Interleaving
+    makes a drift of the machine hit every build alike, so their ratios hold even where absolute times wander."""
+    samples: dict[str, list[float]] = {k: [] for k in executables}
+    with contextlib.ExitStack() as stack:
+        jobs = {k: stack.enter_context(model_job(exe, inputs)) for k, exe in executables.items()}
+        for _ in range(rounds):
+            for key, job in jobs.items():
+                m = measurer.model(job)
+                if m.ok:
+                    samples[key].append(m.median_s * 1e3)
+    return {k: statistics.median(v) if v else None for k, v in samples.items()}

@@ -200,16 +200,20 @@ def _kernel_arrays(args: list, bounds: list) -> list[np.ndarray]:
 # -- building and timing -------------------------------------------------------------------------------------------
 
 
-def _build(module_json: str, target_json: str) -> str:
-    """The module built for the target and linked into a shared library in a fresh temporary directory."""
+def _compile(module_json: str, target_json: str):
+    """The scheduled module built for its target, in memory."""
     import tvm
     from tvm.target import Target
 
     from registry.tvm_side.builder import build_module
 
-    rt_mod = build_module(tvm.ir.load_json(module_json), Target(orjson.loads(target_json)))
+    return build_module(tvm.ir.load_json(module_json), Target(orjson.loads(target_json)))
+
+
+def _build(module_json: str, target_json: str) -> str:
+    """The module built and linked into a shared library in a fresh temporary directory."""
     path = os.path.join(tempfile.mkdtemp(prefix="registry-build-"), "kernel.so")
-    rt_mod.export_library(path)
+    _compile(module_json, target_json).export_library(path)
     return path
 
 
@@ -242,25 +246,28 @@ def _evaluate(func, dev, settings: dict[str, Any], args) -> list[float]:
 def kernel(request: dict[str, Any]) -> dict[str, Any]:
     import tvm
 
-    job = request["job"]
-    artifact = job.get("artifact")
-    built_here = artifact is None
-    if built_here:
+    job, rpc = request["job"], request.get("rpc")
+    artifact, rt_mod = job.get("artifact"), None
+    if artifact is None:
         try:
-            artifact = _build(job["module"], job["target"])
-        except Exception as e:  # noqa: BLE001
+            if rpc is None:  # timed here, in memory: no library to link and load
+                rt_mod = _compile(job["module"], job["target"])
+            else:  # an RPC server needs the library file
+                artifact = _build(job["module"], job["target"])
+        except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
             return {"error": f"build failed: {_last_line(e)}"}
     try:
         _pin(request)
-        with _session(request.get("rpc")) as remote:
+        with _session(rpc) as remote:
             dev = _device(request.get("device", "cpu"), remote)
-            rt_mod = _load(artifact, remote)
+            if rt_mod is None:
+                rt_mod = _load(artifact, remote)
             args = [tvm.runtime.tensor(a, dev) for a in _kernel_arrays(job["args"], job["bounds"])]
             return {"run_secs": _evaluate(rt_mod, dev, request["settings"], args)}
     except Exception as e:  # noqa: BLE001 - a kernel that fails at run time, or an RPC session that broke
         return {"error": f"run failed: {_last_line(e)}"}
     finally:
-        if built_here:
+        if artifact is not None and job.get("artifact") is None:
             _remove(artifact)
 
 

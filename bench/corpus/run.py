@@ -1,0 +1,207 @@
+"""The corpus benchmark: every real model untuned, after `registry transfer`, after `registry tune`, and onnxruntime.
+
+    .venv/bin/python bench/corpus/run.py [--trials-per-task 8] [--work bench/work/corpus] [NAME ...]
+
+1. **Tune.** Each model is tuned by ``registry tune --trials N`` (N = trials per task x its tasks, at least 64) into a
+   registry of its own (``WORK/tune/MODEL.db``); a finished model is not tuned again (re-running resumes).
+2. **Transfer.** For each family, a registry gets the tuned records of every *other* family (``registry export`` of
+   each model's registry, ``registry import`` into one), then ``registry transfer MODEL --tune-trials 0`` runs on each
+   model of the family against a fresh copy of it: transfer from operators it has never seen tuned.
+3. **One run, four latencies.** Per model, the untuned build, the build with transfer's registry, the build with
+   tune's registry and onnxruntime are timed in turn, ``--rounds`` times (each a median of 7 samples of at least
+   50 ms), medians; TVM's builds run in the registry's measurement worker, onnxruntime in this process with 1
+   intra- and 1 inter-op thread; both on the same inputs (``registry.onnx_inputs``).
+
+A model that does not import is a row with its one-line reason. Every command's JSON report is kept under
+``WORK/reports``; the table goes to bench/results/corpus.json and is printed (docs/BENCHMARKS.md has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.catalogue import MODELS, CorpusModel, materialize  # noqa: E402
+
+REGISTRY = str(Path(sys.executable).with_name("registry"))
+MIN_TRIALS = 64
+
+
+def registry(*args: str, db: Path) -> tuple[dict | None, str]:
+    """(the command's JSON report, or None with its error line)."""
+    done = subprocess.run([REGISTRY, "--db", f"sqlite:///{db}", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, lines[-1] if lines else f"exit code {done.returncode}"
+    out = done.stdout
+    return (json.loads(out[out.index("{") :]) if "{" in out else {}), ""
+
+
+def shape_args(model: CorpusModel) -> list[str]:
+    return [a for s in model.shape_args for a in ("--input-shape", s)]
+
+
+def tune_all(models: list[CorpusModel], work: Path, per_task: int, rows: dict) -> None:
+    for model in models:
+        report_file = work / "reports" / f"tune-{model.name}.json"
+        if report_file.exists():
+            rows[model.name]["tune"] = json.loads(report_file.read_text())
+            continue
+        path, db = materialize(model), work / "tune" / f"{model.name}.db"
+        db.unlink(missing_ok=True)
+        # the task count first, from a run with the smallest budget (it also records the model)
+        first, error = registry("tune", str(path), *shape_args(model), "--trials", "1", "--json", db=db)
+        if first is None:
+            rows[model.name]["error"] = error
+            print(f"{model.name}: {error}", flush=True)
+            continue
+        trials = max(MIN_TRIALS, per_task * len(first["tasks"]))
+        start = time.perf_counter()
+        report, error = registry("tune", str(path), *shape_args(model), "--trials", str(trials), "--json", db=db)
+        if report is None:
+            rows[model.name]["error"] = f"tune: {error}"
+            print(f"{model.name}: tune failed: {error}", flush=True)
+            continue
+        report["wall_s"] = time.perf_counter() - start
+        report_file.write_text(json.dumps(report, indent=1))
+        rows[model.name]["tune"] = report
+        print(f"{model.name}: tuned {trials} trials in {report['wall_s']:.0f} s", flush=True)
+
+
+def transfer_all(models: list[CorpusModel], work: Path, rows: dict) -> None:
+    families = sorted({m.family for m in models})
+    tuned = [m for m in models if (work / "tune" / f"{m.name}.db").exists() and "tune" in rows[m.name]]
+    for family in families:
+        members = [m for m in models if m.family == family and "error" not in rows[m.name]]
+        if not members:
+            continue
+        template = work / "transfer" / f"without-{family}.db"
+        if not template.exists():
+            for other in tuned:
+                if other.family == family:
+                    continue
+                logs = work / "logs" / other.name
+                if not logs.exists():
+                    registry("export", "-o", str(logs), db=work / "tune" / f"{other.name}.db")
+                registry("import", str(logs), "--model", other.name, db=template)
+        for model in members:
+            report_file = work / "reports" / f"transfer-{model.name}.json"
+            if report_file.exists():
+                rows[model.name]["transfer"] = json.loads(report_file.read_text())
+                continue
+            db = work / "transfer" / f"{model.name}.db"
+            shutil.copy(template, db)
+            report, error = registry(
+                "transfer", str(materialize(model)), *shape_args(model), "--tune-trials", "0", "--json", db=db
+            )
+            if report is None:
+                rows[model.name]["error"] = f"transfer: {error}"
+                continue
+            report_file.write_text(json.dumps(report, indent=1))
+            rows[model.name]["transfer"] = report
+            print(f"{model.name}: transfer {report['sources']} in {report['search_s']:.0f} s", flush=True)
+
+
+def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> None:
+    """Untuned, transfer and tune builds in the registry's measurer, and onnxruntime, interleaved per model."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from bench.corpus.ort_reference import reference_ms
+    from registry.measure.jobs import interleaved_model_ms
+    from registry.measure.measurer import Measurer
+    from registry.store.store import Store
+    from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    target = host_target()
+    with Measurer(target) as measurer:
+        for model in models:
+            row = rows[model.name]
+            if "error" in row or "tune" not in row or "transfer" not in row:
+                continue
+            path = materialize(model)
+            loaded = load_onnx(path, model.shapes, name=model.name)
+            exes = {"untuned": ms.database.MemoryDatabase()}
+            for kind in ("transfer", "tune"):
+                exes[kind] = RegistryDatabase(target, Store(f"sqlite:///{work / kind / f'{model.name}.db'}"),
+                                              device=measurer.device)  # fmt: skip
+            built = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in exes.items()}
+            ort = []
+            tvm: dict[str, list[float]] = {k: [] for k in built}
+            for _ in range(rounds):
+                for k, v in interleaved_model_ms(measurer, built, loaded.inputs, rounds=1).items():
+                    if v is not None:
+                        tvm[k].append(v)
+                ort.append(reference_ms(path, model.shapes, samples=7)["ms"])
+            row["ms"] = {k: sorted(v)[len(v) // 2] if v else None for k, v in tvm.items()}
+            row["ms"]["onnxruntime"] = sorted(ort)[len(ort) // 2]
+            row["spread"] = {k: [min(v), max(v)] if v else None for k, v in {**tvm, "onnxruntime": ort}.items()}
+            print(f"{model.name}: {row['ms']}", flush=True)
+
+
+def summary(models: list[CorpusModel], rows: dict) -> list[dict]:
+    out = []
+    for model in models:
+        row = rows[model.name]
+        tune, transfer = row.get("tune") or {}, row.get("transfer") or {}
+        out.append(
+            {
+                "model": model.name,
+                "family": model.family,
+                "import": "ok" if "error" not in row else row["error"],
+                "tasks": len(tune.get("tasks", [])) or None,
+                "ms": row.get("ms"),
+                "spread": row.get("spread"),
+                "transferred": (transfer.get("sources") or {}).get("transferred"),
+                "transfer_search_s": transfer.get("search_s"),
+                "tune_trials": sum(t["trials"] for t in tune.get("tasks", [])) or None,
+                "tune_measured": sum(t["measurements"] for t in tune.get("tasks", [])) or None,
+                "tune_wall_s": tune.get("wall_s"),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="models (default: the whole corpus)")
+    parser.add_argument("--trials-per-task", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "corpus.json")
+    args = parser.parse_args()
+    models = [m for m in MODELS if not args.names or m.name in args.names]
+    for sub in ("tune", "transfer", "logs", "reports"):
+        (args.work / sub).mkdir(parents=True, exist_ok=True)
+    rows: dict[str, dict] = {m.name: {} for m in models}
+    tune_all(models, args.work, args.trials_per_task, rows)
+    transfer_all(models, args.work, rows)
+    time_all(models, args.work, args.rounds, rows)
+    table = summary(models, rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"\n{'model':26} {'family':10} {'tasks':>5} {'untuned':>9} {'transfer':>9} {'tune':>9} {'ort':>8}")
+    for r in table:
+
+        def cell(key: str, r=r) -> str:
+            v = (r["ms"] or {}).get(key)
+            return f"{v:9.3f}" if v is not None else f"{'-':>9}"
+
+        if r["import"] != "ok":
+            print(f"{r['model']:26} {r['family']:10} {r['import']}")
+        else:
+            print(f"{r['model']:26} {r['family']:10} {r['tasks'] or 0:5} {cell('untuned')} {cell('transfer')} "
+                  f"{cell('tune')} {cell('onnxruntime'):>8}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
