@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install demo test lint bench bench-tuning corpus clean
+.PHONY: install demo test lint bench bench-tuning corpus bench-corpus bench-isolation clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ corpus: install
 	$(PY) -m pip install -q $(CORPUS_PIP_ARGS) -e '.[dev,corpus]'
 	$(PY) bench/corpus/materialize.py
 	$(PY) bench/corpus/check_import.py
+
+# The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime (hours on 2 cores;
+# re-running resumes). See docs/BENCHMARKS.md.
+bench-corpus: corpus
+	$(PY) bench/corpus/run.py
+
+# What out-of-process measurement costs transfer, against the in-process version it replaced (commit c4e7abb, set up
+# in ../wt-old as bench/measure/isolation.py says).
+bench-isolation: install
+	$(PY) bench/measure/isolation.py --old-registry ../wt-old/.venv/bin/registry
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -64,10 +64,12 @@ def main() -> None:
             onnx.save(target(), target_path)
             template = tmp / f"{name}.db"
             tasks = len(
-                run_json([NEW, "--db", f"sqlite:///{template}", "tune", str(donor_path), "--trials", "1"])["tasks"]
+                run_json([NEW, "--db", f"sqlite:///{template}", "tune", str(donor_path), "--trials", "1", "--json"])[
+                    "tasks"
+                ]
             )
             run_json([NEW, "--db", f"sqlite:///{template}", "tune", str(donor_path), "--trials",
-                      str(tasks * args.donor_trials_per_task)])  # fmt: skip
+                      str(tasks * args.donor_trials_per_task), "--json"])  # fmt: skip
             samples: dict[str, list[dict]] = {"in-process": [], "isolated": []}
             for r in range(args.rounds):
                 for version, exe in (("in-process", args.old_registry), ("isolated", NEW)):
