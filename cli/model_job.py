@@ -38,7 +38,8 @@ def model_options(command):
             "--target",
             default="host",
             show_default=True,
-            help='"host" (this CPU, with its mcpu), or a TVM target as JSON.',
+            help='"host" (this CPU, with its mcpu), "cuda" (this machine\'s GPU, with its arch and limits), or a TVM '
+            "target as JSON.",
         ),
         click.option(
             "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Export the compiled library."
@@ -72,11 +73,11 @@ def load_model(model_path: Path, input_shapes, target: str, name: str | None):
     """(loaded model, TVM target, runtime threads or None for the runtime's default, seconds it took)."""
     from registry.onnx_prep import parse_input_shapes
     from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.target import host_target, target_from_option
+    from registry.tvm_side.target import target_from_option
 
     start = time.perf_counter()
     shapes = parse_input_shapes(input_shapes)
-    tvm_target = host_target() if target == "host" else target_from_option(target)
+    tvm_target = target_from_option(target)
     loaded = load_onnx(model_path, shapes, name=name or model_path.stem)
     threads = int(os.environ[THREADS_ENV]) if os.environ.get(THREADS_ENV, "").isdigit() else None
     return loaded, tvm_target, threads, time.perf_counter() - start

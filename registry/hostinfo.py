@@ -48,3 +48,27 @@ def tool_version() -> str:
 @functools.cache
 def hostname() -> str:
     return socket.gethostname()
+
+
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
+
+
+def nvidia_driver(text: str) -> str | None:
+    """The kernel module's version in the text of /proc/driver/nvidia/version: "580.65.06"."""
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+    return match.group(1) if match else None
+
+
+def local_nvidia_driver() -> str | None:
+    try:
+        with open(NVIDIA_DRIVER_FILE, encoding="utf-8") as f:
+            return nvidia_driver(f.read())
+    except OSError:
+        return None
+
+
+def gpu_identity(name: str, driver: str | None, cuda: str | None) -> str:
+    """What a GPU device is filed under: its name, and the driver and CUDA versions its kernels ran with, e.g.
+    "NVIDIA H100 80GB HBM3 (driver 580.65.06, CUDA 13.0)"."""
+    extra = ", ".join(p for p in (f"driver {driver}" if driver else "", f"CUDA {cuda}" if cuda else "") if p)
+    return f"{name} ({extra})" if extra else name

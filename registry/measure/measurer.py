@@ -113,9 +113,9 @@ class Measurer:
         reply = self.pool.call(self._request("describe"), timeout=120.0)
         where = f"the RPC servers of {self.rpc.address}" if self.rpc else "this machine"
         if "error" in reply:
-            raise RegistryError(f"cannot measure on {where}: {reply['error']}")
+            raise RegistryError(f"cannot measure for target {self.target.kind.name}: {reply['error']}")
         desc = DeviceDescription(**reply)
-        if threads and desc.threads != threads:
+        if threads and self.device_type == "cpu" and desc.threads != threads:
             raise RegistryError(
                 f"TVM's runtime on {where} runs {desc.threads} thread(s), not {threads}: it reads "
                 f"{THREADS_ENV} once, when it starts" + (" (set it where the RPC server starts)" if self.rpc else "")

@@ -107,8 +107,8 @@ def _describe(request: dict[str, Any], remote) -> dict[str, Any]:
     kind = request.get("device", "cpu")
     dev = _device(kind, remote)
     if not dev.exist:
-        where = "the RPC server" if remote is not None else "this machine"
-        return {"error": f"no {kind} device on {where}"}
+        where = "the RPC server has" if remote is not None else "this machine has"
+        return {"error": f"{where} no {kind} device" + ("" if remote else " (measure on one with --rpc HOST:PORT:KEY)")}
     if remote is None:
         threads = int(tvm.get_global_func("runtime.NumThreads")())
         details = {
@@ -125,8 +125,10 @@ def _describe(request: dict[str, Any], remote) -> dict[str, Any]:
         }
         model, version = _remote_cpu_model(remote), _remote_tvm_version(remote)
     if kind == "cuda":
-        model = str(dev.device_name)
-        details.update(compute_version=str(dev.compute_version), driver=_cuda_driver(dev))
+        driver, cuda = _nvidia_driver(remote), _cuda_version(dev)
+        details.update(compute_version=str(dev.compute_version), driver=driver, cuda=cuda)
+        model = hostinfo.gpu_identity(str(dev.device_name), driver, cuda)
+        threads = 0  # a GPU's latency does not depend on the host runtime's thread count: not part of its identity
     return {"kind": kind, "model": model, "threads": threads, "tvm_version": version, "details": details}
 
 
@@ -160,10 +162,24 @@ def _remote_tvm_version(remote) -> str:
     return hostinfo.release(version) if version and version[0].isdigit() else hostinfo.tvm_version()
 
 
-def _cuda_driver(dev) -> str | None:
+def _nvidia_driver(remote) -> str | None:
+    """The NVIDIA kernel module's version on the machine that runs the kernels."""
+    from registry import hostinfo
+
+    if remote is None:
+        return hostinfo.local_nvidia_driver()
     try:
-        return str(dev.driver_version)
-    except Exception:  # noqa: BLE001 - not every TVM exposes it
+        return hostinfo.nvidia_driver(bytes(remote.download(hostinfo.NVIDIA_DRIVER_FILE)).decode("utf-8", "replace"))
+    except Exception:  # noqa: BLE001 - not an NVIDIA machine, or a server that does not serve the file
+        return None
+
+
+def _cuda_version(dev) -> str | None:
+    """The CUDA version TVM's runtime was built with, e.g. 13000 -> "13.0"."""
+    try:
+        version = int(dev.api_version)
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - not reported by every runtime
         return None
 
 

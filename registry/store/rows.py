@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,17 @@ def canonical_json(obj: Any) -> str:
 def shape_text(shape: tuple[int, ...] | list[int]) -> str:
     """How a shape is stored and matched: "1x3x224x224" (a scalar is "scalar")."""
     return "x".join(str(int(d)) for d in shape) if len(shape) else "scalar"
+
+
+# Target kinds whose devices are GPUs: their runtime thread count is not part of what they are.
+GPU_KINDS = ("cuda", "rocm", "vulkan", "metal", "opencl")
+_VENDOR_WORDS = {"nvidia", "amd", "geforce", "tesla", "quadro", "rtx", "radeon", "instinct"}
+
+
+def gpu_word(model: str) -> str:
+    """The distinctive word of a GPU's name: "NVIDIA H100 80GB HBM3" -> "h100"."""
+    words = [w for w in re.split(r"[^a-z0-9]+", model.lower()) if w and w not in _VENDOR_WORDS]
+    return words[0] if words else "gpu"
 
 
 @dataclass(frozen=True)
@@ -60,8 +72,15 @@ class DeviceSpec:
         return int(cores) if cores is not None else None
 
     @property
+    def is_gpu(self) -> bool:
+        return self.kind in GPU_KINDS
+
+    @property
     def name(self) -> str:
-        """A short readable label, e.g. "llvm-znver5-2c-1t". Not unique on its own: the key is."""
+        """A short readable label, e.g. "llvm-znver5-2c-1t" or "cuda-sm_90-h100". Not unique on its own: the key is.
+        A GPU's has no thread count (it means nothing there) but a word of the GPU's name."""
+        if self.is_gpu:
+            return f"{self.kind}-{self.mcpu or 'generic'}-{gpu_word(self.host_model)}"
         cores = f"-{self.num_cores}c" if self.num_cores is not None else ""
         return f"{self.kind}-{self.mcpu or 'generic'}{cores}-{self.num_threads}t"
 

@@ -27,6 +27,7 @@ from registry.store.rows import DeviceSpec, Signature
 from registry.store.store import Store
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.database import RegistryDatabase
+from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.signature import workload_in
 
@@ -154,11 +155,13 @@ def registry_database(store: Store, device: DeviceSpec, tasks: list[Task], sourc
 
 
 def default_timings(run: ModelRun, tasks: list[Task]) -> dict[int, Measurement]:
-    """Each task's default schedule (what the model runs without records), timed like the candidates: the "before"."""
+    """Each task's default schedule (what the model runs without records: naive loops on a CPU, DLight's on a GPU),
+    timed like the candidates: the "before"."""
     from registry.measure.jobs import module_job
 
     with run.clock("report"):
-        measured = run.measurer.kernels([module_job(t.mod, run.target, t.arguments) for t in tasks])
+        jobs = [module_job(default_schedule(t.mod, run.target), run.target, t.arguments) for t in tasks]
+        measured = run.measurer.kernels(jobs)
     return {t.workload_id: m for t, m in zip(tasks, measured, strict=True)}
 
 

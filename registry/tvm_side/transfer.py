@@ -34,6 +34,7 @@ from registry.store import queries
 from registry.store.rows import RecordIn
 from registry.store.store import Store
 from registry.tvm_side import apply_trace
+from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, finish, model_run
@@ -127,7 +128,7 @@ class _Resolver:
 
     def resolve(self, task: Task) -> TaskResult:
         with self.clock("report"):
-            default = self._time(task, task.mod)
+            default = self._time(task, default_schedule(task.mod, self.target))
         before = default.median_us
         result = TaskResult(task.name, task.weight, task.workload_id, "default", before, before, candidates=0)
         if not default.ok:

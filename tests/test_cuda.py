@@ -1,0 +1,117 @@
+"""CUDA without a GPU: targets, GPU device identity, the shared H100 log imported, looked up and exported by its
+device, CUDA kernels built here (nvcc is on CI's machines), and a one-line refusal to measure where no GPU is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import tvm
+from click.testing import CliRunner
+from registry.cli.main import cli
+from tvm.target import Target
+
+from registry import hostinfo, tvmlog
+from registry.errors import BadInputError
+from registry.store.rows import DeviceSpec
+from registry.tvm_side.target import target_from_option
+
+pytestmark = pytest.mark.tvm
+
+H100_LOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "ms_bert_src_cuda_h100"
+H100 = "NVIDIA H100 80GB HBM3"
+NO_GPU = not tvm.cuda(0).exist
+needs_log = pytest.mark.skipif(not H100_LOG.exists(), reason=f"{H100_LOG} (the shared CUDA log) is not here")
+
+
+def test_a_cuda_target_from_json_and_from_the_gpu_present():
+    target = target_from_option('{"kind": "cuda", "arch": "sm_90"}')
+    assert target.kind.name == "cuda" and str(target.attrs["arch"]) == "sm_90"
+    if NO_GPU:
+        with pytest.raises(BadInputError, match="no CUDA GPU"):
+            target_from_option("cuda")
+    else:
+        assert target_from_option("cuda").kind.name == "cuda"
+
+
+def test_a_gpu_device_is_its_gpu_driver_and_cuda_not_a_thread_count():
+    text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder)"
+    assert hostinfo.nvidia_driver(text) == "580.65.06"
+    model = hostinfo.gpu_identity(H100, "580.65.06", "13.0")
+    assert model == f"{H100} (driver 580.65.06, CUDA 13.0)"
+    h100 = DeviceSpec({"kind": "cuda", "arch": "sm_90"}, 0, model, "0.27.0")
+    other_driver = DeviceSpec(
+        {"kind": "cuda", "arch": "sm_90"}, 0, hostinfo.gpu_identity(H100, "590.1", "13.0"), "0.27.0"
+    )
+    assert h100.name == "cuda-sm_90-h100" and h100.is_gpu
+    assert h100.key != other_driver.key  # records never mix GPUs, drivers or CUDA versions
+
+
+@needs_log
+def test_the_h100_log_imports_under_its_gpu_and_exports_by_device(sqlite_url, tmp_path):
+    logs = tmp_path / "h100"
+    shutil.copytree(H100_LOG, logs)
+    runner = CliRunner()
+    refused = runner.invoke(cli, ["--db", sqlite_url, "import", str(logs)])
+    if NO_GPU:  # this CPU's name is never stamped on GPU records: the GPU must be named
+        assert refused.exit_code == 1 and "--host-model" in refused.output
+    done = runner.invoke(cli, ["--db", sqlite_url, "import", str(logs), "--host-model", H100])
+    assert done.exit_code == 0, done.output
+    devices = runner.invoke(cli, ["--db", sqlite_url, "devices", "--json"])
+    [device] = json.loads(devices.stdout)
+    assert device["name"] == "cuda-sm_90-h100" and device["host_model"] == H100 and device["threads"] == 0
+    found = runner.invoke(cli, ["--db", sqlite_url, "lookup", "--device", "cuda-sm_90-h100", "--json"])
+    ok = {r.workload_index for r in tvmlog.read_records(logs / tvmlog.RECORD_FILE) if r.run_secs[0] < 1}
+    assert found.exit_code == 0 and len(json.loads(found.stdout)) == len(ok) >= 13  # its workloads with an ok record
+    out = tmp_path / "exported"
+    exported = runner.invoke(cli, ["--db", sqlite_url, "export", "-o", str(out), "--device", "cuda-sm_90-h100"])
+    assert exported.exit_code == 0, exported.output
+    from tvm.s_tir import meta_schedule as ms
+
+    records = ms.database.JSONDatabase(work_dir=str(out)).get_all_tuning_records()
+    assert len(records) >= 250 and all(r.target.kind.name == "cuda" for r in records)
+
+
+@needs_log
+def test_cuda_kernels_build_here_tuned_and_default():
+    """The log's schedules, and DLight's default for a workload, built for the H100's target by the builder pool."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from registry.tvm_side.apply_trace import as_stored
+    from registry.tvm_side.builder import PersistentBuilder
+    from registry.tvm_side.compat import load_tensor_intrinsics
+    from registry.tvm_side.defaults import default_schedule
+
+    workloads = tvmlog.read_workloads(H100_LOG / tvmlog.WORKLOAD_FILE)
+    records = [r for r in tvmlog.read_records(H100_LOG / tvmlog.RECORD_FILE) if r.run_secs and max(r.run_secs) < 1]
+    target = Target(records[0].target)
+    load_tensor_intrinsics("cuda")
+    mods = []
+    for r in records[::40]:
+        sch = as_stored(tvm.ir.load_json(workloads[r.workload_index].mod_json), r.trace)
+        assert sch is not None
+        mods.append(sch.mod)
+    mods.append(default_schedule(tvm.ir.load_json(workloads[0].mod_json), target))
+    builder = PersistentBuilder()
+    try:
+        built = builder.build([BuilderInput(m, target) for m in mods])
+    finally:
+        builder.shutdown()
+    assert all(b.error_msg is None and Path(b.artifact_path).stat().st_size > 0 for b in built), built
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_measuring_for_cuda_without_a_gpu_is_one_line(sqlite_url, tmp_path):
+    import onnx
+
+    from registry.tvm_side import zoo
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(), model)
+    result = CliRunner().invoke(
+        cli, ["--db", sqlite_url, "transfer", str(model), "--target", '{"kind": "cuda", "arch": "sm_90"}']
+    )
+    assert result.exit_code == 1 and "no cuda device" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
