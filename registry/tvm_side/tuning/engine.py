@@ -40,7 +40,7 @@ from registry.store.rows import FAILED_RUN_SECS, RecordIn
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
-from registry.tvm_side.compat import META_SCHEDULE_LOGGER, last_line, prepare_tuning
+from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
 
@@ -127,7 +127,14 @@ class Engine:
             t0 = time.perf_counter()
             before = state.best_us
             if wid not in tuners:
-                tuners[wid] = self._start(by_id[wid], state, planner)
+                try:
+                    tuners[wid] = self._start(by_id[wid], state, planner)
+                except TVM_ERRORS as e:
+                    # MetaSchedule's own rules fail on some fused workloads (a compute-at whose producers are not
+                    # under the loop, seen on HF BERT's attention-mask add): that task keeps its schedule, the
+                    # others are tuned.
+                    state.stopped = f"MetaSchedule cannot build its design space: {error_line(e)[:200]}"
+                    continue
             self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
             done = tuners[wid].batch(state, planner.trials_left())
             if not done:
