@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install demo test lint bench bench-tuning corpus bench-corpus bench-isolation clean
+.PHONY: install demo test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ corpus: install
 	$(PY) -m pip install -q $(CORPUS_PIP_ARGS) -e '.[dev,corpus]'
 	$(PY) bench/corpus/materialize.py
 	$(PY) bench/corpus/check_import.py
+
+# On a machine with an NVIDIA GPU: registry tune against plain tune_relax (with PersistentBuilder, and with TVM's own
+# LocalBuilder as users get it) on two transformers and a conv net of the corpus, for the GPU present.
+bench-gpu: corpus
+	$(PY) bench/tuning/run.py --target cuda --default-builder --trials-per-task 16 --work bench/work/gpu \
+		--out bench/results/gpu.json --models bert-l2-h128 vit-l2-h192-p8 resnet-basic-w32
 
 # The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime (hours on 2 cores;
 # re-running resumes). See docs/BENCHMARKS.md.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import MODELS, CorpusModel, materialize  # noqa: E402
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
 
 REGISTRY = str(Path(sys.executable).with_name("registry"))
 MIN_TRIALS = 64
@@ -98,7 +98,7 @@ def transfer_all(models: list[CorpusModel], work: Path, rows: dict) -> None:
                 rows[model.name]["transfer"] = json.loads(report_file.read_text())
                 continue
             db = work / "transfer" / f"{model.name}.db"
-            shutil.copy(template, db)
+            copy_sqlite(template, db)
             report, error = registry(
                 "transfer", str(materialize(model)), *shape_args(model), "--tune-trials", "0", "--json", db=db
             )

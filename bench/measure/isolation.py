@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import onnx  # noqa: E402
 
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
 NEW = str(Path(sys.executable).with_name("registry"))
@@ -74,7 +74,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for version, exe in (("in-process", args.old_registry), ("isolated", NEW)):
                     db = tmp / f"{name}-{version}-{r}.db"
-                    shutil.copy(template, db)
+                    copy_sqlite(template, db)
                     report = run_json([exe, "--db", f"sqlite:///{db}", "transfer", str(target_path), "--tune-trials",
                                        "0", "--json"])  # fmt: skip
                     samples[version].append(report)

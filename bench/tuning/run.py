@@ -1,6 +1,10 @@
 """Tuning benchmark: ``registry tune`` against plain MetaSchedule ``tune_relax`` on the same models and machine.
 
     .venv/bin/python bench/tuning/run.py [--models bert-tiny bert-mini] [--trials-per-task 32]
+    .venv/bin/python bench/tuning/run.py --target cuda --default-builder --models bert-l2-h128 vit-l2-h192-p8 \
+        resnet-basic-w32 --trials-per-task 16      # make bench-gpu: on a machine with an NVIDIA GPU
+
+Models are the zoo's (bert-tiny, bert-mini, ...) or the corpus's (bench/corpus/catalogue.py, made by make corpus).
 
 For every model (the *target*) and one other model of the list (the *registry model*):
 
@@ -8,7 +12,9 @@ For every model (the *target*) and one other model of the list (the *registry mo
    LocalRunner measuring one candidate at a time) except the builder: TVM's LocalBuilder times out every build on
    the machine this was written on (registry/tvm_side/builder.py), so plain gets the PersistentBuilder too, which
    only makes the baseline faster. ``--trials-per-task`` trials per task, in batches of 32. Its records go to a
-   registry of their own, with their times; the run is kept under ``--work`` and reused.
+   registry of their own, with their times; the run is kept under ``--work`` and reused. With ``--default-builder``
+   plain also runs with TVM's own LocalBuilder, as a user gets it today (on the H100 it timed most builds out),
+   reported beside it.
 2. **Registry.** A copy of the *registry model*'s plain registry (what a team would already have), a predictor
    trained on it (``registry predictor train``; its training time is reported apart, it is paid once per device),
    then ``registry tune`` on the target with the same trial cap: donor seeds, predictor ranking, trimming, parallel
@@ -28,7 +34,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import shutil
 import sys
 import tempfile
 import time
@@ -37,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
 SHAPE = {"bert": {"seq": 32}, "cnn": {"image": 64}}
@@ -44,8 +50,11 @@ PLAIN_BATCH = 32
 
 
 def load(name: str):
+    from bench.corpus.catalogue import BY_NAME, materialize
     from registry.tvm_side.frontend import load_onnx
 
+    if name in BY_NAME:
+        return load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name)
     kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
     return load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
 
@@ -54,8 +63,9 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
 
 
-def plain(name: str, work: Path, trials_per_task: int, target, threads: int) -> dict:
-    """Plain tune_relax into work/plain-<name>.db (kept, and reused by later runs)."""
+def plain(name: str, work: Path, trials_per_task: int, target, threads: int, builder: str = "persistent") -> dict:
+    """Plain tune_relax into work/plain-<name>.db (kept, and reused by later runs); with ``builder="default"``, TVM's
+    own LocalBuilder, into work/plain-default-builder-<name>.db."""
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
@@ -65,10 +75,11 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int) -> 
     from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.pipeline import extract
 
-    meta_file = work / f"plain-{name}.json"
+    stem = f"plain-{name}" if builder == "persistent" else f"plain-default-builder-{name}"
+    meta_file = work / f"{stem}.json"
     if meta_file.exists():
         return json.loads(meta_file.read_text())
-    db_path = work / f"plain-{name}.db"
+    db_path = work / f"{stem}.db"
     db_path.unlink(missing_ok=True)
     store = Store(f"sqlite:///{db_path}")
     loaded = load(name)
@@ -77,7 +88,7 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int) -> 
     print(f"plain tune_relax {name}: {len(tasks)} tasks, {trials} trials", flush=True)
     names = {t.ident[0]: t.name for t in tasks}
     db = RegistryDatabase(target, store, num_threads=threads, model=name, task_names=names)
-    prepare_tuning()
+    prepare_tuning(target.kind.name)
     zero = relax.get_pipeline("zero")(loaded.mod)
     started = _now()
     start = time.perf_counter()
@@ -90,10 +101,15 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int) -> 
             max_trials_global=trials,
             num_trials_per_iter=PLAIN_BATCH,
             database=db,
-            builder=PersistentBuilder(),
+            builder=PersistentBuilder() if builder == "persistent" else "local",
             seed=1,
         )
-    meta = {"seconds": time.perf_counter() - start, "started": started.isoformat(), "trials": trials}
+    meta = {
+        "seconds": time.perf_counter() - start,
+        "started": started.isoformat(),
+        "trials": trials,
+        "db": str(db_path),
+    }
     meta_file.write_text(json.dumps(meta))
     return meta
 
@@ -106,7 +122,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
     from registry.tvm_side.tuning.engine import TuneOptions
 
     db_path = work / f"registry-{name}-from-{donor}.db"
-    shutil.copy(work / f"plain-{donor}.db", db_path)
+    copy_sqlite(work / f"plain-{donor}.db", db_path)
     store = Store(f"sqlite:///{db_path}")
     device_id = store.all_devices()[0].id
     t0 = time.perf_counter()
@@ -177,13 +193,14 @@ def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
         return interleaved_model_ms(measurer, exes, loaded.inputs, rounds)
 
 
-def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -> dict:
+def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, default_builder: bool = False) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
     from registry.measure.jobs import module_job
     from registry.measure.measurer import Measurer
     from registry.store.store import Store
     from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.defaults import default_schedule
 
     base = plain(name, work, tpt, target, threads)
     plain(donor, work, tpt, target, threads)
@@ -192,7 +209,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -
     loaded = load(name)
     tasks = _task_weights(plain_store, loaded, target)
     with Measurer(target) as measurer:
-        timings = measurer.kernels([module_job(mod, target) for _, _, mod in tasks.values()])
+        timings = measurer.kernels([module_job(default_schedule(mod, target), target) for _, _, mod in tasks.values()])
     defaults = {wid: m.median_us or float("inf") for wid, m in zip(tasks, timings, strict=True)}
     plain_dev = plain_store.all_devices()[0].id
     plain_curve = curve(plain_store, loaded, target, plain_dev, base["started"], defaults)
@@ -210,6 +227,15 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -
         f"{pct}%": (time_to(plain_curve, target_us * (1 + pct / 100)), time_to(our_curve, target_us * (1 + pct / 100)))
         for pct in (1, 2, 5)
     }
+    as_users_get_it = None
+    if default_builder:  # plain tune_relax with TVM's own LocalBuilder, the same trials
+        run = plain(name, work, tpt, target, threads, builder="default")
+        default_store = Store(f"sqlite:///{run['db']}")
+        default_defaults = {w: names[n] for w, (n, _, _) in _task_weights(default_store, loaded, target).items()}
+        points = curve(default_store, loaded, target, default_store.all_devices()[0].id, run["started"],
+                       default_defaults)  # fmt: skip
+        as_users_get_it = {"seconds": run["seconds"], "final_est_us": points[-1][1], "curve": points,
+                           "time_to_target_s": time_to(points, target_us)}  # fmt: skip
     e2e = end_to_end(
         loaded,
         target,
@@ -236,6 +262,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int) -
         "plain_curve": plain_curve,
         "registry_curve": our_curve,
         "registry_report": ours["report"],
+        "plain_default_builder": as_users_get_it,
     }
 
 
@@ -282,6 +309,12 @@ def table(results: list[dict]) -> str:
             f"{ours / plain:.2f}" if ours is not None and plain else "-" for plain, ours in r["within"].values()
         )
         e = r["e2e_ms"]
+        default = r.get("plain_default_builder")
+        if default:  # what a user gets today, with TVM's own LocalBuilder
+            lines.append(
+                f"| {r['model']} (plain with TVM's LocalBuilder) | - | {default['final_est_us']:.0f} "
+                f"({default['seconds']:.0f} s run) | - | - | - | - | - |"
+            )
         lines.append(
             f"| {r['model']} | {r['registry_of']} | {r['plain_final_est_us']:.0f} ({r['plain_time_to_target_s']:.0f}) "
             f"| {reach} | {ratio} | {within} | {r['registry_s']:.0f}, {r['registry_final_est_us']:.0f} "
@@ -297,6 +330,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "tuning")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tuning.json")
     parser.add_argument("--replot", action="store_true", help="redraw the plot and table from --out, measure nothing")
+    parser.add_argument("--target", default="host", help='"host", "cuda" (the GPU present) or a TVM target as JSON')
+    parser.add_argument(
+        "--default-builder", action="store_true", help="also run plain tune_relax with TVM's own LocalBuilder"
+    )
     args = parser.parse_args()
     if args.replot:
         results = json.loads(args.out.read_text())
@@ -305,14 +342,14 @@ def main() -> None:
         return
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
-    from registry.tvm_side.target import host_target, runtime_threads
+    from registry.tvm_side.target import runtime_threads, target_from_option
 
-    target, threads = host_target(), runtime_threads()
+    target, threads = target_from_option(args.target), runtime_threads()
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for i, name in enumerate(args.models):
         donor = args.models[(i + 1) % len(args.models)]
-        results.append(compare(name, donor, args.work, args.trials_per_task, target, threads))
+        results.append(compare(name, donor, args.work, args.trials_per_task, target, threads, args.default_builder))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1))
     plot(results, args.out.with_suffix(".png"))
