@@ -250,3 +250,41 @@ def test_measurement_fans_out_to_two_rpc_servers(sqlite_url, mlp):
 def test_bad_tune_arguments_give_one_line(sqlite_url, mlp, args, fragment):
     result = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", str(mlp), *args])
     assert result.exit_code != 0 and fragment in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.tvm
+def test_a_task_metaschedule_cannot_build_a_space_for_is_tuned_with_its_producers_inlined():
+    """HF BERT's attention scores fused with the mask: MetaSchedule's default rules raise while building the design
+    space; with input-only producers inlined first the task gets a space, and its schedules build and run."""
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.measure.jobs import module_job
+    from registry.measure.measurer import Measurer
+    from registry.tvm_side.compat import TVM_ERRORS, prepare_tuning
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+    from registry.tvm_side.tuning.rules import rules_with_producers_inlined
+
+    prepare_tuning()
+    target = host_target()
+    fixture = Path(__file__).parent / "fixtures" / "models" / "bert-tiny.onnx"
+    loaded = load_onnx(fixture, {"input_ids": [1, 16], "attention_mask": [1, 16]}, name="bert-tiny")
+    tasks = ms.relax_integration.extract_tasks(relax.get_pipeline("zero")(loaded.mod), target)
+    failing = []
+    for task in tasks:
+        ctx = ms.TuneContext(task.dispatched[0], target=target, space_generator="post-order-apply", task_name="t")
+        try:
+            ctx.generate_design_space()
+        except TVM_ERRORS:
+            failing.append(task)
+    assert failing, "the default rules now build every space: the fallback may be unneeded"
+    generator = ms.space_generator.PostOrderApply(
+        sch_rules=rules_with_producers_inlined(target), postprocs="from-target", mutator_probs="from-target"
+    )
+    with Measurer(target) as measurer:
+        for task in failing:
+            ctx = ms.TuneContext(task.dispatched[0], target=target, space_generator=generator, task_name="t")
+            [space, *_] = ctx.generate_design_space()
+            [timing] = measurer.kernels([module_job(space.mod, target)])
+            assert timing.ok, (task.task_name, timing.error)

@@ -43,6 +43,7 @@ from registry.tvm_side.builder import PersistentBuilder, usable_cores
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
+from registry.tvm_side.tuning.rules import rules_with_producers_inlined
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
 # the best, so it is re-measured precisely.
@@ -130,9 +131,8 @@ class Engine:
                 try:
                     tuners[wid] = self._start(by_id[wid], state, planner)
                 except TVM_ERRORS as e:
-                    # MetaSchedule's own rules fail on some fused workloads (a compute-at whose producers are not
-                    # under the loop, seen on HF BERT's attention-mask add): that task keeps its schedule, the
-                    # others are tuned.
+                    # neither MetaSchedule's rules nor the fallback of rules.py build a design space for it: that
+                    # task keeps its schedule, the others are tuned
                     state.stopped = f"MetaSchedule cannot build its design space: {error_line(e)[:200]}"
                     continue
             self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
@@ -191,28 +191,44 @@ class _TaskTuner:
         self.engine, self.task, self.stored = engine, task, stored
         opts = engine.opts
         with engine.clock("search"):
-            self.ctx = ms.TuneContext(
-                mod=task.mod,
-                target=engine.target,
-                space_generator="post-order-apply",
-                search_strategy=ms.search_strategy.EvolutionarySearch(
-                    population_size=opts.population,
-                    genetic_num_iters=opts.genetic_iters,
-                    eps_greedy=opts.eps_greedy,
-                    init_min_unmeasured=min(50, opts.population // 4),
-                ),
-                task_name=task.name,
-                rand_state=opts.seed,
-                num_threads=usable_cores(),
-            )
+            try:
+                self.ctx, spaces = self._context("post-order-apply")
+            except TVM_ERRORS:
+                # MetaSchedule's own rules fail on some fused workloads; try again with input-only producers
+                # inlined first (see rules.py). If that fails too, the engine stops this task with the reason.
+                generator = ms.space_generator.PostOrderApply(
+                    sch_rules=rules_with_producers_inlined(engine.target),
+                    postprocs="from-target",
+                    mutator_probs="from-target",
+                )
+                self.ctx, spaces = self._context(generator)
             self.ctx.pre_tuning(
                 max_trials=1 << 30,  # the planner decides when to stop
                 num_trials_per_iter=opts.batch,
-                design_spaces=self.ctx.generate_design_space(),
+                design_spaces=spaces,
                 database=engine.db,
                 cost_model=engine.cost_model,
             )
         self.seen: set[str] = set()
+
+    def _context(self, space_generator):
+        """A TuneContext for the task and its design spaces; raises what TVM raises when they cannot be built."""
+        opts = self.engine.opts
+        ctx = ms.TuneContext(
+            mod=self.task.mod,
+            target=self.engine.target,
+            space_generator=space_generator,
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=opts.population,
+                genetic_num_iters=opts.genetic_iters,
+                eps_greedy=opts.eps_greedy,
+                init_min_unmeasured=min(50, opts.population // 4),
+            ),
+            task_name=self.task.name,
+            rand_state=opts.seed,
+            num_threads=usable_cores(),
+        )
+        return ctx, ctx.generate_design_space()
 
     def candidate(self, sch: Schedule) -> MeasureCandidate:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
