@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
 from registry.config import DATABASE_URL_ENV
-from registry.errors import RegistryError
+from registry.errors import RegistryError, RegistryWarning
 
 
 class Context:
@@ -65,6 +66,25 @@ def cli(ctx: click.Context, url: str | None) -> None:
       registry tune model.onnx --budget 20m          # tune what is left, every record written back
     """
     ctx.obj = Context(url)
+    _one_line_warnings()
+
+
+def _one_line_warnings() -> None:
+    """The registry's warnings as one ``Warning:`` line on stderr, every time (not Python's file:line form, shown once
+    per place); other warnings as Python shows them."""
+    warnings.simplefilter("always", RegistryWarning)
+    if getattr(warnings.showwarning, "registry", False):
+        return
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RegistryWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.registry = True
+    warnings.showwarning = show
 
 
 def _register() -> None:

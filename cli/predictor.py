@@ -110,6 +110,7 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
     Example:
       registry predictor list --device host
     """
+    from registry.predictor_blob import LEGACY_KIND
     from registry.store.predictors import list_predictors
 
     store = ctx.store
@@ -156,3 +157,9 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
         ],
         right=("version", "workloads", "records", "KiB"),
     )
+    if any(r.kind == LEGACY_KIND for r in rows):
+        click.echo(
+            f"predictors of kind {LEGACY_KIND} are in the old format (pickled features) and are never loaded: "
+            "retrain them with `registry predictor train`",
+            err=True,
+        )
