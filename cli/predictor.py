@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 from registry.cli.main import Context, pass_ctx
-from registry.cli.output import echo_json, echo_table
+from registry.cli.output import StatusLine, echo_json, echo_table
 
 
 @click.group()
@@ -55,7 +53,7 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
 
     store = ctx.store
     dev = store.resolve_one_device(device)
-    with _Progress() as progress:
+    with StatusLine() as progress:
         model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress)
     version = tvm_predictor.save(store, dev.id, model, metrics)
     if as_json:
@@ -80,23 +78,6 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
         [(k, f"{held[k]:.3f}", f"{rand[k]:.3f}") for k in keys],
         right=("model", "random"),
     )
-
-
-class _Progress:
-    """One overwritten line per workload on a terminal, wiped at the end (an error then starts a clean line); nothing
-    when stderr is a log, where a line per workload is noise."""
-
-    def __enter__(self):
-        self.enabled = sys.stderr.isatty()
-        return self
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            click.echo(f"\r{msg[:79]:79}", nl=False, err=True)
-
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
-            click.echo("\r" + " " * 79 + "\r", nl=False, err=True)
 
 
 @predictor.command(name="list")
