@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from registry.tvm_side.replay_worker import read_frame, write_frame
+from registry.tvm_side.replay_worker import read_frame, write_payload
 
 # A replay takes milliseconds; this bounds a crafted trace that makes TVM loop, and a worker's start (TVM's import).
 TIMEOUT_S = 120.0
@@ -52,7 +52,11 @@ class _Worker:
             request["mod_json"] = job.mod_json
         timed_out = False
         try:
-            write_frame(self.proc.stdin, request)
+            payload = orjson.dumps(request)
+        except TypeError as e:  # integers past 64 bits: no JSON TVM reads either
+            return {"applies": False, "error": f"it holds values TVM cannot read ({e})"}
+        try:
+            write_payload(self.proc.stdin, payload)
             ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT_S)
             timed_out = not ready
             reply = None if timed_out else read_frame(self.proc.stdout)

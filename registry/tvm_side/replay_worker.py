@@ -31,9 +31,12 @@ def read_frame(stream: BinaryIO) -> bytes | None:
     return body if len(body) == n else None
 
 
-def write_frame(stream: BinaryIO, payload: Any) -> None:
-    data = orjson.dumps(payload)
-    stream.write(_LENGTH.pack(len(data)) + data)
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    write_payload(stream, orjson.dumps(message))
+
+
+def write_payload(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(_LENGTH.pack(len(payload)) + payload)
     stream.flush()
 
 
