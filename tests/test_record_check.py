@@ -188,3 +188,53 @@ def test_registry_database_refuses_records_that_do_not_replay(sqlite_url, tuned_
     }
     db.commit_tuning_record(good)
     assert len(db) == 1
+
+
+def _with_dependent_tile(record: list, inner: list[int]) -> list:
+    """The record's trace with one more tile sampler, on the innermost loop of its first split: that loop's extent is
+    the first sampler's last tile size, so it changes with the first sampler's decision."""
+    trace = copy.deepcopy(record[1][0])
+    insts, decisions = trace
+    first = next(i for i, inst in enumerate(insts) if inst[0] == "SamplePerfectTile")
+    split = insts[first + 1]
+    assert split[0] == "Split", split
+    at = first + 2
+    insts.insert(at, ["SamplePerfectTile", [split[3][-1]], [2, 64], ["x_outer", "x_inner"]])
+    trace[1] = [[i + (i >= at), v] for i, v in decisions] + [[at, inner]]
+    return trace
+
+
+def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(tuned_logs):
+    import tvm
+
+    from registry.store.rows import RecordIn
+    from registry.tvm_side.record_check import RecordChecker
+    from registry.tvm_side.replay_worker import replay
+    from registry.tvm_side.target import device_spec
+
+    [workload] = tvmlog.read_workloads(tuned_logs.work_dir / tvmlog.WORKLOAD_FILE)
+    records = _records(tuned_logs.work_dir)
+    base = records[0]
+    outer_last = _tile(base)[1][-1]  # the extent of the loop the new sampler tiles
+    good = _with_dependent_tile(base, [1, outer_last])
+    reply = replay(tvm.ir.load_json(workload.mod_json), good, True)
+    assert reply["applies"] and not reply["rewritten"], reply
+    assert reply["dependent"] == [_tile(base)[0] + 2], reply  # found by the three replays, not assumed
+
+    device = device_spec(base[1][2], 1, "cpu")
+    wrong = _with_dependent_tile(base, [1, outer_last * 2])
+
+    def record(trace):
+        return RecordIn((workload.shash, "structural"), device, trace, tuple(base[1][1]), "imported", "test")
+
+    checker = RecordChecker()
+    # the first record of the key is its representative; the next two share its facts, whose extent for the new
+    # sampler is not used (dependent): each is replayed, and only the wrong one is refused
+    twin = _with_dependent_tile(base, [1, outer_last])
+    twin[1][0][1] = list(reversed(twin[1][0][1]))  # other outer tiles: the inner loop's extent changes with them
+    twin[1][-1][1] = [1, twin[1][0][1][-1]]
+    problems = checker.check(
+        [(record(good), workload.mod_json), (record(twin), workload.mod_json), (record(wrong), workload.mod_json)]
+    )
+    assert problems[0] is None and problems[1] is None, problems
+    assert problems[2] is not None and "TVM replays decision" in problems[2].reason, problems

@@ -49,6 +49,8 @@ def import_logs(
     TVM runtime's) and ``host_model`` (default: this machine's) fill that in.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
+    checker = RecordChecker()
+    checker.pool.start()  # a replay worker's TVM import, overlapping the reading of the workloads
     # Workloads are few and need TVM to check: all of them first, before the transaction opens.
     logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
     for pair in tvmlog.find_logs(path):
@@ -56,8 +58,7 @@ def import_logs(
         logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
     mod_json = {w.ident: w.mod_json for w in unique}
-    devices = _Devices(threads, host_model)
-    checker = RecordChecker()  # outside write(): what it learned survives a retry of the transaction
+    devices = _Devices(threads, host_model)  # like the checker, outside write(): what they learned survives a retry
 
     def write(conn: Connection) -> IngestResult:
         # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.

@@ -60,7 +60,7 @@ class RecordChecker:
     checks its batches with one checker)."""
 
     def __init__(self, pool: ReplayPool | None = None) -> None:
-        self.pool = pool
+        self.pool = pool or shared_pool()
         self.skeletons = SkeletonCache()
         self._prefix_json: dict[str, str] = {}
         self._facts: dict[tuple, _Facts | str] = {}  # a str: why no record of the key applies
@@ -89,15 +89,15 @@ class RecordChecker:
         prefix = self._prefix_json.get(insts_json)
         if prefix is None:
             prefix = self._prefix_json[insts_json] = canonical_json(record.trace[0][: skeleton.prefix])
-        locations = tuple(decisions[i] for i in skeleton.locations)
+        locations = tuple(decisions[i] for i in skeleton.locations)  # checked integers: a key as they are
         return _Item(
             i,
             record,
             mod_json,
             decisions,
             skeleton.samplers,
-            facts_key=(record.workload, prefix, canonical_json(locations)),
-            applies_key=(record.workload, insts_json, canonical_json(locations)),
+            facts_key=(record.workload, prefix, locations),
+            applies_key=(record.workload, insts_json, locations),
         )
 
     # -- one round: settle what the known facts settle, replay one record per unknown key --------------------------
@@ -133,7 +133,7 @@ class RecordChecker:
                 jobs.append((self._job(item, want), [item], "representative"))
         for items in replaying.values():
             jobs.append((self._job(items[0], False), items, "replay"))
-        replies = (self.pool or shared_pool()).run([job for job, _, _ in jobs])
+        replies = self.pool.run([job for job, _, _ in jobs])
         for (job, items, role), reply in zip(jobs, replies, strict=True):
             self._settle(job, items, role, reply, reasons)
         return waiting

@@ -24,6 +24,8 @@ from registry.tvm_side.replay_worker import read_frame, write_payload
 
 # A replay takes milliseconds; this bounds a crafted trace that makes TVM loop, and a worker's start (TVM's import).
 TIMEOUT_S = 120.0
+# A worker's start (1-2 s of TVM import) is worth hundreds of replays: another worker only for this many jobs more.
+JOBS_PER_WORKER = 200
 
 
 @dataclass(frozen=True)
@@ -102,15 +104,24 @@ class ReplayPool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()  # one run at a time: the workers are not shared between runs
 
+    def start(self) -> None:
+        """Start a worker now, without waiting for it: its TVM import then overlaps whatever the caller does before
+        its first ``run``."""
+        with self._lock:
+            self._grow(1)
+
+    def _grow(self, n: int) -> None:
+        self._workers = [w for w in self._workers if w.alive]
+        while len(self._workers) < min(self.size, n):
+            self._workers.append(_Worker())
+
     def run(self, jobs: list[Job]) -> list[dict[str, Any]]:
         """Each job's reply, in order. A worker that dies or hangs answers ``{"applies": False, "error": why}`` for
         the job it was on, and is replaced."""
         if not jobs:
             return []
         with self._lock:
-            self._workers = [w for w in self._workers if w.alive]
-            while len(self._workers) < min(self.size, len(jobs)):
-                self._workers.append(_Worker())
+            self._grow(1 + (len(jobs) - 1) // JOBS_PER_WORKER)
             todo: queue.Queue = queue.Queue()
             for item in enumerate(jobs):
                 todo.put(item)
