@@ -155,20 +155,30 @@ def write_logs(folder: Path, n_records: int) -> None:
             space.append((_plain(sch.trace.as_json()), args_info_json(mod)))
     rng = random.Random(0)
     seen: set[str] = set()
+    full: set[int] = set()  # tasks whose schedules ran out: small loops allow only so many tilings
     with open(folder / tvmlog.RECORD_FILE, "w") as f:
         for r in range(n_records):
-            k = r % len(tasks)
-            insts, decisions = space[k][0]
-            for _ in range(10_000):  # a new trace each time, as a tuner measures each candidate once
-                varied = [[i, _vary(insts[i], d, rng)] for i, d in decisions]
-                key = f"{k}{varied}"
-                if key not in seen:
-                    seen.add(key)
-                    break
-            else:
-                raise RuntimeError(f"task {k} has too few distinct schedules for {n_records} records")
+            k, varied = _distinct(r, space, rng, seen, full)
+            insts, _ = space[k][0]
             secs = [1e-4 * (1 + rng.random()) for _ in range(3)]
             f.write(json.dumps([k, [[insts, varied], secs, target_json, space[k][1]]], separators=(",", ":")) + "\n")
+
+
+def _distinct(r: int, space: list, rng: random.Random, seen: set[str], full: set[int]) -> tuple[int, list]:
+    """A task (round robin, skipping those that ran out) and decisions for it that no earlier record has: a tuner
+    measures each candidate once."""
+    for k in [(r + i) % len(space) for i in range(len(space))]:
+        if k in full:
+            continue
+        insts, decisions = space[k][0]
+        for _ in range(200):
+            varied = [[i, _vary(insts[i], d, rng)] for i, d in decisions]
+            key = f"{k}{varied}"
+            if key not in seen:
+                seen.add(key)
+                return k, varied
+        full.add(k)
+    raise RuntimeError(f"the tasks have fewer distinct schedules than {r + 1} records")
 
 
 def _vary(inst: list, decision, rng: random.Random):
