@@ -10,7 +10,9 @@ Lookups run against synthetic records (registry.testing, 100 records per workloa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import random
 import statistics
 import subprocess
@@ -135,7 +137,8 @@ def write_logs(folder: Path, n_records: int) -> None:
 
     target = host_target()
     tasks = []
-    for batch, sizes in [(1, (128, 256, 512, 64)), (8, (96, 192, 384, 32)), (16, (64, 160, 320, 48))]:
+    # batch 32, not 1: every task needs room for 10^5 distinct valid tilings (at batch 1 one had 5,280)
+    for batch, sizes in [(32, (128, 256, 512, 64)), (8, (96, 192, 384, 32)), (16, (64, 160, 320, 48))]:
         m = load_onnx(zoo.mlp(batch, sizes).SerializeToString(), {"x": [batch, sizes[0]]})
         tasks += ms.relax_integration.extract_tasks(relax.get_pipeline("zero")(m.mod), target)
     target_json = canonical_target(target)
@@ -151,15 +154,56 @@ def write_logs(folder: Path, n_records: int) -> None:
 
             space.append((_plain(sch.trace.as_json()), args_info_json(mod)))
     rng = random.Random(0)
+    seen: set[str] = set()
+    full: set[int] = set()  # tasks whose schedules ran out: small loops allow only so many tilings
     with open(folder / tvmlog.RECORD_FILE, "w") as f:
         for r in range(n_records):
-            k = r % len(tasks)
-            insts, decisions = space[k][0]
-            varied = [
-                [d[0], [rng.choice((1, 2, 4, 8)) for _ in d[1]] if isinstance(d[1], list) else r] for d in decisions
-            ]
+            k, varied = _distinct(r, space, rng, seen, full)
+            insts, _ = space[k][0]
             secs = [1e-4 * (1 + rng.random()) for _ in range(3)]
             f.write(json.dumps([k, [[insts, varied], secs, target_json, space[k][1]]], separators=(",", ":")) + "\n")
+
+
+def _distinct(r: int, space: list, rng: random.Random, seen: set[str], full: set[int]) -> tuple[int, list]:
+    """A task (round robin, skipping those that ran out) and decisions for it that no earlier record has: a tuner
+    measures each candidate once."""
+    for k in [(r + i) % len(space) for i in range(len(space))]:
+        if k in full:
+            continue
+        insts, decisions = space[k][0]
+        for _ in range(200):
+            varied = [[i, _vary(insts[i], d, rng)] for i, d in decisions]
+            key = f"{k}{varied}"
+            if key not in seen:
+                seen.add(key)
+                return k, varied
+        full.add(k)
+    raise RuntimeError(f"the tasks have fewer distinct schedules than {r + 1} records")
+
+
+def _vary(inst: list, decision, rng: random.Random):
+    """Another decision a tuner could have made: tile sizes that still multiply to the loop extent (the design
+    space's own decision tells it), another categorical candidate; compute locations kept, since they change the
+    loop structure. Records stay valid, as a real log's are (``registry import`` replays them all)."""
+    if inst[0] == "SamplePerfectTile":
+        tiles = [1] * len(decision)
+        for p in _prime_factors(math.prod(decision)):
+            tiles[rng.randrange(len(tiles))] *= p
+        return tiles
+    if inst[0] == "SampleCategorical":
+        return rng.randrange(len(inst[2][0]))
+    return decision
+
+
+@functools.cache
+def _prime_factors(n: int) -> tuple[int, ...]:
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return tuple(factors)
 
 
 def import_throughput(url_for_run, logs: Path, n_records: int, runs: int) -> dict:

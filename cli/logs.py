@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from registry.cli.main import Context, pass_ctx
+from registry.cli.output import StatusLine
 
 
 @click.command("import")
@@ -19,12 +20,19 @@ from registry.cli.main import Context, pass_ctx
     "[default: this TVM runtime's, i.e. $TVM_NUM_THREADS or 1 here]. TVM's logs do not record it.",
 )
 @click.option("--host-model", help="CPU/GPU model the logs were measured on [default: this machine's].")
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Import the valid records and report the invalid ones, instead of refusing the whole import.",
+)
 @pass_ctx
-def import_(ctx: Context, path: Path, team, model, threads, host_model) -> None:
+def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_invalid: bool) -> None:
     """Import MetaSchedule logs (JSONDatabase files) written by plain TVM.
 
     PATH is a tune_relax work dir, a folder holding several, or a database_tuning_record.json. The import is one
-    transaction: a malformed log imports nothing. Re-importing the same logs is safe and adds nothing.
+    transaction: a malformed log imports nothing. Every record is validated against its workload first (its
+    latencies, its target, and a trace that TVM replays exactly); one that is not refuses the import, unless
+    --skip-invalid. Re-importing the same logs is safe and adds nothing.
 
     \b
     Example:
@@ -32,17 +40,21 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model) -> None:
     """
     from registry.tvm_side.log_import import import_logs
 
-    result = import_logs(
-        ctx.store,
-        path,
-        team=team,
-        model=model,
-        num_threads=threads,
-        host_model=host_model,
-        progress=lambda msg: click.echo(msg, err=True),
-    )
+    with StatusLine() as progress:
+        result = import_logs(
+            ctx.store,
+            path,
+            team=team,
+            model=model,
+            num_threads=threads,
+            host_model=host_model,
+            skip_invalid=skip_invalid,
+            progress=progress,
+        )
     click.echo(f"workloads: {result.workloads_new} new, {result.workloads_present} already present")
     click.echo(f"records:   {result.records_new} new, {result.records_present} already present")
+    if result.records_skipped:
+        click.echo(f"skipped:   {result.records_skipped} invalid (first: {result.first_skipped})")
 
 
 @click.command()

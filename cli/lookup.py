@@ -62,8 +62,11 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
     )
     sql = q.connect(resolve_database_url(ctx.url))
     if sql is not None:  # the fast path: plain DB-API, no SQLAlchemy
-        f.device_ids = [d.id for d in q.resolve_devices(sql, device)] if device else None
-        rows = q.lookup(sql, f)
+        try:
+            f.device_ids = [d.id for d in q.resolve_devices(sql, device)] if device else None
+            rows = q.lookup(sql, f)
+        finally:  # an open read transaction would hold PostgreSQL locks for as long as this process lives
+            sql.conn.close()
     else:  # a fresh database (migrated first), another dialect, or one to explain: through the Store
         f.device_ids = [d.id for d in ctx.store.resolve_devices(device)] if device else None
         rows = ctx.store.lookup(f)

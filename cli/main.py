@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
 from registry.config import DATABASE_URL_ENV
-from registry.errors import RegistryError
+from registry.errors import RegistryError, RegistryWarning
 
 
 class Context:
@@ -26,16 +27,46 @@ class Context:
             self._store = Store(self.url)
         return self._store
 
+    def close(self) -> None:
+        """Give the database connections back when the command ends (a process running several commands, such as
+        a test, would otherwise keep a pool per command)."""
+        if self._store is not None:
+            self._store.close()
+
 
 pass_ctx = click.make_pass_decorator(Context)
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error as one line, like every other error here (click prints the usage and a hint first)."""
+
+    def show(self, file=None) -> None:
+        hint = f" (see `{self.ctx.command_path} --help`)" if self.ctx is not None else ""
+        click.echo(f"Error: {self.message}{hint}", err=True)
+
+
+def _one_line(e: click.UsageError) -> click.UsageError:
+    # a group run without its command shows its help: that is not an error to squeeze into a line
+    if isinstance(e, (OneLineUsageError, click.exceptions.NoArgsIsHelpError)):
+        return e
+    return OneLineUsageError(e.format_message(), e.ctx)
+
+
 class RegistryGroup(click.Group):
-    """Turns the registry's expected errors into one line on stderr and exit code 1, never a traceback."""
+    """Turns the registry's expected errors into one line on stderr and exit code 1 (2 for a command line that does
+    not parse), never a traceback."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise _one_line(e) from None
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _one_line(e) from None
         except RegistryError as e:
             raise click.ClickException(str(e)) from e
         except KeyboardInterrupt:
@@ -65,6 +96,26 @@ def cli(ctx: click.Context, url: str | None) -> None:
       registry tune model.onnx --budget 20m          # tune what is left, every record written back
     """
     ctx.obj = Context(url)
+    ctx.call_on_close(ctx.obj.close)
+    _one_line_warnings()
+
+
+def _one_line_warnings() -> None:
+    """The registry's warnings as one ``Warning:`` line on stderr, every time (not Python's file:line form, shown once
+    per place); other warnings as Python shows them."""
+    warnings.simplefilter("always", RegistryWarning)
+    if getattr(warnings.showwarning, "registry", False):
+        return
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RegistryWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.registry = True
+    warnings.showwarning = show
 
 
 def _register() -> None:

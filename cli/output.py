@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,3 +39,20 @@ def _cell(value: Any) -> str:
 
 def shapes(args: list[dict[str, Any]]) -> str:
     return ",".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
+
+
+class StatusLine:
+    """One overwritten status line on a terminal, wiped at the end (an error then starts a clean line); nothing when
+    stderr is a log or a pipe, where a line per step is noise and an error must stay the one line there."""
+
+    def __enter__(self):
+        self.enabled = sys.stderr.isatty()
+        return self
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            click.echo(f"\r{msg[:79]:79}", nl=False, err=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            click.echo("\r" + " " * 79 + "\r", nl=False, err=True)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 from registry.cli.main import Context, pass_ctx
-from registry.cli.output import echo_json, echo_table
+from registry.cli.output import StatusLine, echo_json, echo_table
 
 
 @click.group()
@@ -55,7 +53,7 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
 
     store = ctx.store
     dev = store.resolve_one_device(device)
-    with _Progress() as progress:
+    with StatusLine() as progress:
         model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress)
     version = tvm_predictor.save(store, dev.id, model, metrics)
     if as_json:
@@ -82,23 +80,6 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
     )
 
 
-class _Progress:
-    """One overwritten line per workload on a terminal, wiped at the end (an error then starts a clean line); nothing
-    when stderr is a log, where a line per workload is noise."""
-
-    def __enter__(self):
-        self.enabled = sys.stderr.isatty()
-        return self
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            click.echo(f"\r{msg[:79]:79}", nl=False, err=True)
-
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
-            click.echo("\r" + " " * 79 + "\r", nl=False, err=True)
-
-
 @predictor.command(name="list")
 @click.option("--device", help="Only this device: `host`, a device id or a name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON, with each predictor's full evaluation.")
@@ -110,6 +91,7 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
     Example:
       registry predictor list --device host
     """
+    from registry.predictor_blob import LEGACY_KIND
     from registry.store.predictors import list_predictors
 
     store = ctx.store
@@ -156,3 +138,9 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
         ],
         right=("version", "workloads", "records", "KiB"),
     )
+    if any(r.kind == LEGACY_KIND for r in rows):
+        click.echo(
+            f"predictors of kind {LEGACY_KIND} are in the old format (pickled features) and are never loaded: "
+            "retrain them with `registry predictor train`",
+            err=True,
+        )

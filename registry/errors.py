@@ -21,3 +21,7 @@ class BadInputError(RegistryError):
 
 class UnknownDeviceError(RegistryError):
     """A device selector that matches no device, or more than one where exactly one is needed."""
+
+
+class RegistryWarning(UserWarning):
+    """Something the user should know that does not stop the command (the CLI prints it as one ``Warning:`` line)."""

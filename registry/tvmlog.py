@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import struct
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ from registry.errors import BadInputError
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+# A record line is a few KB and a workload line tens of KB (hundreds for a large fused operator). Lines are read in
+# chunks of at most this, so a huge line is refused after 16 MiB instead of read whole into memory.
+MAX_LINE_BYTES = 16 << 20
 
 
 def decode_module(b64: str) -> str:
@@ -85,19 +89,25 @@ def find_logs(path: Path) -> list[LogPair]:
 
 
 def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) for each non-empty line; a line that is not JSON is a BadInputError."""
+    """(line number, parsed JSON) for each non-empty line; a line that is not JSON, or is longer than
+    MAX_LINE_BYTES, is a BadInputError."""
     try:
-        with open(file, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        with open(file, "rb") as f:
+            lineno = 0
+            while line := f.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                if len(line) > MAX_LINE_BYTES:
+                    raise BadInputError(
+                        f"{file}:{lineno}: a line longer than {MAX_LINE_BYTES >> 20} MiB, which no MetaSchedule log "
+                        "writes; not read further"
+                    )
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, orjson.loads(line)
+                    yield lineno, orjson.loads(line)  # bytes: orjson checks the UTF-8 itself
                 except orjson.JSONDecodeError as e:
                     reason = str(e).split(":")[0]
                     raise BadInputError(f"{file}:{lineno}: not valid JSON ({reason}); is the log truncated?") from None
-    except UnicodeDecodeError:
-        raise BadInputError(f"{file}: not a text file") from None
     except OSError as e:
         raise BadInputError(f"{file}: cannot read ({e.strerror})") from None
 
@@ -113,7 +123,7 @@ class RawWorkload:
 class RawRecord:
     workload_index: int  # 0-based line index into the workload file, as TVM writes it
     trace: Any
-    run_secs: tuple[float, ...]
+    run_secs: Any  # as logged (a tuple when it is a list): registry.validation judges the values
     target: dict[str, Any]
     args_info: Any
     where: str  # "file:line", for error messages
@@ -142,20 +152,21 @@ def read_records(file: Path) -> Iterator[RawRecord]:
                 raise ValueError("workload index")
             if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
                 raise ValueError("target")
-            secs = tuple(float(s) for s in (run_secs or ()))
         except (TypeError, ValueError):
             raise BadInputError(f"{where}: expected [workload_index, [trace, run_secs, target, args_info]]") from None
+        secs = tuple(run_secs) if isinstance(run_secs, list) else () if run_secs is None else run_secs
         yield RawRecord(index, trace, secs, target, args_info, where)
 
 
 def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iterator[tuple[int, list]]) -> int:
     """Write a JSONDatabase that plain TVM loads: ``workloads`` as (shash, mod_json), ``records`` as
     (workload index, [trace, run_secs, target, args_info]). Files are written beside and renamed into place, so an
-    interrupted export never leaves a half-written database. Returns the number of records written."""
-    folder.mkdir(parents=True, exist_ok=True)
+    interrupted export never leaves a half-written database. Returns the number of records written; a folder that
+    cannot be written is a BadInputError naming it."""
     tmp_wl, tmp_rec = folder / f".{WORKLOAD_FILE}.tmp", folder / f".{RECORD_FILE}.tmp"
     n = 0
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         with open(tmp_wl, "w", encoding="utf-8") as f:
             for shash, mod_json in workloads:
                 f.write(json.dumps([shash, encode_module(mod_json)]) + "\n")
@@ -167,7 +178,10 @@ def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iter
         # system calls.
         tmp_wl.replace(folder / WORKLOAD_FILE)
         tmp_rec.replace(folder / RECORD_FILE)
+    except OSError as e:
+        raise BadInputError(f"{e.filename or folder}: cannot write the export there ({e.strerror})") from None
     finally:
-        tmp_wl.unlink(missing_ok=True)
-        tmp_rec.unlink(missing_ok=True)
+        for tmp in (tmp_wl, tmp_rec):
+            with contextlib.suppress(OSError):  # there is nothing to remove where nothing could be written
+                tmp.unlink(missing_ok=True)
     return n

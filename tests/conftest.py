@@ -33,6 +33,8 @@ def pg_server_url():
 def _empty_pg(url: str) -> None:
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
+        # A connection left in a transaction by an earlier test would block this forever: fail it instead.
+        conn.execute(text("SET lock_timeout = '60s'"))
         conn.execute(text("DROP SCHEMA public CASCADE"))
         conn.execute(text("CREATE SCHEMA public"))
     engine.dispose()

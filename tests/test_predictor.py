@@ -211,11 +211,11 @@ def test_cli_train_then_list(tuned):
     result = run(tuned.url, "predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5", "--json")
     assert result.exit_code == 0, result.output
     trained = json.loads(result.output)
-    assert trained["kind"] == "xgb" and trained["held_out"]["workloads"] == 3
+    assert trained["kind"] == "xgb-v2" and trained["held_out"]["workloads"] == 3
 
     text = run(tuned.url, "predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5")
     assert text.exit_code == 0, text.output
-    assert f"stored predictor v{trained['version'] + 1} (xgb)" in text.output
+    assert f"stored predictor v{trained['version'] + 1} (xgb-v2)" in text.output
     assert "spearman" in text.output and "random" in text.output
 
     listed = run(tuned.url, "predictor", "list", "--json")

@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 from sqlalchemy.pool import StaticPool
 
 from registry.errors import DatabaseError
+from registry.store import sqlite_file
 
 T = TypeVar("T")
 
@@ -51,7 +52,11 @@ def create(url: str) -> Engine:
 def _sqlite_engine(url) -> Engine:
     memory = url.database in (None, "", ":memory:")
     if not memory:
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url.database).expanduser()
+        refused = sqlite_file.problem(path)  # before the first connection turns the file to WAL mode
+        if refused:
+            raise DatabaseError(refused)
+        path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         url,
         connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},

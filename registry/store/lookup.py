@@ -10,10 +10,12 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from registry import hostinfo
 from registry.errors import DatabaseError, UnknownDeviceError
+from registry.store import sqlite_file
 from registry.store.revision import HEAD, VERSION_TABLE
 
 
@@ -42,10 +44,11 @@ class Sql:
 def connect(url: str) -> Sql | None:
     """A direct connection to an existing SQLite file or a PostgreSQL database at schema HEAD, else None (then the
     caller goes through ``Store``, which migrates a fresh database or explains what is wrong)."""
+    sql = None
     try:
         if url.startswith("sqlite:///") and "?" not in url:
             path = os.path.expanduser(url[len("sqlite:///") :])
-            if path in ("", ":memory:") or not os.path.exists(path):
+            if path in ("", ":memory:") or not os.path.exists(path) or sqlite_file.problem(Path(path)):
                 return None
             import sqlite3
 
@@ -59,9 +62,10 @@ def connect(url: str) -> Sql | None:
             return None
         if sql.all(f"SELECT version_num FROM {VERSION_TABLE}") == [(HEAD,)]:
             return sql
-        sql.conn.close()
     except Exception:  # noqa: BLE001 - any failure here is reported properly by the Store path
-        return None
+        pass
+    if sql is not None:  # not used: closed now, not when collected (an open transaction holds PostgreSQL locks)
+        sql.conn.close()
     return None
 
 

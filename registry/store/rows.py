@@ -143,3 +143,5 @@ class IngestResult:
     workloads_present: int = 0
     records_new: int = 0
     records_present: int = 0
+    records_skipped: int = 0  # invalid records left out (``registry import --skip-invalid``)
+    first_skipped: str | None = None  # "where, why" of the first of them

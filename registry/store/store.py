@@ -10,10 +10,12 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from registry.config import resolve_database_url
+from registry.errors import BadInputError
 from registry.perf import paused_gc
 from registry.store import lookup, queries, schema
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
+from registry.validation import Problem, Refusals, record_problems
 
 T = TypeVar("T")
 
@@ -75,10 +77,28 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------------------------
 
-    def ingest(self, workloads: Sequence[WorkloadIn], records: Sequence[RecordIn]) -> IngestResult:
-        """Add workloads and records; those already present are counted, not duplicated."""
+    def ingest(
+        self,
+        workloads: Sequence[WorkloadIn],
+        records: Sequence[RecordIn],
+        *,
+        check: Callable[[Sequence[RecordIn]], list[Problem | None]] | None = None,
+    ) -> IngestResult:
+        """Add workloads and records; those already present are counted, not duplicated.
 
+        Every record is checked first, by ``check`` (default ``registry.validation.record_problems``: latencies,
+        trace shape, each decision against its instruction; no TVM). ``RegistryDatabase`` passes a
+        ``registry.tvm_side.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
+        record refuses the whole call with BadInputError ("N of M records ...") before anything is written.
+        """
         from registry.store import ingest
+
+        refusals = Refusals()
+        for i, problem in enumerate((check or record_problems)(records)):
+            if problem is not None:
+                refusals.add(f"record {i + 1}", problem)
+        if refusals.count:
+            raise BadInputError(refusals.message(len(records)))
 
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()

@@ -10,6 +10,9 @@ postprocessors run again on the new workload. Two ways to apply what is left:
 2. Anchor-trace application (``schedule_using_anchor_trace``): the donor's schedule of its anchor block (the conv or
    matmul) is applied to the new workload's anchor, and the other blocks are inlined or parallelized. It serves fused
    variants, e.g. a conv2d+add+relu donor for a conv2d+add.
+
+Every function here first checks the trace as far as its own instructions tell (``registry.validation``): a stored
+row need not have come through the registry's checks, and TVM trusts a trace's decision indices blindly.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tvm.s_tir.schedule import Schedule, Trace
 from tvm.target import Target
 
 from registry.tvm_side.compat import TVM_ERRORS, load_tensor_intrinsics
+from registry.validation import trace_is_sound
 
 _POSTPROC_MARKER = "EnterPostproc"
 
@@ -59,6 +63,8 @@ def replay(
     mod: IRModule, target: Target, trace: list[Any], *, resample: bool = False, seed: int = 1
 ) -> Schedule | None:
     """Method 1 above; None when the donor's instructions do not fit this workload's blocks."""
+    if not trace_is_sound(trace):
+        return None
     insts, decisions = without_postproc(trace)
     sch = Schedule(mod, seed=seed)
     try:
@@ -70,6 +76,8 @@ def replay(
 
 def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[Any], seed: int = 1) -> Schedule | None:
     """Method 2 above. ``donor_mod`` is the donor's workload: a Trace object is rebuilt on it first."""
+    if not trace_is_sound(trace):
+        return None
     try:
         donor = Schedule(donor_mod, seed=seed)
         Trace.apply_json_to_schedule(without_postproc(trace), donor)
@@ -82,6 +90,8 @@ def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[A
 
 def as_stored(mod: IRModule, trace: list[Any]) -> Schedule | None:
     """A stored record's own trace (postprocessors included) applied to its own workload, as compilation does."""
+    if not trace_is_sound(trace):
+        return None
     sch = Schedule(mod, seed=1)
     try:
         Trace.apply_json_to_schedule(trace, sch)

@@ -21,6 +21,7 @@ from registry.errors import RegistryError
 from registry.store import queries
 from registry.store.rows import DeviceSpec, RecordIn
 from registry.store.store import Store
+from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec
 
@@ -68,7 +69,9 @@ class RegistryDatabase(PyDatabase):
         self.task_names = dict(task_names or {})
         # shash -> (workload row id, TVM Workload, args_info): each module is loaded or committed once per process.
         self._workloads: dict[str, tuple[int, Workload, list[Any]]] = {}
+        self._mod_json: dict[str, str] = {}  # shash -> the stored module JSON, which the record checks replay on
         self._checked_targets: set[str] = set()
+        self._checker: RecordChecker | None = None  # made on the first commit: tuning that reads only starts no worker
 
     # -- workloads ----------------------------------------------------------------------------------------------
 
@@ -87,6 +90,7 @@ class RegistryDatabase(PyDatabase):
                 "hash, so this one cannot be stored"
             )
         self._workloads[shash] = (wid, workload, stored.args_info)
+        self._mod_json[shash] = stored.mod_json
         return self._workloads[shash]
 
     def has_workload(self, mod: IRModule) -> bool:
@@ -103,6 +107,9 @@ class RegistryDatabase(PyDatabase):
     # -- records ------------------------------------------------------------------------------------------------
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store one measured record. It is validated like an imported one (``RecordChecker``): a record whose
+        latencies are not measurements, or whose trace TVM does not replay exactly on its workload, raises
+        BadInputError and nothing is stored."""
         self._check_target(record.target)
         shash = structural_hash(record.workload.mod)
         if shash not in self._workloads:
@@ -117,7 +124,12 @@ class RegistryDatabase(PyDatabase):
             tool_version=hostinfo.tool_version(),
             **self.provenance,
         )
-        self.store.ingest([], [rec])
+        self.store.ingest([], [rec], check=self._check)
+
+    def _check(self, records: list[RecordIn]):
+        if self._checker is None:
+            self._checker = RecordChecker()
+        return self._checker.check([(r, self._mod_json[r.workload[0]]) for r in records])
 
     def _check_target(self, target: Target | None) -> None:
         """A record measured for another target must not be filed under this device."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import tvm
 from sqlalchemy import Connection
-from tvm.s_tir.schedule import Schedule, Trace
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
@@ -16,9 +16,10 @@ from registry.perf import paused_gc
 from registry.store import ingest
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
 from registry.store.store import Store
-from registry.tvm_side.compat import error_line
+from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
+from registry.validation import Problem, Refusals
 
 BATCH = 5000
 
@@ -31,56 +32,63 @@ def import_logs(
     model: str | None = None,
     num_threads: int | None = None,
     host_model: str | None = None,
+    skip_invalid: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> IngestResult:
     """Read every JSONDatabase under ``path`` and add it to ``store`` in one transaction.
 
     Records stream from the files in batches, so a log of millions of records needs little memory; the transaction
-    spans them all, so a malformed or truncated log, a record whose workload is missing, a trace that does not apply
-    to its workload, or a workload written by another TVM release raises BadInputError and leaves the database as it
-    was. Importing the same logs twice adds nothing the second time.
+    spans them all, so a malformed or truncated log, or a workload written by another TVM release, raises
+    BadInputError and leaves the database as it was. Importing the same logs twice adds nothing the second time.
+
+    Every record is validated against its workload before its batch is written (``RecordChecker``: latencies,
+    target, and a trace TVM replays exactly). Invalid records refuse the whole import with one BadInputError that
+    counts them and names the first; with ``skip_invalid`` the others are imported and the result counts the skipped.
 
     TVM's logs do not say how many runtime threads measured them nor on which CPU: ``num_threads`` (default: this
     TVM runtime's) and ``host_model`` (default: this machine's) fill that in.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
+    checker = RecordChecker()
+    checker.pool.start()  # a replay worker's TVM import, overlapping the reading of the workloads
     # Workloads are few and need TVM to check: all of them first, before the transaction opens.
     logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
-    modules: dict[tuple[str, str], tvm.IRModule] = {}
     for pair in tvmlog.find_logs(path):
         progress(f"checking workloads in {pair.workload_file}")
-        logged.append((pair, [_workload(raw, modules) for raw in tvmlog.read_workloads(pair.workload_file)]))
+        logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
-    checker = _TraceChecker(modules)
-    devices: dict[str, DeviceSpec] = {}
-    last: list = [None, None]  # (target, device) of the previous record: a log rarely changes target
-
-    def device_of(raw: tvmlog.RawRecord) -> DeviceSpec:
-        if raw.target == last[0]:
-            return last[1]
-        key = canonical_json(raw.target)
-        if key not in devices:
-            try:
-                devices[key] = device_spec(raw.target, threads, host_model)
-            except BadInputError as e:
-                raise BadInputError(f"{raw.where}: {e}") from None
-        last[:] = [raw.target, devices[key]]
-        return devices[key]
+    mod_json = {w.ident: w.mod_json for w in unique}
+    devices = _Devices(threads, host_model)  # like the checker, outside write(): what they learned survives a retry
 
     def write(conn: Connection) -> IngestResult:
         # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.
-        result = IngestResult()
+        result, refusals, total = IngestResult(), Refusals(), 0
         ids = ingest.upsert_workloads(conn, unique, result)
         device_ids: dict[str, int] = {}
         for pair, workloads in logged:
             idents = [w.ident for w in workloads]
             records = tvmlog.read_records(pair.record_file)
             while batch := list(itertools.islice(records, BATCH)):
-                recs = [_record(raw, idents, pair, device_of(raw), team, model, checker) for raw in batch]
+                total += len(batch)
+                read = [_record(raw, idents, pair, devices, team, model) for raw in batch]
+                candidates = [(i, r) for i, r in enumerate(read) if isinstance(r, RecordIn)]
+                problems = checker.check([(r, mod_json[r.workload]) for _, r in candidates])
+                for i, problem in zip((i for i, _ in candidates), problems, strict=True):
+                    if problem is not None:
+                        read[i] = problem
+                for raw, r in zip(batch, read, strict=True):
+                    if isinstance(r, Problem):
+                        refusals.add(raw.where, r)
+                if refusals.count and not skip_invalid:
+                    continue  # nothing more is written; the rest is read to count what is wrong
+                recs = [r for r in read if isinstance(r, RecordIn)]
                 new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
                 device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
                 ingest.insert_records(conn, recs, ids, device_ids, result)
-                progress(f"{result.records_new + result.records_present} records read")
+                progress(f"{total} records read")
+        if refusals.count and not skip_invalid:
+            raise BadInputError(f"{refusals.message(total)}; nothing was imported (--skip-invalid imports the rest)")
+        result.records_skipped, result.first_skipped = refusals.count, refusals.first
         return result
 
     with paused_gc():
@@ -89,48 +97,44 @@ def import_logs(
     return result
 
 
-class _TraceChecker:
-    """Checks that a trace's instructions apply to its workload, once per distinct (workload, instructions).
+class _Devices:
+    """The device of each logged target, built once per distinct target (a log rarely changes target)."""
 
-    A log's traces share a few instruction lists (one per design space), so this costs a few schedule applications
-    per import, not one per record; a garbage trace is refused here instead of failing later inside compile_relax.
-    """
+    def __init__(self, threads: int, host_model: str | None) -> None:
+        self.threads, self.host_model = threads, host_model
+        self._by_target: dict[str, DeviceSpec | Problem] = {}
+        self._last: tuple[Any, DeviceSpec | Problem] | None = None
 
-    def __init__(self, modules: dict[tuple[str, str], tvm.IRModule]) -> None:
-        self.modules, self.seen = modules, set()
-
-    def check(self, raw: tvmlog.RawRecord, ident: tuple[str, str]) -> str:
-        """Returns the canonical JSON of the trace's instructions."""
-        trace = raw.trace
-        if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
-            raise BadInputError(f"{raw.where}: a trace must be [instructions, decisions]")
-        insts = canonical_json(trace[0])
-        key = (ident, insts)
-        if key in self.seen:
-            return insts
-        try:
-            # With this record's decisions: re-sampled ones can legitimately fail (a different compute location
-            # changes the loops that later instructions refer to). One real decision set per skeleton is checked.
-            Trace.apply_json_to_schedule(trace, Schedule(self.modules[ident], seed=1))
-        except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a trace that does not fit
-            reason = error_line(e)[:160]
-            raise BadInputError(f"{raw.where}: the trace does not apply to its workload ({reason})") from None
-        self.seen.add(key)
-        return insts
+    def of(self, target: dict[str, Any]) -> DeviceSpec | Problem:
+        if self._last is not None and self._last[0] == target:
+            return self._last[1]
+        key = canonical_json(target)
+        if key not in self._by_target:
+            try:
+                self._by_target[key] = device_spec(target, self.threads, self.host_model)
+            except BadInputError as e:
+                self._by_target[key] = Problem(str(e), trace=False)
+        self._last = (target, self._by_target[key])
+        return self._by_target[key]
 
 
-def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model, checker: _TraceChecker) -> RecordIn:
+def _record(raw: tvmlog.RawRecord, idents, pair, devices: _Devices, team, model) -> RecordIn | Problem:
     if raw.workload_index >= len(idents):
-        raise BadInputError(
-            f"{raw.where}: refers to workload line {raw.workload_index + 1}, "
-            f"but {pair.workload_file} has {len(idents)} workload(s)"
+        return Problem(
+            f"refers to workload line {raw.workload_index + 1}, but {pair.workload_file} has {len(idents)} workload(s)",
+            trace=False,
         )
-    ident = idents[raw.workload_index]
+    device = devices.of(raw.target)
+    if isinstance(device, Problem):
+        return device
+    trace = raw.trace
+    insts = trace[0] if isinstance(trace, list) and trace else None
     return RecordIn(
-        workload=ident,
+        workload=idents[raw.workload_index],
         device=device,
-        trace=raw.trace,
-        insts_json=checker.check(raw, ident),
+        trace=trace,
+        # serialized once here, for both the checks and the write
+        insts_json=canonical_json(insts) if isinstance(insts, list) else "",
         run_secs=raw.run_secs,
         source="imported",
         tool_version=hostinfo.tool_version(),
@@ -139,8 +143,8 @@ def _record(raw: tvmlog.RawRecord, idents, pair, device: DeviceSpec, team, model
     )
 
 
-def _workload(raw: tvmlog.RawWorkload, modules: dict[tuple[str, str], tvm.IRModule]) -> WorkloadIn:
-    """Check one logged workload and turn it into what the store keeps (its module goes into ``modules``)."""
+def _workload(raw: tvmlog.RawWorkload) -> WorkloadIn:
+    """Check one logged workload and turn it into what the store keeps."""
     try:
         written_by = tvmlog.module_tvm_version(raw.mod_json)
     except ValueError as e:
@@ -162,5 +166,4 @@ def _workload(raw: tvmlog.RawWorkload, modules: dict[tuple[str, str], tvm.IRModu
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a corrupt graph
         reason = str(e).strip()[:120] or type(e).__name__
         raise BadInputError(f"{raw.where}: corrupt workload module ({reason})") from None
-    modules.setdefault(wl.ident, mod)
     return wl

@@ -15,15 +15,12 @@ it has never seen, which is how a pre-trained model is used.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,8 +34,8 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.s_tir.meta_schedule.utils import shash2hex
 from tvm.target import Target
 
-from registry import hostinfo, tvmlog
-from registry.errors import BadInputError, RegistryError, UnknownDeviceError
+from registry import hostinfo, predictor_blob, tvmlog
+from registry.errors import BadInputError, RegistryError, RegistryWarning, UnknownDeviceError
 from registry.store import queries
 from registry.store.models import Device, TuningRecord, Workload
 from registry.store.predictors import latest_predictor, save_predictor
@@ -47,7 +44,7 @@ from registry.tvm_side import ORIGINAL_AFFINITY
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
 
-KIND = "xgb"
+KIND, LEGACY_KIND = predictor_blob.KIND, predictor_blob.LEGACY_KIND
 # Fewer records than this say nothing about a ranking (two records always rank "perfectly" or "inversely").
 MIN_EVAL_RECORDS = 3
 TOP_KS = (1, 5)
@@ -325,37 +322,35 @@ def train(
     return model, metrics
 
 
-# -- storing ---------------------------------------------------------------------------------------------------
+# -- storing ----------------------------------------------------------------------------------------------------
 
 
 def to_bytes(model: XGBModel) -> bytes:
-    """XGBModel.save's tar file (booster and training features), as bytes."""
-    with tempfile.TemporaryDirectory() as tmp, _quiet_xgboost():
-        path = Path(tmp) / "model.tar"
-        model.save(str(path))
-        return path.read_bytes()
+    """The model as ``registry.predictor_blob`` stores it: the booster as XGBoost JSON, the features as arrays."""
+    groups = [predictor_blob.Group(g.group_hash, g.features, g.costs) for g in model.data.values()]
+    return predictor_blob.encode(bytes(model.booster.save_raw("json")), groups)
 
 
 def from_bytes(blob: bytes) -> XGBModel:
     """The inverse of ``to_bytes``, as a model that predicts from its first trial (see ``new_model``).
 
-    The tar's feature file is a pickled numpy array (XGBModel's format), so a blob is as trusted as the database.
+    Built here field by field, never through ``XGBModel.load``, which unpickles. Raises BadPredictorBlob for a blob
+    that is not one (XGBoost's own refusals included).
     """
+    import xgboost as xgb
+
+    decoded = predictor_blob.decode(blob)
+    booster = xgb.Booster()
+    try:
+        booster.load_model(bytearray(decoded.booster_json))
+    except xgb.core.XGBoostError as e:
+        raise predictor_blob.BadPredictorBlob(f"XGBoost refused its booster ({str(e).strip()[-160:]})") from None
     model = new_model()
-    with tempfile.TemporaryDirectory() as tmp, _quiet_xgboost():
-        path = Path(tmp) / "model.tar"
-        path.write_bytes(blob)
-        model.load(str(path))
+    model.booster = booster
+    for g in decoded.groups:
+        model.data[g.hash] = FeatureGroup(g.hash, g.features, g.costs)
+        model.data_size += len(g.costs)
     return model
-
-
-@contextlib.contextmanager
-def _quiet_xgboost() -> Iterator[None]:
-    """XGBoost warns on every save and load that XGBModel's ``model.bin`` names no format (it is UBJSON, both ways):
-    noise for a user, nothing to act on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*(UBJSON|Unknown file format)", category=UserWarning)
-        yield
 
 
 def save(store: Store, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
@@ -377,10 +372,27 @@ def save(store: Store, device_id: int, model: XGBModel, metrics: dict[str, Any])
 def load_predictor(store: Store, device_id: int) -> tuple[XGBModel, int] | None:
     """The device's newest XGBModel predictor and its version, ready to rank candidates; None when it has none.
 
-    Use it as the cost model of a tuning run on the same device, e.g.
-    ``ms.tune_tir(..., cost_model=load_predictor(store, device_id)[0])``.
+    A predictor that cannot be used is not fatal: tuning goes on with a fresh model after one RegistryWarning, which
+    says why. That covers a blob in the old format (XGBModel's tar, whose pickled features could run code on this
+    machine: never opened) and one that does not decode. Use it as the cost model of a tuning run on the same
+    device, e.g. ``ms.tune_tir(..., cost_model=load_predictor(store, device_id)[0])``.
     """
-    stored = latest_predictor(store, device_id, kind=KIND)
+    stored = latest_predictor(store, device_id)
     if stored is None:
         return None
-    return from_bytes(stored.blob), stored.version
+    if stored.kind == LEGACY_KIND:
+        problem = "is in the old format, whose pickled features could run code here, so it is not loaded"
+    else:
+        try:
+            if stored.kind != KIND:
+                raise predictor_blob.BadPredictorBlob(f"unknown kind {stored.kind!r}")
+            return from_bytes(stored.blob), stored.version
+        except predictor_blob.BadPredictorBlob as e:
+            problem = f"cannot be read ({e})"
+    warnings.warn(
+        f"predictor v{stored.version} of device {stored.device_id}:{stored.device} {problem}; tuning goes on "
+        f"without it; retrain it with `registry predictor train --device {stored.device_id}`",
+        RegistryWarning,
+        stacklevel=2,
+    )
+    return None

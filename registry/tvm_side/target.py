@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import tvm
@@ -20,14 +23,74 @@ THREADS_ENV = "TVM_NUM_THREADS"
 def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
     """The target as TVM exports it, as a plain dict: the same target always gives the same dict.
 
-    Raises BadInputError for a target TVM does not accept.
+    Raises BadInputError for a target TVM does not accept, and for one it accepts but that names no real device
+    (see ``target_problem``): either would otherwise become a device row that no measurement can belong to.
     """
     if not isinstance(target, Target):
         try:
             target = Target(json.loads(target) if isinstance(target, str) else target)
         except TVM_ERRORS as e:
-            raise BadInputError(f"not a valid TVM target {target!r}: {error_line(e)}") from None
-    return json.loads(str(target))
+            raise BadInputError(f"not a valid TVM target {_short(target)}: {error_line(e)}") from None
+    canon = json.loads(str(target))
+    problem = target_problem(canon)
+    if problem:
+        raise BadInputError(f"not a valid TVM target {_short(canon)}: {problem}")
+    return canon
+
+
+# Target attributes that count something: TVM takes any integer, so "num-cores": -5 would become a device.
+_COUNTS = (
+    "num-cores",
+    "max_num_threads",
+    "max_threads_per_block",
+    "max_shared_memory_per_block",
+    "max_local_memory_per_block",
+    "thread_warp_size",
+    "registers_per_block",
+    "l2_cache_size_bytes",
+    "vector-width",
+)
+_MAX_COUNT = 2**31 - 1
+_MAX_CORES = 1 << 16  # no machine that TVM tunes for has more
+
+
+def target_problem(target: dict[str, Any]) -> str | None:
+    """What TVM accepts in a target but no device has: a count that is not positive, or an ``mcpu`` (or
+    ``mtriple``) that this LLVM does not know. TVM only logs the latter and compiles for a generic CPU instead."""
+    for key in _COUNTS:
+        value = target.get(key)
+        limit = _MAX_CORES if key == "num-cores" else _MAX_COUNT
+        if value is not None and not (isinstance(value, int) and 1 <= value <= limit):
+            return f"{key} {value!r} is not a count between 1 and {limit}"
+    if target.get("kind") == "llvm":
+        from tvm.target import codegen
+
+        triple = target.get("mtriple") or codegen.llvm_get_system_triple()
+        cpu = target.get("mcpu")
+        with _quiet_stderr():  # LLVM prints its own complaint about an unknown triple to fd 2
+            known = codegen.llvm_is_valid_cpu(cpu or "generic", triple)
+        if not known:
+            return f"mcpu {cpu!r} is not a CPU that LLVM knows for {triple}" if cpu else f"LLVM knows no {triple!r}"
+    host = target.get("host")
+    return target_problem(host) if isinstance(host, dict) else None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def host_target(num_cores: int | None = None) -> Target:

@@ -1,0 +1,61 @@
+"""Is an existing SQLite file a registry? Asked before the registry opens it for writing.
+
+Opening a file the registry's way changes it: every connection switches it to WAL mode (rewriting its header and
+leaving ``-wal`` and ``-shm`` files beside it while open), and a database without the registry's version table is
+migrated under a lock file beside it. So another program's database, or a file that is no database at all, is
+refused first, by reading it without SQLite writing anything: its header, then its table names through an
+``immutable`` read-only connection (which takes no lock and creates no side file). Needs neither SQLAlchemy nor TVM:
+the fast lookup path asks it too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import urllib.parse
+from pathlib import Path
+
+from registry.store.revision import VERSION_TABLE
+
+_HEADER = b"SQLite format 3\x00"
+
+
+def problem(path: Path) -> str | None:
+    """Why ``path`` must not be opened as a registry, or None: it does not exist yet, is empty, or is a registry (of
+    any revision: the schema check says more about those)."""
+    if path.is_dir():
+        return f"{path} is a directory, not a database file"
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(_HEADER))
+    except OSError as e:
+        return f"cannot read {path} ({e.strerror})"
+    if header != _HEADER:
+        return f"{path} is not an SQLite database; the registry leaves it untouched"
+    tables = _tables(path)
+    if tables is None:  # read twice: a checkpoint by a live registry can be caught mid-page, once
+        time.sleep(0.1)
+        tables = _tables(path)
+    if tables is None:
+        return f"{path} is not a readable SQLite database (corrupt or truncated); the registry leaves it untouched"
+    if tables and VERSION_TABLE not in tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return (
+            f"{path} is another program's SQLite database (tables {shown}), not a registry; the registry leaves it "
+            "untouched: point --db at a registry or a new file"
+        )
+    return None
+
+
+def _tables(path: Path) -> set[str] | None:
+    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None

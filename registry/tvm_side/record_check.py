@@ -1,0 +1,177 @@
+"""Every record validated against its workload, at the cost of a few replays per instruction list.
+
+``RecordChecker.check`` is the one check for records that come from outside: ``registry import``,
+``RegistryDatabase.commit_tuning_record``, and ``Store.ingest(..., checker=...)`` for anything else. A record is valid
+when its latencies are measurements (or TVM's failed-run stand-in), its trace is what MetaSchedule writes, and TVM
+replays it on its workload exactly: every instruction applies and every decision is kept as written.
+
+Replaying each record would cost milliseconds each; logs hold millions. So, per record, only pure-Python checks run
+(``registry.validation``: every decision indexes a sampling instruction, categorical choices index their candidates,
+tile sizes are positive, and multiply to their loop's extent), and replays happen once per distinct key:
+
+- *facts* per (workload, instructions before the postprocessors, compute-location decisions): each tile sampler's
+  loop extent. Compute locations are in the key because they change the loop nest itself. An extent that turns
+  out to depend on other decisions (see ``replay_worker._facts``) is not used: such records are replayed one by one.
+- *applies* per (workload, whole instruction list, compute locations): one record replayed with its own decisions,
+  postprocessors included. If it does not apply, the next record of the key is tried, up to MAX_TRIES.
+
+Every replay runs in ``replay_pool``'s worker processes: before a key's first replay, nothing about its instructions
+has been vouched for, and a trace that crashes TVM costs a worker, never the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.store.rows import RecordIn, canonical_json
+from registry.tvm_side.replay_pool import Job, ReplayPool, shared_pool
+from registry.validation import Problem, SkeletonCache, read_record, tile_problem
+
+MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
+
+
+@dataclass
+class _Facts:
+    extents: dict[int, int | None]
+    dependent: frozenset[int]
+
+
+@dataclass
+class _Applies:
+    ok: bool = False
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Item:
+    index: int
+    record: RecordIn
+    mod_json: str
+    decisions: dict[int, Any]
+    samplers: dict
+    facts_key: tuple
+    applies_key: tuple
+
+
+class RecordChecker:
+    """Checks records against their workloads, remembering what it learned for the records that follow (an import
+    checks its batches with one checker)."""
+
+    def __init__(self, pool: ReplayPool | None = None) -> None:
+        self.pool = pool or shared_pool()
+        self.skeletons = SkeletonCache()
+        self._prefix_json: dict[str, str] = {}
+        self._facts: dict[tuple, _Facts | str] = {}  # a str: why no record of the key applies
+        self._applies: dict[tuple, _Applies] = {}
+
+    def check(self, records: Sequence[tuple[RecordIn, str]]) -> list[Problem | None]:
+        """For each (record, its workload's module JSON): None when valid, else why not. Never raises for a bad
+        record."""
+        reasons: list[Problem | None] = [None] * len(records)
+        todo = []
+        for i, (record, mod_json) in enumerate(records):
+            item = self._item(i, record, mod_json)
+            if isinstance(item, Problem):
+                reasons[i] = item
+            else:
+                todo.append(item)
+        while todo:
+            todo = self._round(todo, reasons)
+        return reasons
+
+    def _item(self, i: int, record: RecordIn, mod_json: str) -> _Item | Problem:
+        read = read_record(record, self.skeletons)
+        if isinstance(read, Problem):
+            return read
+        skeleton, decisions, insts_json = read
+        prefix = self._prefix_json.get(insts_json)
+        if prefix is None:
+            prefix = self._prefix_json[insts_json] = canonical_json(record.trace[0][: skeleton.prefix])
+        locations = tuple(decisions[i] for i in skeleton.locations)  # checked integers: a key as they are
+        return _Item(
+            i,
+            record,
+            mod_json,
+            decisions,
+            skeleton.samplers,
+            facts_key=(record.workload, prefix, locations),
+            applies_key=(record.workload, insts_json, locations),
+        )
+
+    # -- one round: settle what the known facts settle, replay one record per unknown key --------------------------
+
+    def _round(self, todo: list[_Item], reasons: list[Problem | None]) -> list[_Item]:
+        jobs: list[tuple[Job, list[_Item], str]] = []  # job, the items its reply settles, what it is for
+        replaying: dict[tuple, list[_Item]] = {}  # records replayed one by one, by their whole trace
+        keyed: set[tuple] = set()  # applies keys with a representative in this round
+        wanted_facts: set[tuple] = set()
+        waiting = []
+        for item in todo:
+            facts = self._facts.get(item.facts_key)
+            applies = self._applies.setdefault(item.applies_key, _Applies())
+            if isinstance(facts, str):
+                reasons[item.index] = Problem(facts)
+                continue
+            if not applies.ok and len(applies.failures) >= MAX_TRIES:
+                reasons[item.index] = Problem(applies.failures[0])
+                continue
+            verdict = self._against(item, facts) if facts is not None else None
+            if verdict:  # wrong whatever the replay would say
+                reasons[item.index] = Problem(verdict)
+            elif applies.ok and facts is not None and not self._needs_replay(item, facts):
+                pass  # valid
+            elif applies.ok and facts is not None:
+                replaying.setdefault(canonical_json(item.record.trace), []).append(item)
+            elif item.applies_key in keyed:
+                waiting.append(item)  # settled by this round's representative of its key
+            else:
+                keyed.add(item.applies_key)
+                want = facts is None and item.facts_key not in wanted_facts
+                wanted_facts.add(item.facts_key)
+                jobs.append((self._job(item, want), [item], "representative"))
+        for items in replaying.values():
+            jobs.append((self._job(items[0], False), items, "replay"))
+        replies = self.pool.run([job for job, _, _ in jobs])
+        for (job, items, role), reply in zip(jobs, replies, strict=True):
+            self._settle(job, items, role, reply, reasons)
+        return waiting
+
+    def _job(self, item: _Item, facts: bool) -> Job:
+        return Job(f"{item.record.workload[0]}:{item.record.workload[1]}", item.mod_json, item.record.trace, facts)
+
+    def _against(self, item: _Item, facts: _Facts) -> str | None:
+        """What the known extents say about the item's tiles (None: nothing wrong, or nothing they can tell)."""
+        for index, sampler in item.samplers.items():
+            if sampler.is_tile and index not in facts.dependent:
+                problem = tile_problem(sampler, item.decisions[index], facts.extents.get(index))
+                if problem:
+                    return f"instruction {index} ({sampler.kind}): {problem}"
+        return None
+
+    def _needs_replay(self, item: _Item, facts: _Facts) -> bool:
+        return any(index in facts.dependent for index in item.samplers)
+
+    def _settle(self, job: Job, items: list[_Item], role: str, reply: dict, reasons: list[Problem | None]) -> None:
+        item = items[0]
+        if not reply.get("applies"):
+            why = f"the trace does not apply to its workload ({reply.get('error', 'no reason given')})"
+            for it in items:
+                reasons[it.index] = Problem(why)
+            if role == "representative":
+                self._applies[item.applies_key].failures.append(why)
+            return
+        if role == "representative":
+            self._applies[item.applies_key].ok = True
+        if job.facts:
+            if reply.get("locations_kept"):
+                dependent = frozenset(reply.get("dependent") or ())
+                self._facts[item.facts_key] = _Facts({i: e for i, e in reply.get("extents") or ()}, dependent)
+            else:  # the key's compute locations are not locations of this workload's blocks
+                self._facts[item.facts_key] = f"the trace does not apply to its workload ({reply['rewritten']})"
+        if reply.get("rewritten"):
+            facts = self._facts.get(item.facts_key)
+            for it in items:  # said as the cheap check says it, where it can
+                known = self._against(it, facts) if isinstance(facts, _Facts) else None
+                reasons[it.index] = Problem(known or f"{reply['rewritten']}: not the schedule that was measured")

@@ -1,0 +1,139 @@
+"""A process that replays traces for ``registry.tvm_side.replay_pool``: run as ``python -m`` this module.
+
+Replaying a trace that nobody has checked is the one place where a log's content reaches TVM's C++ before anything
+vouches for it: a crafted instruction list could crash the process that replays it. So it happens here, in a process
+of its own; a crash costs this process, and the pool reports the trace that caused it.
+
+Requests and replies are frames (an 8-byte little-endian length, then JSON) on stdin and stdout. A request is
+``{"key": workload key, "mod_json": module JSON (first use of the key only), "trace": [insts, decisions],
+"facts": bool}``; the reply says whether the trace applies, whether TVM kept every decision, and, with ``facts``,
+each tile sampler's loop extent (see ``_facts``).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from typing import Any, BinaryIO
+
+import orjson
+
+_LENGTH = struct.Struct("<Q")
+TILE_KINDS = ("SamplePerfectTile", "SamplePartitionedTile")
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (n,) = _LENGTH.unpack(head)
+    body = stream.read(n)
+    return body if len(body) == n else None
+
+
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    write_payload(stream, orjson.dumps(message))
+
+
+def write_payload(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(_LENGTH.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def main() -> None:
+    import tvm
+
+    modules: dict[str, Any] = {}
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while (frame := read_frame(stdin)) is not None:
+        request = orjson.loads(frame)
+        try:
+            if request.get("mod_json") is not None:
+                modules[request["key"]] = tvm.ir.load_json(request["mod_json"])
+            reply = replay(modules[request["key"]], request["trace"], request.get("facts", False))
+        except Exception as e:  # noqa: BLE001 - one bad request must not end the worker
+            reply = {"applies": False, "error": _line(e)}
+        write_frame(stdout, reply)
+
+
+def replay(mod, trace: list, want_facts: bool) -> dict[str, Any]:
+    """Apply ``trace`` (postprocessors included) to ``mod`` as compilation does, and compare TVM's decisions with the
+    trace's: TVM silently rewrites tile sizes that do not divide the loop, and a compute location that is not one."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    sch = Schedule(mod, seed=1)
+    try:
+        Trace.apply_json_to_schedule(trace, sch)
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a trace that does not fit
+        return {"applies": False, "error": _line(e)}
+    insts = trace[0]
+    wanted = {int(i): v for i, v in trace[1]}
+    kept = {int(i): v for i, v in _plain(sch.trace.as_json())[1]}
+    rewritten = sorted(i for i in wanted if kept.get(i) != wanted[i])
+    reply: dict[str, Any] = {"applies": True, "rewritten": None, "locations_kept": True}
+    if rewritten:
+        i = rewritten[0]
+        reply["rewritten"] = f"instruction {i} ({insts[i][0]}): TVM replays decision {wanted[i]} as {kept.get(i)}"
+        reply["locations_kept"] = not any(insts[i][0] == "SampleComputeLocation" for i in rewritten)
+    if want_facts and reply["locations_kept"]:
+        reply["extents"], reply["dependent"] = _facts(mod, sch.trace, insts)
+    return reply
+
+
+def _facts(mod, trace, insts: list) -> tuple[list[list], list[int]]:
+    """Each tile sampler's loop extent (None: not a constant), and the samplers whose extent changed with the other
+    decisions.
+
+    The extent a tile sampler sees can depend on earlier decisions (a loop made by a compute-at under a tiled loop).
+    So the instructions before the postprocessors are replayed three times with the compute locations kept: with
+    the trace's own decisions, with every tile as ``[extent, 1, ..., 1]`` and every categorical choice its first,
+    and with ``[1, ..., 1, extent]`` and every last choice. A sampler whose extent differs is dependent: records of
+    this skeleton are then replayed one by one instead of checked against one extent.
+    """
+    from tvm.s_tir.schedule import Schedule
+
+    runs = []
+    for variant in ("own", "outer", "inner"):
+        sch = Schedule(mod, seed=1)
+        seen: dict[int, int | None] = {}
+        position = [0]
+
+        def provide(inst, inputs, attrs, decision, sch=sch, seen=seen, position=position, variant=variant):
+            index = position[0]
+            position[0] += 1
+            kind = inst.kind.name
+            if kind in TILE_KINDS:
+                extent = sch.get(inputs[0]).extent
+                seen[index] = int(extent.value) if hasattr(extent, "value") else None
+                if variant != "own" and seen[index] is not None:
+                    n = len(decision)
+                    ones = [1] * (n - 1)
+                    return [seen[index], *ones] if variant == "outer" else [*ones, seen[index]]
+            elif kind == "SampleCategorical" and variant != "own":
+                return 0 if variant == "outer" else len(attrs[0]) - 1
+            return decision
+
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+        except Exception:  # noqa: BLE001 - a variant TVM cannot apply says nothing either way: assume dependence
+            return [], [i for i, inst in enumerate(insts) if inst[0] in TILE_KINDS]
+        runs.append(seen)
+    own = runs[0]
+    dependent = sorted(i for i in own if any(run.get(i) != own[i] for run in runs[1:]))
+    return [[i, e] for i, e in sorted(own.items()) if i not in dependent], dependent
+
+
+def _plain(obj):
+    from registry.tvm_side.signature import _plain as plain
+
+    return plain(obj)
+
+
+def _line(error: BaseException) -> str:
+    from registry.tvm_side.compat import error_line
+
+    return error_line(error)[:200]
+
+
+if __name__ == "__main__":
+    main()

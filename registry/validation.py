@@ -1,0 +1,336 @@
+"""What can be checked about a tuning record without TVM: its latencies, the shape of its trace, and every decision
+against the instruction it belongs to.
+
+A MetaSchedule trace is ``[instructions, decisions]``: an instruction is ``[kind, inputs, attrs, outputs]`` and a
+decision is ``[instruction index, value]``. Only the sampling instructions take one, and TVM trusts what it is given:
+
+- ``Trace::ApplyJSONToSchedule`` writes each decision to ``decisions[index]`` of a vector sized by the instruction
+  count without a bounds check, so ``[100001, 0]`` writes past its end (a crash, sometimes, or worse);
+- ``SamplePerfectTile`` computes ``extent % factor``: a zero factor divides by zero;
+- ``SampleCategorical`` casts its decision to 32 bits before its range check, so 2^32 passes as 0.
+
+Everything here is pure Python and never raises on odd input: a record that is not what MetaSchedule writes gets a
+reason. What needs the workload (do the instructions apply to it, do tile sizes multiply to its loop extents) is
+``registry.tvm_side.record_check``'s job, which uses the facts this module parses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from registry.store.rows import FAILED_RUN_SECS, RecordIn, canonical_json
+
+# MetaSchedule's stand-ins for a run that failed to build or run: this registry and TVM's validate_database write
+# 1e9, TVM's AddToDatabase callback writes 1e10 (kMaxMeanTime). Such a record is kept, as a failed one.
+FAILED_STAND_INS = (FAILED_RUN_SECS, 1e10)
+# No kernel worth tuning runs for an hour; a latency above it is a corrupt or forged value, not a measurement.
+MAX_RUN_SECS = 3600.0
+MAX_RUNS = 1000  # MetaSchedule's evaluator repeats a handful of times; thousands of samples is not a log line
+MAX_INSTS = 10_000  # real traces have tens to a few hundred instructions
+MAX_INT = 2**31 - 1  # TVM keeps decisions and loop extents in 32 bits in places
+
+TILE, PARTITIONED_TILE = "SamplePerfectTile", "SamplePartitionedTile"
+CATEGORICAL, LOCATION = "SampleCategorical", "SampleComputeLocation"
+POSTPROC = "EnterPostproc"
+
+
+class TraceProblem(ValueError):
+    """A trace that is not what MetaSchedule writes; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a record is refused. ``trace``: its trace does not apply to its workload (else a value is wrong)."""
+
+    reason: str
+    trace: bool = True
+
+
+class Refusals:
+    """The refused records of one write: how many, and the first, for a one-line error or report."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None
+        self._kinds: set[bool] = set()
+
+    def add(self, where: str, problem: Problem) -> None:
+        self.count += 1
+        self._kinds.add(problem.trace)
+        if self.first is None:
+            self.first = f"{where}, {problem.reason}"
+
+    def message(self, total: int) -> str:
+        """E.g. "3 of 120 records do not apply to their workload (first: log.json:7, <reason>)"."""
+        what = {frozenset([True]): "do not apply to their workload", frozenset([False]): "are invalid"}.get(
+            frozenset(self._kinds), "are invalid or do not apply to their workload"
+        )
+        return f"{self.count} of {total} records {what} (first: {self.first})"
+
+
+def run_secs_problem(run_secs: Any) -> str | None:
+    """None for measured latencies (each above 0 and at most MAX_RUN_SECS) or TVM's failed-run stand-in (an empty
+    list counts as failed too: TVM writes null when nothing was measured); else what is wrong."""
+    if not isinstance(run_secs, (list, tuple)):
+        return f"run_secs {_short(run_secs)} is not a list of latencies"
+    if len(run_secs) > MAX_RUNS:
+        return f"{len(run_secs)} latencies, more than {MAX_RUNS}"
+    for s in run_secs:
+        if not _is_number(s):
+            return f"run_secs holds {_short(s)}, not a number"
+    if all(s in FAILED_STAND_INS for s in run_secs):
+        return None
+    for s in run_secs:
+        if not (math.isfinite(s) and 0 < s <= MAX_RUN_SECS):
+            return (
+                f"latency {s!r} s is not a measurement (expected above 0 and at most {MAX_RUN_SECS:g} s, or "
+                f"{FAILED_RUN_SECS:g} for a failed run)"
+            )
+    return None
+
+
+# -- instructions ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """A sampling instruction and what bounds its decision."""
+
+    kind: str
+    n: int = 0  # tile factors (SamplePerfectTile, SamplePartitionedTile)
+    candidates: int = 0  # SampleCategorical
+    partition: tuple[int, int] = (0, 1)  # SamplePartitionedTile's (partition_pos, innerpart_factor)
+
+    @property
+    def is_tile(self) -> bool:
+        return self.kind in (TILE, PARTITIONED_TILE)
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """A trace's instruction list, as far as decisions are concerned."""
+
+    n_insts: int
+    samplers: dict[int, Sampler]  # by instruction index
+    prefix: int  # instructions before EnterPostproc: all sampling happens there
+
+    @property
+    def locations(self) -> tuple[int, ...]:
+        """The SampleComputeLocation indices: their decisions change loop structure, not only loop sizes."""
+        return tuple(i for i, s in self.samplers.items() if s.kind == LOCATION)
+
+
+def parse_skeleton(insts: Any) -> Skeleton:
+    """Raises TraceProblem for an instruction list MetaSchedule would not write."""
+    if not isinstance(insts, list) or not insts:
+        raise TraceProblem("its instructions are not a non-empty list")
+    if len(insts) > MAX_INSTS:
+        raise TraceProblem(f"{len(insts)} instructions, more than {MAX_INSTS}")
+    samplers: dict[int, Sampler] = {}
+    prefix = len(insts)
+    for i, inst in enumerate(insts):
+        if not (isinstance(inst, list) and len(inst) == 4 and isinstance(inst[0], str)):
+            raise TraceProblem(f"instruction {i} is not [kind, inputs, attrs, outputs]")
+        kind, inputs, attrs, outputs = inst
+        if not (isinstance(inputs, list) and isinstance(attrs, list) and isinstance(outputs, list)):
+            raise TraceProblem(f"instruction {i} ({kind}) is not [kind, inputs, attrs, outputs]")
+        if not all(isinstance(o, str) for o in outputs):
+            raise TraceProblem(f"instruction {i} ({kind}) names its outputs with non-strings")
+        if kind == POSTPROC and prefix == len(insts):
+            prefix = i
+        sampler = _sampler(kind, attrs)
+        if sampler is not None:
+            if i > prefix:
+                raise TraceProblem(f"instruction {i} ({kind}) samples after {POSTPROC}")
+            samplers[i] = sampler
+    return Skeleton(len(insts), samplers, prefix)
+
+
+def _sampler(kind: str, attrs: list) -> Sampler | None:
+    if kind == TILE:
+        n, max_innermost = _ints(kind, attrs, 2)
+        # -1 is "no limit"; 0 would make TVM's sampler (a re-sampling replay, as transfer does) loop forever
+        if not (2 <= n <= 64 and (max_innermost == -1 or 1 <= max_innermost <= MAX_INT)):
+            raise TraceProblem(f"{kind} with n={n}, max_innermost_factor={max_innermost}")
+        return Sampler(kind, n=n)
+    if kind == PARTITIONED_TILE:
+        n, pos, factor = _ints(kind, attrs, 3)
+        if not (2 <= n <= 64 and 0 <= pos < n and 1 <= factor <= MAX_INT):  # factor 0: TVM divides by it
+            raise TraceProblem(f"{kind} with n={n}, partition_pos={pos}, innerpart_factor={factor}")
+        return Sampler(kind, n=n, partition=(pos, factor))
+    if kind == CATEGORICAL:
+        if not (len(attrs) == 2 and isinstance(attrs[0], list) and isinstance(attrs[1], list)):
+            raise TraceProblem(f"{kind} attributes are not [candidates, probabilities]")
+        candidates, probs = attrs
+        ok = 1 <= len(candidates) == len(probs) <= 4096 and all(_is_int(c) for c in candidates)
+        # a re-sampling replay draws from these weights: all zero, or negative, is undefined behaviour in C++
+        if not ok or not all(_is_number(p) and 0 <= p < math.inf for p in probs) or not sum(probs) > 0:
+            raise TraceProblem(f"{kind} with {len(candidates)} candidates and probabilities {_short(probs)}")
+        return Sampler(kind, candidates=len(candidates))
+    if kind == LOCATION:
+        if attrs:
+            raise TraceProblem(f"{kind} takes no attributes")
+        return Sampler(kind)
+    return None
+
+
+def _ints(kind: str, attrs: list, n: int) -> list[int]:
+    if len(attrs) != n or not all(_is_int(a) and abs(a) <= MAX_INT for a in attrs):
+        raise TraceProblem(f"{kind} attributes {_short(attrs)} are not {n} integers")
+    return attrs
+
+
+# -- decisions ---------------------------------------------------------------------------------------------------
+
+
+def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
+    """The decisions by instruction index: exactly one per sampling instruction, each of its kind and in its range
+    as far as the instructions alone tell (see tile_problem for what the loop extents add)."""
+    if not isinstance(decisions, list):
+        raise TraceProblem("its decisions are not a list")
+    found: dict[int, Any] = {}
+    for entry in decisions:
+        if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is int):  # type(): not bool either
+            raise TraceProblem(f"decision {_short(entry)} is not [instruction index, value]")
+        index, value = entry
+        if not 0 <= index < skeleton.n_insts:
+            raise TraceProblem(f"a decision for instruction {index}, but the trace has {skeleton.n_insts}")
+        sampler = skeleton.samplers.get(index)
+        if sampler is None:
+            raise TraceProblem(f"a decision for instruction {index}, which samples nothing")
+        if index in found:
+            raise TraceProblem(f"two decisions for instruction {index}")
+        problem = _value_problem(sampler, value)
+        if problem:
+            raise TraceProblem(f"instruction {index} ({sampler.kind}): {problem}")
+        found[index] = value
+    missing = [i for i in skeleton.samplers if i not in found]
+    if missing:
+        raise TraceProblem(f"instruction {missing[0]} ({skeleton.samplers[missing[0]].kind}) has no decision")
+    return found
+
+
+def _value_problem(sampler: Sampler, value: Any) -> str | None:
+    # Runs for every decision of every imported record: exact type tests (JSON integers are ints, never bools here)
+    # and min/max instead of a generator per element keep it a few microseconds per record.
+    if sampler.is_tile:
+        if not (type(value) is list and len(value) == sampler.n and all(type(v) is int for v in value)):
+            return f"decision {_short(value)} is not {sampler.n} tile sizes"
+        if (min(value) < 1 or max(value) > MAX_INT or math.prod(value) > MAX_INT) and not is_dynamic_tile(value):
+            return f"tile sizes {_short(value)} are not positive loop sizes"
+        return None
+    if type(value) is not int:
+        return f"decision {_short(value)} is not an integer"
+    if sampler.kind == CATEGORICAL and not 0 <= value < sampler.candidates:
+        return f"decision {value} picks none of its {sampler.candidates} candidates"
+    if sampler.kind == LOCATION and not -2 <= value <= MAX_INT:  # -2: inline, -1: root, else a loop's position
+        return f"decision {value} is no compute location"
+    return None
+
+
+def is_dynamic_tile(value: list) -> bool:
+    """TVM's decision for a loop without a constant extent: [-1, 1, ..., 1]."""
+    return value[0] == -1 and all(v == 1 for v in value[1:])
+
+
+def tile_problem(sampler: Sampler, value: list, extent: int | None) -> str | None:
+    """What is wrong with tile sizes for a loop of ``extent`` (None: not a constant), the way TVM replays them: it
+    keeps sizes that divide the loop perfectly and silently rewrites the others, so those were never measured."""
+    pos, factor = sampler.partition
+    if extent is None or (sampler.kind == PARTITIONED_TILE and extent % factor):
+        return None if is_dynamic_tile(value) else f"tile sizes {value} for a loop TVM does not tile"
+    if is_dynamic_tile(value) or math.prod(value) != extent:
+        return f"tile sizes {value} do not multiply to the loop extent {extent}"
+    if sampler.kind == PARTITIONED_TILE and math.prod(value[pos:]) % factor:
+        return f"tile sizes {value} do not keep the inner part a multiple of {factor}"
+    return None
+
+
+# -- a whole record ----------------------------------------------------------------------------------------------
+
+
+class SkeletonCache:
+    """Parsed instruction lists by their canonical JSON: a log repeats a few of them across thousands of records."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, Skeleton | TraceProblem] = {}
+
+    def get(self, insts_json: str, insts: Any) -> Skeleton:
+        parsed = self._parsed.get(insts_json)
+        if parsed is None:
+            try:
+                parsed = parse_skeleton(insts)
+            except TraceProblem as e:
+                parsed = e
+            self._parsed[insts_json] = parsed
+        if isinstance(parsed, TraceProblem):
+            raise parsed
+        return parsed
+
+
+def trace_parts(trace: Any) -> tuple[Any, Any]:
+    if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
+        raise TraceProblem("a trace must be [instructions, decisions]")
+    return trace[0], trace[1]
+
+
+def check_trace(trace: Any, insts_json: str, cache: SkeletonCache) -> tuple[Skeleton, dict[int, Any]]:
+    """The trace's skeleton and decisions, checked as far as no workload is needed. Raises TraceProblem."""
+    insts, decisions = trace_parts(trace)
+    skeleton = cache.get(insts_json, insts)
+    return skeleton, read_decisions(skeleton, decisions)
+
+
+def read_record(record: RecordIn, cache: SkeletonCache) -> tuple[Skeleton, dict[int, Any], str] | Problem:
+    """The record's skeleton, decisions by instruction and instructions' canonical JSON; or, if anything shows wrong
+    without its workload, why. Never raises."""
+    problem = run_secs_problem(record.run_secs)
+    if problem:
+        return Problem(problem, trace=False)
+    try:
+        insts, decisions = trace_parts(record.trace)
+        insts_json = record.insts_json or canonical_json(insts)
+        skeleton = cache.get(insts_json, insts)
+        return skeleton, read_decisions(skeleton, decisions), insts_json
+    except TraceProblem as e:
+        return Problem(str(e))
+    except Exception as e:  # noqa: BLE001 - a check must never be the thing that crashes on odd input
+        return Problem(f"malformed trace ({type(e).__name__})")
+
+
+def record_problem(record: RecordIn, cache: SkeletonCache) -> Problem | None:
+    read = read_record(record, cache)
+    return read if isinstance(read, Problem) else None
+
+
+def trace_is_sound(trace: Any) -> bool:
+    """Whether a stored trace may be handed to TVM at all: for readers of rows that did not come through these
+    checks (a registry written by an older version, or by hand), before they replay them."""
+    try:
+        insts, decisions = trace_parts(trace)
+        read_decisions(parse_skeleton(insts), decisions)
+    except Exception:  # noqa: BLE001 - TraceProblem, or anything odd input raises: not sound either way
+        return False
+    return True
+
+
+def record_problems(records: Sequence[RecordIn]) -> list[Problem | None]:
+    """``record_problem`` for each record: the check ``Store.ingest`` runs when it is given no other."""
+    cache = SkeletonCache()
+    return [record_problem(r, cache) for r in records]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

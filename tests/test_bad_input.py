@@ -1,0 +1,448 @@
+"""Bad input of every kind, on SQLite and on PostgreSQL: logs, ONNX files, command lines, database URLs and files.
+
+Every case runs the real CLI and asserts the standard: the exit code (1, or 2 for a command line that does not
+parse), exactly one line on stderr, "Error: ...", naming the problem, no traceback, and the rows of the database the
+command was pointed at unchanged (for a file that is not a registry: its bytes, and nothing new beside it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import sqlite3
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from registry import testing, tvmlog
+from registry.store.revision import VERSION_TABLE
+from registry.store.store import Store
+from registry.tvm_side import zoo
+from tests.rows import rows_of
+
+
+@dataclass(frozen=True)
+class Env:
+    tmp: Path
+    db_url: str  # the suite's registry, with some records in it
+    logs: Path  # good MetaSchedule logs, to break
+
+
+@dataclass(frozen=True)
+class Case:
+    """``setup(env)`` makes what the case needs and returns the command line (after ``--db URL``), and the URL when
+    the command is pointed at another database than the suite's."""
+
+    setup: Callable[[Env], tuple[list[str], str | None]]
+    fragment: str
+    code: int = 1
+    watch_suite_db: bool = False  # the URL given is no database at all: the suite's must stay as it was
+
+
+def _on_suite_db(args: Callable[[Env], list[str]]) -> Callable[[Env], tuple[list[str], str | None]]:
+    return lambda env: (args(env), None)
+
+
+# -- logs ---------------------------------------------------------------------------------------------------------
+
+
+def _log(edit_records=None, edit_workloads=None) -> Callable[[Env], tuple[list[str], str | None]]:
+    """``registry import`` of the good logs with their record lines (or workload lines) edited."""
+
+    def setup(env: Env) -> tuple[list[str], str | None]:
+        bad = env.tmp / "bad_log"
+        shutil.copytree(env.logs, bad)
+        for name, edit in ((tvmlog.RECORD_FILE, edit_records), (tvmlog.WORKLOAD_FILE, edit_workloads)):
+            if edit is not None:
+                lines = (bad / name).read_text().splitlines()
+                (bad / name).write_text("".join(line + "\n" for line in edit(lines)))
+        return ["import", str(bad)], None
+
+    return setup
+
+
+def _records(edit) -> Callable:
+    """Edit the second record, parsed: ``edit(record)`` changes [index, [trace, run_secs, target, args_info]]."""
+
+    def lines(ls: list[str]) -> list[str]:
+        record = json.loads(ls[1])
+        edit(record)
+        return [ls[0], json.dumps(record), *ls[2:]]
+
+    return _log(edit_records=lines)
+
+
+def _decisions(r):
+    return r[1][0][1]
+
+
+def _insts(r):
+    return r[1][0][0]
+
+
+def _sampler(r, kind: str) -> list:
+    return next(d for d in _decisions(r) if _insts(r)[d[0]][0] == kind)
+
+
+def _set(path: Callable, value) -> Callable:
+    """An edit that sets the last element of ``path(record)``'s container: ``_set(lambda r: (r[1], 1), x)``."""
+
+    def edit(r):
+        container, key = path(r)
+        container[key] = value
+
+    return edit
+
+
+def _append_decision(entry) -> Callable:
+    return lambda r: _decisions(r).append(entry)
+
+
+def _target(**attrs) -> Callable:
+    return lambda r: r[1][2].update(attrs)
+
+
+def _other_tvm(lines: list[str]) -> list[str]:
+    shash, b64 = json.loads(lines[0])
+    graph = json.loads(tvmlog.decode_module(b64))
+    graph["metadata"]["tvm_version"] = "0.26.0"
+    return [json.dumps([shash, tvmlog.encode_module(json.dumps(graph))]), *lines[1:]]
+
+
+def _not_a_module(lines: list[str]) -> list[str]:
+    shash, b64 = json.loads(lines[0])
+    version = json.loads(tvmlog.decode_module(b64))["metadata"]["tvm_version"]
+    graph = {"root": 1, "nodes": [{"type_key": ""}, {"type_key": "no.SuchNode"}], "metadata": {"tvm_version": version}}
+    return [json.dumps([shash, tvmlog.encode_module(json.dumps(graph))]), *lines[1:]]
+
+
+def _huge_line(env: Env) -> tuple[list[str], str | None]:
+    bad = env.tmp / "huge"
+    shutil.copytree(env.logs, bad)
+    with open(bad / tvmlog.RECORD_FILE, "a") as f:
+        f.write('[0, [[[], []], ["' + "9" * (17 << 20) + '"]]]\n')  # 17 MiB on one line
+    return ["import", str(bad)], None
+
+
+def _record_file_alone(env: Env) -> tuple[list[str], str | None]:
+    alone = env.tmp / "alone"
+    alone.mkdir()
+    shutil.copy(env.logs / tvmlog.RECORD_FILE, alone)
+    return ["import", str(alone / tvmlog.RECORD_FILE)], None
+
+
+def _garbage_logs(env: Env) -> tuple[list[str], str | None]:
+    (env.tmp / tvmlog.WORKLOAD_FILE).write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    (env.tmp / tvmlog.RECORD_FILE).write_bytes(b"\x00\x01")
+    return ["import", str(env.tmp)], None
+
+
+def _empty_dir(env: Env) -> list[str]:
+    (env.tmp / "empty").mkdir()
+    return ["import", str(env.tmp / "empty")]
+
+
+def _pair(payload: bytes) -> list[str]:
+    return [json.dumps(["123", base64.b64encode(struct.pack("<Q", len(payload)) + payload).decode()])]
+
+
+LOG_CASES = {
+    "record line that is not JSON": Case(_log(lambda ls: ls[:1] + ["[0, {not json"] + ls[1:]), "not valid JSON"),
+    "truncated log": Case(_log(lambda ls: ls[:-1] + [ls[-1][: len(ls[-1]) // 2]]), "truncated"),
+    "record of a missing workload": Case(_records(_set(lambda r: (r, 0), 7)), "refers to workload line 8"),
+    "negative workload index": Case(_records(_set(lambda r: (r, 0), -1)), "expected [workload_index"),
+    "record of the wrong structure": Case(_log(lambda ls: ls + ["[0, [1, 2]]"]), "expected [workload_index"),
+    "record that is an object": Case(_log(lambda ls: ls + ['{"trace": []}']), "expected [workload_index"),
+    "target that is a string": Case(_records(_set(lambda r: (r[1], 2), "llvm")), "expected [workload_index"),
+    "line longer than 16 MiB": Case(_huge_line, "longer than 16 MiB"),
+    "binary garbage": Case(_garbage_logs, "not valid JSON"),
+    "decision past the last instruction": Case(_records(_append_decision([100001, 0])), "for instruction 100001"),
+    "negative decision index": Case(_records(_append_decision([-5, 0])), "for instruction -5"),
+    "decision of an instruction that samples nothing": Case(_records(_append_decision([0, 1])), "samples nothing"),
+    "two decisions for one instruction": Case(
+        _records(lambda r: _decisions(r).append(list(_decisions(r)[0]))), "two decisions"
+    ),
+    "missing decision": Case(_records(lambda r: _decisions(r).pop()), "has no decision"),
+    "zero tile size": Case(
+        _records(lambda r: _sampler(r, "SamplePerfectTile").__setitem__(1, [0, 1, 1, 8])), "not positive loop sizes"
+    ),
+    "tiles that do not multiply to the loop": Case(
+        _records(lambda r: _sampler(r, "SamplePerfectTile")[1].__setitem__(0, 1000)), "do not multiply"
+    ),
+    "categorical choice past its candidates": Case(
+        _records(lambda r: _sampler(r, "SampleCategorical").__setitem__(1, 99)), "picks none of its"
+    ),
+    "categorical choice of 2^32": Case(
+        _records(lambda r: _sampler(r, "SampleCategorical").__setitem__(1, 2**32)), "picks none of its"
+    ),
+    "decision of the wrong type": Case(
+        _records(lambda r: _sampler(r, "SamplePerfectTile").__setitem__(1, "4,4")), "is not 4 tile sizes"
+    ),
+    "trace that is a string": Case(_records(_set(lambda r: (r[1], 0), "trace")), "must be [instructions, decisions]"),
+    "unknown instruction": Case(
+        _records(lambda r: _insts(r).append(["NoSuchInstruction", [], [], []])), "does not apply to its workload"
+    ),
+    "instruction on an undefined loop": Case(
+        _records(lambda r: _insts(r).append(["Parallel", ["l999"], [], []])), "does not apply to its workload"
+    ),
+    "tile sampler that would loop forever": Case(
+        _records(lambda r: _insts(r)[_sampler(r, "SamplePerfectTile")[0]][2].__setitem__(1, 0)),
+        "max_innermost_factor=0",
+    ),
+    "negative latency": Case(_records(_set(lambda r: (r[1], 1), [-1e-4])), "is not a measurement"),
+    "zero latency": Case(_records(_set(lambda r: (r[1], 1), [0.0])), "is not a measurement"),
+    "latency of 1e308 s": Case(_records(_set(lambda r: (r[1], 1), [1e308])), "is not a measurement"),
+    "latency above an hour": Case(_records(_set(lambda r: (r[1], 1), [1e5])), "is not a measurement"),
+    "latency that is a string": Case(_records(_set(lambda r: (r[1], 1), ["0.001"])), "not a number"),
+    "latencies that are not a list": Case(_records(_set(lambda r: (r[1], 1), 0.001)), "not a list of latencies"),
+    "unknown target kind": Case(_records(_target(kind="no-such-kind")), "not a valid TVM target"),
+    "negative core count": Case(_records(_target(**{"num-cores": -5})), "num-cores -5 is not a count"),
+    "core count that is a string": Case(_records(_target(**{"num-cores": "two"})), "not a valid TVM target"),
+    "CPU that LLVM does not know": Case(_records(_target(mcpu="no-such-cpu-xyz")), "not a CPU that LLVM knows"),
+    "triple that LLVM does not know": Case(
+        _records(lambda r: r[1][2].pop("mcpu") and r[1][2].update(mtriple="zzz-none")), "LLVM knows no 'zzz-none'"
+    ),
+    "corrupt workload payload": Case(_log(edit_workloads=lambda ls: ['["123", "!!!not base64!!!"]']), "corrupt"),
+    "workload payload that is not JSON": Case(_log(edit_workloads=lambda ls: _pair(b"not json!")), "not JSON"),
+    "workload of another TVM": Case(_log(edit_workloads=_other_tvm), "TVM 0.26.0"),
+    "workload line that is not a pair": Case(_log(edit_workloads=lambda ls: ['["123"]']), "expected [structural_hash"),
+    "workload that is not a module": Case(_log(edit_workloads=_not_a_module), "corrupt workload module"),
+    "records without their workload file": Case(_record_file_alone, "is missing"),
+    "records of an empty workload file": Case(_log(edit_workloads=lambda ls: []), "has 0 workload(s)"),
+    "a path that does not exist": Case(_on_suite_db(lambda env: ["import", str(env.tmp / "nope")]), "no such file"),
+    "a folder without logs": Case(_on_suite_db(_empty_dir), "no database_workload.json"),
+    "a file that is not a log": Case(
+        _on_suite_db(
+            lambda env: (
+                ["import", str(env.logs / "logs")]
+                if (env.logs / "logs").is_file()
+                else ["import", str(_touch(env.tmp / "notes.txt"))]
+            )
+        ),
+        "expected a MetaSchedule work dir",
+    ),
+}
+
+
+def _touch(path: Path) -> Path:
+    path.write_text("hello\n")
+    return path
+
+
+# -- ONNX files and the per-model commands --------------------------------------------------------------------------
+
+
+def _model(env: Env, name: str = "mlp.onnx", model=None) -> Path:
+    path = env.tmp / name
+    onnx.save(model if model is not None else zoo.exported_mlp(), path)
+    return path
+
+
+def _file(content: bytes, name: str = "model.onnx") -> Callable[[Env], Path]:
+    def make(env: Env) -> Path:
+        (env.tmp / name).write_bytes(content)
+        return env.tmp / name
+
+    return make
+
+
+def _fancy_op(env: Env) -> Path:
+    model = zoo.mlp(4, (8, 8))
+    model.graph.node[0].op_type = "FancyMatMul"
+    return _model(env, "odd.onnx", model)
+
+
+def _transfer(make_model: Callable[[Env], Path], *extra: str, command: str = "transfer"):
+    return _on_suite_db(lambda env: [command, str(make_model(env)), *extra])
+
+
+SHAPE = ("--input-shape", "x=8,64")
+ONNX_CASES = {
+    "corrupt ONNX file": Case(_transfer(_file(b"\x08\x07garbage")), "not a valid ONNX model"),
+    "empty ONNX file": Case(_transfer(_file(b"")), "ONNX"),
+    "text file as a model": Case(_transfer(_file(b"graph { node: [] }\n" * 20)), "not a valid ONNX model"),
+    "unsupported operator": Case(_transfer(_fancy_op), "FancyMatMul"),
+    "shape for an input the model lacks": Case(_transfer(_model, "--input-shape", "y=8,64"), "inputs are x"),
+    "shape of the wrong rank": Case(_transfer(_model, "--input-shape", "x=8"), "1 dimensions given"),
+    "shape that is not numbers": Case(_transfer(_model, "--input-shape", "x=8,zero"), "expected NAME=D1,D2"),
+    "target that is not JSON": Case(_transfer(_model, *SHAPE, "--target", "llvm -mcpu=x"), 'expected "host"'),
+    "target of an unknown kind": Case(_transfer(_model, *SHAPE, "--target", '{"kind": "nope"}'), "not a valid TVM"),
+    "target with zero cores": Case(
+        _transfer(_model, *SHAPE, "--target", '{"kind": "llvm", "num-cores": 0}'), "num-cores 0 is not a count"
+    ),
+    "target CPU that LLVM does not know": Case(
+        _transfer(_model, *SHAPE, "--target", '{"kind": "llvm", "mcpu": "pentium-9000"}'), "not a CPU that LLVM knows"
+    ),
+    "tune: corrupt ONNX file": Case(_transfer(_file(b"\x08\x07garbage"), command="tune"), "not a valid ONNX model"),
+    "tune: a budget that is no duration": Case(
+        _transfer(_model, *SHAPE, "--budget", "soon", command="tune"), "is not a duration", code=2
+    ),
+    "tune: an RPC tracker without a key": Case(
+        _transfer(_model, *SHAPE, "--rpc", "nohost", command="tune"), "HOST:PORT"
+    ),
+    "tune: keep more than all": Case(_transfer(_model, *SHAPE, "--keep", "2", command="tune"), "--keep", code=2),
+    "model path that is a folder": Case(_transfer(lambda env: env.tmp), "is a directory", code=2),
+    "model that does not exist": Case(_transfer(lambda env: env.tmp / "none.onnx"), "does not exist", code=2),
+}
+
+
+# -- other command lines ------------------------------------------------------------------------------------------
+
+
+def _cmd(*args: str, **kw) -> Case:
+    fragment, code = kw["fragment"], kw.get("code", 1)
+    return Case(_on_suite_db(lambda env: list(args)), fragment, code)
+
+
+def _export_under_a_file(env: Env) -> list[str]:
+    return ["export", "-o", str(_touch(env.tmp / "a-file") / "sub")]
+
+
+def _train_a_device_without_records(env: Env) -> list[str]:
+    store = Store(env.db_url)
+    dev = store.device_id(testing.device(mcpu="no-records"))
+    store.close()
+    return ["predictor", "train", "--device", str(dev)]
+
+
+CLI_CASES = {
+    "lookup of a shape that is not numbers": _cmd("lookup", "--shape", "1,x,3", fragment="--shape"),
+    "lookup on an unknown device": _cmd("lookup", "--device", "tpu-9000", fragment="tpu-9000"),
+    "export of an unknown device": _cmd("export", "-o", "x", "--device", "42", fragment="no device '42'"),
+    "export to a path under a file": Case(_on_suite_db(_export_under_a_file), "cannot write the export there"),
+    "training an unknown device": _cmd("predictor", "train", "--device", "nope", fragment="nope"),
+    "training a device without records": Case(_on_suite_db(_train_a_device_without_records), "no ok records"),
+    "held-out share of 1.5": _cmd("predictor", "train", "--holdout", "1.5", fragment="--holdout", code=2),
+    "import with zero threads": _cmd("import", "x", "--threads", "0", fragment="--threads", code=2),
+    "a command that does not exist": _cmd("frobnicate", fragment="No such command", code=2),
+    "an option that does not exist": _cmd("stats", "--colour", fragment="No such option", code=2),
+    "import without a path": _cmd("import", fragment="Missing argument", code=2),
+}
+
+
+# -- database URLs and files --------------------------------------------------------------------------------------
+
+
+def _url(make: Callable[[Env], str]) -> Callable[[Env], tuple[list[str], str | None]]:
+    return lambda env: (["stats"], make(env))
+
+
+def _sqlite_file(make: Callable[[Path], None]) -> Callable[[Env], tuple[list[str], str | None]]:
+    def setup(env: Env) -> tuple[list[str], str | None]:
+        folder = env.tmp / "dbfile"
+        folder.mkdir()
+        make(folder / "other.db")
+        return ["import", str(env.logs)], f"sqlite:///{folder / 'other.db'}"
+
+    return setup
+
+
+def _foreign_sqlite(path: Path, wal: bool = False) -> None:
+    conn = sqlite3.connect(path)
+    if wal:
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices VALUES (1, 9.5)")
+    conn.commit()
+    conn.close()
+
+
+def _truncated_sqlite(path: Path) -> None:
+    _foreign_sqlite(path)
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _suite_db_at(revision: str) -> Callable[[Env], tuple[list[str], str | None]]:
+    """The suite's registry with another schema revision in its version table."""
+
+    def setup(env: Env) -> tuple[list[str], str | None]:
+        engine = create_engine(_driver(env.db_url))
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = :r"), {"r": revision})
+        engine.dispose()
+        return ["import", str(env.logs)], None
+
+    return setup
+
+
+def _foreign_tables(env: Env) -> tuple[list[str], str | None]:
+    """Another application's tables in the database: an SQLite file of its own, or the PostgreSQL scratch database
+    (emptied of the registry first)."""
+    if env.db_url.startswith("sqlite"):
+        return _sqlite_file(_foreign_sqlite)(env)
+    engine = create_engine(_driver(env.db_url), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+        conn.execute(text("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)"))
+        conn.execute(text("INSERT INTO invoices VALUES (1, 9.5)"))
+    engine.dispose()
+    return ["import", str(env.logs)], None
+
+
+def _driver(url: str) -> str:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+DATABASE_CASES = {
+    "not a URL": Case(_url(lambda env: "not a url"), "not a database URL", watch_suite_db=True),
+    "a dialect the registry does not speak": Case(
+        _url(lambda env: "mysql://u@127.0.0.1/x"), "cannot use database", watch_suite_db=True
+    ),
+    "PostgreSQL that does not answer": Case(
+        _url(lambda env: "postgresql://nobody@127.0.0.1:1/x"), "cannot use", watch_suite_db=True
+    ),
+    "SQLite path that is a folder": Case(_url(lambda env: f"sqlite:///{env.tmp}"), "is a directory"),
+    "another program's SQLite file": Case(_sqlite_file(_foreign_sqlite), "another program's SQLite database"),
+    "another program's SQLite file in WAL mode": Case(
+        _sqlite_file(lambda p: _foreign_sqlite(p, wal=True)), "another program's SQLite database"
+    ),
+    "a file that is no database": Case(
+        _sqlite_file(lambda p: p.write_bytes(b"hello " * 200)), "is not an SQLite database"
+    ),
+    "a truncated SQLite file": Case(_sqlite_file(_truncated_sqlite), "not a readable SQLite database"),
+    "another application's tables in the registry's database": Case(_foreign_tables, "not a registry"),
+    "a registry of an older schema": Case(_suite_db_at("0001"), "registry db upgrade"),
+    "a registry of a newer registry": Case(_suite_db_at("9999"), "written by a newer registry"),
+}
+
+CASES = {**LOG_CASES, **ONNX_CASES, **CLI_CASES, **DATABASE_CASES}
+
+
+def test_the_suite_is_large_enough():
+    assert len(CASES) >= 60, len(CASES)
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_gets_one_line_and_changes_nothing(name, db_url, tuned_logs, tmp_path):
+    store = Store(db_url)
+    dev = testing.device()
+    store.ingest([testing.workload(i) for i in range(3)], [testing.record(i, j, dev) for i in range(3) for j in (0, 1)])
+    store.close()
+    case = CASES[name]
+    args, url = case.setup(Env(tmp_path, db_url, tuned_logs.work_dir))
+    target = url or db_url
+    watched = db_url if case.watch_suite_db else target
+    before = rows_of(watched)
+
+    result = CliRunner().invoke(cli, ["--db", target, *args])
+
+    assert result.exit_code == case.code, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert case.fragment in lines[0], lines[0]
+    assert rows_of(watched) == before

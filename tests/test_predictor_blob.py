@@ -1,0 +1,206 @@
+"""Stored predictors are data: a crafted blob in the database runs no code, and a bad one does not stop tuning."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+
+from registry import predictor_blob
+from registry.errors import RegistryWarning
+from registry.store.predictors import save_predictor
+from registry.store.store import Store
+from registry.tvm_side import zoo
+
+
+@pytest.fixture(autouse=True)
+def _one_xgboost_thread(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # 2 shared cores: 2 XGBoost threads train 5-15x slower than 1
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """An XGBModel trained on three synthetic feature groups (MetaSchedule's 164 features per block row)."""
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
+
+    from registry.tvm_side.predictor import new_model
+
+    rng = np.random.default_rng(0)
+    model, xs, ys = new_model(), [], []
+    model.config = model.config._replace(nthread=1)
+    for g in range(3):
+        features = [rng.random((int(rng.integers(1, 4)), 164), dtype=np.float32) for _ in range(8)]
+        costs = rng.random(8).astype("float32") + 0.1
+        model.data[f"group{g}"] = FeatureGroup(f"group{g}", features, costs)
+        model.data_size += len(costs)
+        xs += features
+        ys += list(costs.min() / costs)
+    model._train(xs, np.array(ys))
+    return model, xs
+
+
+def test_round_trip_keeps_predictions_and_training_data(trained):
+    from registry.tvm_side.predictor import from_bytes, to_bytes
+
+    model, xs = trained
+    loaded = from_bytes(to_bytes(model))
+    np.testing.assert_allclose(loaded._predict(xs), model._predict(xs), rtol=1e-6)
+    assert loaded.data_size == model.data_size and list(loaded.data) == list(model.data)
+    for key, group in model.data.items():
+        assert [f.shape for f in loaded.data[key].features] == [f.shape for f in group.features]
+        np.testing.assert_array_equal(loaded.data[key].costs, group.costs)
+    assert loaded.num_warmup_samples == 0  # predicts from the first trial, not at random
+
+
+# -- blobs that must not decode ----------------------------------------------------------------------------------
+
+
+class _WritesAFile:
+    """Unpickling this writes ``path``: what a crafted predictor row would do on every client that loads it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.path)!r}, 'w').write('ran')",))
+
+
+def _evil_npy(marker: Path) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.array([_WritesAFile(marker)], dtype=object), allow_pickle=True)
+    return buf.getvalue()
+
+
+def _legacy_blob(marker: Path) -> bytes:
+    """XGBModel.save's tar, with a data.npy that runs code when XGBModel.load reads it."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (("model.bin", b"{}"), ("data.npy", _evil_npy(marker))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _rezip(blob: bytes, **replace: bytes) -> bytes:
+    src = zipfile.ZipFile(io.BytesIO(blob))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name in src.namelist():
+            z.writestr(name, replace.get(name.replace(".", "_"), src.read(name)))
+    return out.getvalue()
+
+
+def _edit_booster(blob: bytes, edit) -> bytes:
+    model = json.loads(zipfile.ZipFile(io.BytesIO(blob)).read("booster.json"))
+    edit(model["learner"]["gradient_booster"]["model"]["trees"][0])
+    return _rezip(blob, booster_json=json.dumps(model).encode())
+
+
+def _cycle(tree):
+    tree["left_children"][1] = 0
+
+
+def _child_outside(tree):
+    tree["right_children"][0] = 10**6
+
+
+def _feature_outside(tree):
+    tree["split_indices"][0] = 10**6
+
+
+BAD_BLOBS = {
+    "a pickle": lambda blob, marker: pickle.dumps(_WritesAFile(marker)),
+    "XGBModel's tar": lambda blob, marker: _legacy_blob(marker),
+    "pickled features": lambda blob, marker: _rezip(blob, g0_features_npy=_evil_npy(marker)),
+    "features of another width": lambda blob, marker: _rezip(
+        blob, g0_features_npy=predictor_blob._npy(np.zeros((3, 7), "float32"))
+    ),
+    "another format version": lambda blob, marker: _rezip(
+        blob, predictor_json=json.dumps({"format": predictor_blob.FORMAT, "version": 9}).encode()
+    ),
+    "a tree that loops": lambda blob, marker: _edit_booster(blob, _cycle),
+    "a child outside the tree": lambda blob, marker: _edit_booster(blob, _child_outside),
+    "a feature outside the features": lambda blob, marker: _edit_booster(blob, _feature_outside),
+    "truncated": lambda blob, marker: blob[: len(blob) // 2],
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BLOBS))
+def test_bad_blobs_are_refused_without_running_anything(case, trained, tmp_path):
+    from registry.tvm_side.predictor import from_bytes, to_bytes
+
+    marker = tmp_path / "ran"
+    blob = BAD_BLOBS[case](to_bytes(trained[0]), marker)
+    with pytest.raises(predictor_blob.BadPredictorBlob):
+        from_bytes(blob)
+    assert not marker.exists()
+
+
+def test_the_crafted_legacy_blob_does_run_code_in_xgbmodel_load(tmp_path):
+    """The threat is real: TVM's own loader runs the crafted blob's code (in a child process, to keep it away)."""
+    marker = tmp_path / "ran"
+    blob = tmp_path / "model.tar"
+    blob.write_bytes(_legacy_blob(marker))
+    code = (
+        "import sys; from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBModel\n"
+        "try: XGBModel().load(sys.argv[1])\nexcept Exception: pass"
+    )
+    subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, timeout=120)
+    assert marker.read_text() == "ran"
+
+
+def _plant(store: Store, device_id: int, kind: str, blob: bytes) -> None:
+    save_predictor(store, device_id, kind, blob, {}, n_workloads=1, n_records=1, tvm_version="0.27.0")
+
+
+@pytest.mark.parametrize(("kind", "fragment"), [("xgb", "old format"), ("xgb-v2", "cannot be read")])
+def test_load_predictor_skips_a_bad_blob_with_one_warning(sqlite_url, tmp_path, kind, fragment):
+    from registry.tvm_side.predictor import load_predictor
+    from registry.tvm_side.target import device_spec, host_target
+
+    store = Store(sqlite_url)
+    device_id = store.device_id(device_spec(host_target(), 1))
+    marker = tmp_path / "ran"
+    _plant(store, device_id, kind, _legacy_blob(marker) if kind == "xgb" else pickle.dumps(_WritesAFile(marker)))
+    with pytest.warns(RegistryWarning, match=fragment) as caught:
+        assert load_predictor(store, device_id) is None
+    assert len(caught) == 1 and "registry predictor train --device" in str(caught[0].message)
+    assert not marker.exists()
+
+
+@pytest.mark.tvm
+def test_tune_and_transfer_finish_past_crafted_predictors(sqlite_url, tmp_path):
+    """A crafted blob as the device's newest predictor, old format then new: no code runs, both commands finish, and
+    each says once why it went on without the predictor."""
+    from registry.tvm_side.target import device_spec, host_target, runtime_threads
+
+    models = [tmp_path / "a.onnx", tmp_path / "b.onnx"]
+    onnx.save(zoo.mlp(8, (32, 16), seed=7), models[0])
+    onnx.save(zoo.mlp(4, (48, 24), seed=8), models[1])
+    store = Store(sqlite_url)
+    device_id = store.device_id(device_spec(host_target(), runtime_threads()))
+    marker = tmp_path / "ran"
+    runs = [  # transfer first: with no donor in the registry yet, its task goes to the tuning engine
+        ("xgb-v2", pickle.dumps(_WritesAFile(marker)), ["transfer", str(models[0]), "--tune-trials", "4"]),
+        ("xgb", _legacy_blob(marker), ["tune", str(models[1]), "--trials", "4", "--batch", "4"]),
+    ]
+    for kind, blob, args in runs:
+        _plant(store, device_id, kind, blob)
+        result = CliRunner().invoke(cli, ["--db", sqlite_url, *args])
+        assert result.exit_code == 0, result.output
+        warned = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+        assert len(warned) == 1 and "tuning goes on without it" in warned[0], result.stderr
+        assert "end-to-end latency" in result.stdout
+        assert not marker.exists()
