@@ -209,7 +209,7 @@ def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(t
 
     from registry.store.rows import RecordIn
     from registry.tvm_side.record_check import RecordChecker
-    from registry.tvm_side.replay_worker import replay
+    from registry.tvm_side.replay import replay
     from registry.tvm_side.target import device_spec
 
     [workload] = tvmlog.read_workloads(tuned_logs.work_dir / tvmlog.WORKLOAD_FILE)

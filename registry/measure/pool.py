@@ -151,13 +151,40 @@ class WorkerPool:
         self.stderr = None if verbose else subprocess.DEVNULL
         self._idle: list[Worker] = []
         self._all: list[Worker] = []
+        self._warming: list[Worker] = []  # started by prestart, still answering their warm-up request
+
+    def prestart(self, request: dict[str, Any], timeout: float = 60.0) -> None:
+        """Start a worker now on ``request`` (one that imports what later requests need), without waiting: its start
+        overlaps whatever the caller does before its first ``run``."""
+        worker = Worker(self.env, self.stderr)
+        self._all.append(worker)
+        worker.send(request, timeout)
+        self._warming.append(worker)
 
     def _worker(self) -> Worker:
         if self._idle:
             return self._idle.pop()
+        while self._warming:
+            worker = self._warming.pop()
+            if self._finish_warming(worker):
+                return worker
         worker = Worker(self.env, self.stderr)
         self._all.append(worker)
         return worker
+
+    def _finish_warming(self, worker: Worker) -> bool:
+        """Wait for a prestarted worker's warm-up reply; False (and the worker gone) if it died or hung."""
+        while worker.deadline is not None:
+            readable, _, _ = select.select([worker.fd], [], [], max(0.0, worker.deadline - time.monotonic()))
+            try:
+                if not readable or worker.read() is not None:
+                    break
+            except (EOFError, OSError):
+                break
+        if worker.deadline is None:
+            return True
+        self._retire(worker)
+        return False
 
     def _retire(self, worker: Worker) -> str:
         self._all.remove(worker)
@@ -217,6 +244,7 @@ class WorkerPool:
             worker.close()
         self._all.clear()
         self._idle.clear()
+        self._warming.clear()
 
     def __enter__(self) -> WorkerPool:
         return self

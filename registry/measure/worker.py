@@ -8,6 +8,7 @@ Ops:
 - ``build``: a scheduled module built for a target and linked into a shared library (the builder pool's job).
 - ``kernel``: a kernel (a built library, or a module built here first) timed on in-range inputs.
 - ``model``: a compiled model (a Relax executable's library) timed end to end.
+- ``replay``: an unchecked trace replayed on its workload (``registry.tvm_side.replay``), for record validation.
 
 With ``rpc`` in a request, the device is a TVM RPC server's behind a tracker: the library is uploaded and timed
 there, and ``describe`` reports the server's device, not this machine's.
@@ -313,7 +314,20 @@ def _remove(artifact: str) -> None:
     shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
 
 
-OPS = {"describe": describe, "build": build, "kernel": kernel, "model": model}
+def replay(request: dict[str, Any]) -> dict[str, Any]:
+    from registry.tvm_side.replay import serve
+
+    return serve(request)
+
+
+def warm(request: dict[str, Any]) -> dict[str, Any]:
+    """Import TVM now, so that the requests after this one do not wait for it."""
+    import tvm  # noqa: F401
+
+    return {}
+
+
+OPS = {"describe": describe, "build": build, "kernel": kernel, "model": model, "replay": replay, "warm": warm}
 
 
 def serve(request_fd: int, reply_fd: int) -> None:

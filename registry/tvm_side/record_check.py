@@ -11,7 +11,7 @@ tile sizes are positive, and multiply to their loop's extent), and replays happe
 
 - *facts* per (workload, instructions before the postprocessors, compute-location decisions): each tile sampler's
   loop extent. Compute locations are in the key because they change the loop nest itself. An extent that turns
-  out to depend on other decisions (see ``replay_worker._facts``) is not used: such records are replayed one by one.
+  out to depend on other decisions (see ``replay._facts``) is not used: such records are replayed one by one.
 - *applies* per (workload, whole instruction list, compute locations): one record replayed with its own decisions,
   postprocessors included. If it does not apply, the next record of the key is tried, up to MAX_TRIES.
 

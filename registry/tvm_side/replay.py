@@ -1,59 +1,32 @@
-"""A process that replays traces for ``registry.tvm_side.replay_pool``: run as ``python -m`` this module.
+"""Replaying a trace nobody has checked yet: what ``registry.tvm_side.replay_pool`` sends to worker processes.
 
-Replaying a trace that nobody has checked is the one place where a log's content reaches TVM's C++ before anything
-vouches for it: a crafted instruction list could crash the process that replays it. So it happens here, in a process
-of its own; a crash costs this process, and the pool reports the trace that caused it.
+Replaying a trace is the one place where a log's content reaches TVM's C++ before anything vouches for it: a crafted
+instruction list could crash the process that replays it. So ``serve`` runs in a worker of the registry's worker pool
+(``registry.measure.worker``'s ``replay`` op); a crash costs that worker, and the pool reports the trace that caused it.
 
-Requests and replies are frames (an 8-byte little-endian length, then JSON) on stdin and stdout. A request is
-``{"key": workload key, "mod_json": module JSON (first use of the key only), "trace": [insts, decisions],
-"facts": bool}``; the reply says whether the trace applies, whether TVM kept every decision, and, with ``facts``,
-each tile sampler's loop extent (see ``_facts``).
+A request is ``{"key": workload key, "mod_json": module JSON, "trace": [insts, decisions], "facts": bool}``; the reply
+says whether the trace applies, whether TVM kept every decision, and, with ``facts``, each tile sampler's loop extent
+(see ``_facts``).
 """
 
 from __future__ import annotations
 
-import struct
-import sys
-from typing import Any, BinaryIO
+from typing import Any
 
-import orjson
-
-_LENGTH = struct.Struct("<Q")
 TILE_KINDS = ("SamplePerfectTile", "SamplePartitionedTile")
+_modules: dict[str, Any] = {}  # workload key -> module, in the worker: each is parsed once
 
 
-def read_frame(stream: BinaryIO) -> bytes | None:
-    head = stream.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
-        return None
-    (n,) = _LENGTH.unpack(head)
-    body = stream.read(n)
-    return body if len(body) == n else None
-
-
-def write_frame(stream: BinaryIO, message: Any) -> None:
-    write_payload(stream, orjson.dumps(message))
-
-
-def write_payload(stream: BinaryIO, payload: bytes) -> None:
-    stream.write(_LENGTH.pack(len(payload)) + payload)
-    stream.flush()
-
-
-def main() -> None:
+def serve(request: dict[str, Any]) -> dict[str, Any]:
     import tvm
 
-    modules: dict[str, Any] = {}
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while (frame := read_frame(stdin)) is not None:
-        request = orjson.loads(frame)
-        try:
-            if request.get("mod_json") is not None:
-                modules[request["key"]] = tvm.ir.load_json(request["mod_json"])
-            reply = replay(modules[request["key"]], request["trace"], request.get("facts", False))
-        except Exception as e:  # noqa: BLE001 - one bad request must not end the worker
-            reply = {"applies": False, "error": _line(e)}
-        write_frame(stdout, reply)
+    try:
+        key = request["key"]
+        if key not in _modules:
+            _modules[key] = tvm.ir.load_json(request["mod_json"])
+        return replay(_modules[key], request["trace"], request.get("facts", False))
+    except Exception as e:  # noqa: BLE001 - one bad request must not end the worker
+        return {"applies": False, "error": _line(e)}
 
 
 def replay(mod, trace: list, want_facts: bool) -> dict[str, Any]:
@@ -133,7 +106,3 @@ def _line(error: BaseException) -> str:
     from registry.tvm_side.compat import error_line
 
     return error_line(error)[:200]
-
-
-if __name__ == "__main__":
-    main()
