@@ -49,7 +49,7 @@ def shape_args(model: CorpusModel) -> list[str]:
     return [a for s in model.shape_args for a in ("--input-shape", s)]
 
 
-def tune_all(models: list[CorpusModel], work: Path, per_task: int, rows: dict) -> None:
+def tune_all(models: list[CorpusModel], work: Path, per_task: int, min_trials: int, rows: dict) -> None:
     for model in models:
         report_file = work / "reports" / f"tune-{model.name}.json"
         if report_file.exists():
@@ -63,7 +63,7 @@ def tune_all(models: list[CorpusModel], work: Path, per_task: int, rows: dict) -
             rows[model.name]["error"] = error
             print(f"{model.name}: {error}", flush=True)
             continue
-        trials = max(MIN_TRIALS, per_task * len(first["tasks"]))
+        trials = max(min_trials, per_task * len(first["tasks"]))
         start = time.perf_counter()
         report, error = registry("tune", str(path), *shape_args(model), "--trials", str(trials), "--json", db=db)
         if report is None:
@@ -175,6 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="models (default: the whole corpus)")
     parser.add_argument("--trials-per-task", type=int, default=8)
+    parser.add_argument("--min-trials", type=int, default=MIN_TRIALS, help="trials for a model with few tasks")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "corpus.json")
@@ -183,7 +184,7 @@ def main() -> None:
     for sub in ("tune", "transfer", "logs", "reports"):
         (args.work / sub).mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {m.name: {} for m in models}
-    tune_all(models, args.work, args.trials_per_task, rows)
+    tune_all(models, args.work, args.trials_per_task, args.min_trials, rows)
     transfer_all(models, args.work, rows)
     time_all(models, args.work, args.rounds, rows)
     table = summary(models, rows)
