@@ -119,7 +119,7 @@ def _one_line_warnings() -> None:
 
 
 def _register() -> None:
-    from registry.cli import db, index, info, logs, lookup, predictor, transfer, tune
+    from registry.cli import db, index, info, logs, lookup, predictor, report, transfer, tune
 
     cli.add_command(db.db)
     cli.add_command(index.index)
@@ -131,6 +131,7 @@ def _register() -> None:
     cli.add_command(transfer.transfer)
     cli.add_command(tune.tune)
     cli.add_command(predictor.predictor)
+    cli.add_command(report.report)
 
 
 _register()

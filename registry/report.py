@@ -65,6 +65,9 @@ class ModelReport:
     output: str | None = None
     tuning: dict[str, Any] | None = None  # how the tuner ran: measurer, degree of parallelism, predictor, stop
     errors: list[str] = field(default_factory=list)  # why a model latency is missing, one line each
+    # The tuner's per-batch history: {seconds, trials, task, best_us: {task: µs or None}, model_us}; None: no tuning
+    history: list[dict[str, Any]] | None = None
+    device_id: int | None = None  # the registry's device row the records were filed under (not in the JSON)
 
     @property
     def speedup(self) -> float | None:
@@ -86,6 +89,7 @@ class ModelReport:
             "tuning": self.tuning,
             "tasks": [asdict(task) for task in self.tasks],
             "errors": self.errors,
+            "history": self.history,
         }
 
 

@@ -1,0 +1,374 @@
+"""``registry report``: one self-contained HTML page about a model stored in the registry.
+
+The page has the per-task table (source, donor and distance, before -> after, share of the model's latency) and
+best-latency-over-time curves, per task and for the model, drawn from the records' timestamps as inline SVG
+(``registry.report_svg``). With the report of the run that just ended (``--report`` on transfer and tune), the table
+shows that run's before/after (each task's default schedule, timed by the run), and its per-batch history is drawn
+too. No TVM, no script, no external asset: the file opens anywhere, from disk.
+
+Everything taken from the database is escaped: a shared registry is written by others.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+from registry.errors import BadInputError
+from registry.report import ModelReport
+from registry.report_svg import PALETTE, Series, step_chart
+from registry.store import model_history as mh
+from registry.store.store import Store
+
+
+@dataclass
+class TaskLine:
+    name: str
+    workload_id: int
+    weight: int
+    source: str
+    donor: str | None
+    distance: float | None
+    before_us: float | None
+    after_us: float | None
+    records: int
+    curve: list[tuple[float, float]]  # (seconds since the first record, best latency so far in µs)
+    share: float | None = None  # of the model's estimated latency, 0..1
+
+
+@dataclass
+class ReportData:
+    model: str
+    model_id: int
+    sha256: str
+    input_shapes: str
+    device: str | None
+    generated_at: dt.datetime
+    start: dt.datetime | None  # time of the first record drawn
+    span_s: float
+    tasks: list[TaskLine]
+    model_curve: list[tuple[float, float]]  # (seconds, Σ weight x latency in µs)
+    before_kind: str  # what "before" is: "default schedule" (a run's report) or "first record"
+    untuned_ms: float | None = None
+    final_ms: float | None = None
+    history: list[dict] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+
+
+def _distance(a: bytes, b: bytes) -> float | None:
+    va, vb = np.frombuffer(a, dtype=np.float32), np.frombuffer(b, dtype=np.float32)
+    if va.shape != vb.shape or not va.size:
+        return None
+    return float(((va.astype(np.float64) - vb) ** 2).sum())  # squared L2, as transfer reports it
+
+
+def collect(
+    store: Store,
+    model: str,
+    device: str | None = None,
+    run: ModelReport | None = None,
+    sha256: str | None = None,
+) -> ReportData:
+    """The report's content: ``model`` is a model name (or id); ``device`` a selector as `registry lookup` takes
+    (default: the device with the most records of the model's tasks); ``run`` the report of the run that just ended."""
+    notes: list[str] = []
+    with store.read() as conn:
+        models = mh.find_models(conn, model, sha256)
+        if not models:
+            known = ", ".join(mh.model_names(conn)) or "none yet"
+            raise BadInputError(f"no model {model!r} in the registry (known: {known})")
+        row = models[0]
+        if len(models) > 1:
+            notes.append(
+                f"{len(models)} models match {model!r}; this is the newest (id {row.id}); give another's id to see it"
+            )
+        tasks = mh.model_tasks(conn, row.id)
+        wids = [t.workload_id for t in tasks]
+        if run is not None and run.device_id is not None:
+            dev: tuple[int, str] | None = (run.device_id, run.device)
+        elif device is not None:
+            dev = None
+        else:
+            dev = mh.busiest_device(conn, wids)
+    if run is None and device is not None:
+        found = store.resolve_one_device(device)
+        dev = (found.id, found.name)
+    with store.read() as conn:
+        records = mh.ok_records(conn, wids, dev[0]) if dev else []
+        by_wid: dict[int, list[mh.RecordPoint]] = {}
+        for r in records:
+            by_wid.setdefault(r.workload_id, []).append(r)
+        bests = {w: min(rs, key=lambda r: (r.mean_s, r.created_at, r.id)) for w, rs in by_wid.items()}
+        donor_rows = mh.donors(conn, [b.donor_record_id for b in bests.values() if b.donor_record_id is not None])
+    start = min((_utc(r.created_at) for r in records), default=None)
+    end = max((_utc(r.created_at) for r in records), default=None)
+    span = (end - start).total_seconds() if start and end else 0.0
+    ran = {t.workload_id: t for t in run.tasks} if run is not None else {}
+    embeddings = {t.workload_id: t.embedding for t in tasks}
+    lines = []
+    for t in tasks:
+        recs = by_wid.get(t.workload_id, [])
+        curve: list[tuple[float, float]] = []
+        for r in recs:
+            us = r.mean_s * 1e6
+            if not curve or us < curve[-1][1]:
+                curve.append(((_utc(r.created_at) - start).total_seconds(), us))
+        best = bests.get(t.workload_id)
+        donor = distance = None
+        if best is not None and best.donor_record_id in donor_rows:
+            d = donor_rows[best.donor_record_id]
+            donor = f"{d.task_name}#{d.workload_id}" + ("" if d.device_id == dev[0] else " (other device)")
+            distance = _distance(embeddings[t.workload_id], d.embedding)
+        line = TaskLine(
+            t.task_name,
+            t.workload_id,
+            t.weight,
+            best.source if best else "no record",
+            donor,
+            distance,
+            recs[0].mean_s * 1e6 if recs else None,
+            best.mean_s * 1e6 if best else None,
+            len(recs),
+            curve,
+        )
+        result = ran.get(t.workload_id)
+        if result is not None:  # the run knows more: the default schedule's time and where "after" came from
+            line.source, line.before_us, line.after_us = result.source, result.before_us, result.after_us
+            if result.donor is not None:
+                line.donor = result.donor + ("" if result.same_device else " (other device)")
+                line.distance = result.distance
+        lines.append(line)
+    total = sum(t.weight * t.after_us for t in lines if t.after_us is not None)
+    for t in lines:
+        t.share = t.weight * t.after_us / total if total and t.after_us is not None else None
+    if dev is None:
+        notes.append("no device has an ok record of this model's tasks: nothing to draw")
+    elif not records:
+        notes.append(f"device {dev[1]} has no ok record of this model's tasks: nothing to draw")
+    return ReportData(
+        model=row.name,
+        model_id=row.id,
+        sha256=row.sha256,
+        input_shapes=row.input_shapes_json,
+        device=dev[1] if dev else None,
+        generated_at=dt.datetime.now(dt.timezone.utc),
+        start=start,
+        span_s=span,
+        tasks=lines,
+        model_curve=_model_curve(lines),
+        before_kind="default schedule" if run is not None else "first record",
+        untuned_ms=run.untuned_ms if run else None,
+        final_ms=run.final_ms if run else None,
+        history=run.history if run else None,
+        notes=notes,
+    )
+
+
+def _model_curve(lines: list[TaskLine]) -> list[tuple[float, float]]:
+    """Σ weight x latency over the tasks, at each improvement of any: a task counts with its "before" until its first
+    record (its first record when "before" is unknown); tasks with neither are left out."""
+    current = {t.workload_id: t.before_us if t.before_us is not None else t.curve[0][1] for t in lines if t.curve}
+    for t in lines:
+        if not t.curve and t.after_us is not None:
+            current[t.workload_id] = t.after_us  # never recorded here: constant
+    weights = {t.workload_id: t.weight for t in lines}
+    events = sorted((x, i, t.workload_id, us) for i, t in enumerate(lines) for x, us in t.curve)
+    if not events:
+        return []
+    curve = [(0.0, sum(weights[w] * v for w, v in current.items()))]
+    for x, _, wid, us in events:
+        current[wid] = min(current[wid], us)
+        value = sum(weights[w] * v for w, v in current.items())
+        if value < curve[-1][1]:
+            curve.append((x, value))
+    return curve
+
+
+# -- HTML ------------------------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.meta{color:#555} .notes li{color:#8a5a00}
+table{border-collapse:collapse;margin-top:8px} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}
+th{background:#f3f3f3} td.n{text-align:right;font-variant-numeric:tabular-nums}
+.grid{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{background:#fff;border:1px solid #ddd}
+svg.chart text{font:11px sans-serif;fill:#333} svg.chart text.title{font:bold 12px sans-serif}
+svg.chart rect.plot{fill:#fafafa;stroke:#bbb} svg.chart line.grid{stroke:#e4e4e4}
+"""
+
+# No script, no request: only inline styles and data: images may load, even if escaping missed something.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def _ms(v: float | None) -> str:
+    return "not measured" if v is None else f"{v:.3f} ms"
+
+
+def _y_unit(values: list[float]) -> tuple[str, float]:
+    return ("ms", 1e-3) if values and max(values) >= 10_000 else ("µs", 1.0)
+
+
+def _chart(title: str, series: list[Series], x_max: float, x_label: str = "time", **kw) -> str:
+    ys = [y for s in series for _, y in s.points]
+    unit, scale = _y_unit(ys)
+    scaled = [Series(s.label, [(x, y * scale) for x, y in s.points], s.color) for s in series]
+    return step_chart(scaled, title=title, x_label=x_label, y_label=f"best latency ({unit})", x_max=x_max, **kw)
+
+
+def render(data: ReportData) -> str:
+    e = escape
+    title = f"registry report: {data.model}"
+    head = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+        f'<div class="meta">model id {data.model_id}, sha256 {e(data.sha256[:16])}…, input shapes '
+        f"{e(data.input_shapes)}<br>device {e(data.device or 'none')}; written "
+        f"{data.generated_at:%Y-%m-%d %H:%M:%S} UTC"
+        + (f"; first record drawn {data.start:%Y-%m-%d %H:%M:%S} UTC" if data.start else "")
+        + "</div>",
+    ]
+    tuned = [t for t in data.tasks if t.curve]
+    estimate = sum(t.weight * t.after_us for t in data.tasks if t.after_us is not None)
+    summary = [
+        f"{len(data.tasks)} tasks, {len(tuned)} with records on this device, "
+        f"{sum(t.records for t in data.tasks)} ok records",
+        f"model estimate (Σ weight × after): {estimate / 1e3:,.3f} ms"
+        + ("" if all(t.after_us is not None for t in data.tasks) else " (tasks without a latency left out)"),
+    ]
+    if data.untuned_ms is not None or data.final_ms is not None:
+        gain = f" ({data.untuned_ms / data.final_ms:.1f}x)" if data.untuned_ms and data.final_ms else ""
+        summary.append(f"end to end, this run: untuned {_ms(data.untuned_ms)} → final {_ms(data.final_ms)}{gain}")
+    body = ["<ul>" + "".join(f"<li>{e(s)}</li>" for s in summary) + "</ul>"]
+    if data.notes:
+        body.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in data.notes) + "</ul>")
+    body += _table(data)
+    body.append("<h2>Best latency over time</h2>")
+    body.append(
+        "<p>From the records' timestamps on this device (time of writing, not of measuring; an imported record "
+        "carries its import time). A curve steps down when a faster record is written. The model's curve is "
+        f"Σ weight × best so far, each task counted with its {e(data.before_kind)} until its first record.</p>"
+    )
+    x_max = data.span_s
+    if data.model_curve:
+        body.append(_chart(f"model {data.model}: Σ weight × latency", [Series("model", data.model_curve)], x_max))
+    charts = [
+        _chart(f"{t.name} (×{t.weight})", [Series(t.name, t.curve, PALETTE[i % len(PALETTE)])], x_max, width=440)
+        for i, t in enumerate(tuned)
+    ]
+    body.append('<div class="grid">' + "".join(charts) + "</div>" if charts else "<p>No task has records here.</p>")
+    if data.history:
+        body += _history(data.history)
+    return "\n".join(head + body + ["</body></html>", ""])
+
+
+def _table(data: ReportData) -> list[str]:
+    e = escape
+    headers = ["task", "weight", "source", "donor", "distance", f"before µs ({data.before_kind})", "after µs"]
+    headers += ["speedup", "share", "records"]
+    out = ["<h2>Tasks</h2>", "<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead>"]
+    out.append("<tbody>")
+    for t in sorted(data.tasks, key=lambda t: -(t.share or 0)):
+        speedup = f"{t.before_us / t.after_us:.1f}x" if t.before_us and t.after_us else "-"
+        cells = [
+            (e(t.name), ""),
+            (str(t.weight), "n"),
+            (e(t.source), ""),
+            (e(t.donor or "-"), ""),
+            ("-" if t.distance is None else f"{t.distance:.1f}", "n"),
+            (_us(t.before_us), "n"),
+            (_us(t.after_us), "n"),
+            (speedup, "n"),
+            ("-" if t.share is None else f"{100 * t.share:.1f}%", "n"),
+            (str(t.records), "n"),
+        ]
+        out.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def _history(history: list[dict]) -> list[str]:
+    """The run's per-batch history (``tune --json``'s ``history``): the model estimate and each task's best."""
+    model = [(float(h["seconds"]), float(h["model_us"])) for h in history if h.get("model_us")]
+    names: list[str] = []
+    for h in history:
+        names += [n for n in h.get("best_us", {}) if n not in names]
+    series = []
+    for i, name in enumerate(names):
+        pts: list[tuple[float, float]] = []
+        for h in history:
+            v = h.get("best_us", {}).get(name)
+            if v is not None and (not pts or v < pts[-1][1]):
+                pts.append((float(h["seconds"]), float(v)))
+        series.append(Series(name, pts, PALETTE[i % len(PALETTE)]))
+    x_max = max((float(h["seconds"]) for h in history), default=0.0)
+    trials = history[-1].get("trials", 0) if history else 0
+    out = [
+        "<h2>This run, batch by batch</h2>",
+        f"<p>{len(history)} points, {trials} trials counted at the end (stored ones included).</p>",
+        _chart("model estimate per batch", [Series("model estimate", model)], x_max),
+    ]
+    if series:
+        out.append(_chart("each task's best per batch", series, x_max, height=300 + 16 * ((len(series) + 2) // 3)))
+    return out
+
+
+# -- files -----------------------------------------------------------------------------------------------------------
+
+
+def default_path(model: str) -> Path:
+    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model").with_suffix(".report.html")
+
+
+def check_writable(path: Path) -> None:
+    """Fail early, in one line, when the report cannot be written there (before a long run, not after)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: it is a directory")
+    if not parent.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: no directory {parent}")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise BadInputError(f"cannot write the report to {path}: permission denied")
+
+
+def write(path: Path, page: str) -> None:
+    check_writable(path)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as err:
+        raise BadInputError(f"cannot write the report to {path}: {err.strerror}") from None
+
+
+def write_report(
+    store: Store,
+    model: str,
+    path: Path,
+    *,
+    device: str | None = None,
+    run: ModelReport | None = None,
+    sha256: str | None = None,
+) -> ReportData:
+    data = collect(store, model, device=device, run=run, sha256=sha256)
+    write(path, render(data))
+    return data
+
+
+__all__ = ["ReportData", "TaskLine", "check_writable", "collect", "default_path", "render", "write", "write_report"]

@@ -1,0 +1,133 @@
+"""Reading one model's tasks and the history of their records on one device: what ``registry report`` draws.
+
+No TVM here: a report is written from the store alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.store.models import Device, Model, ModelTask, TuningRecord, Workload
+
+
+@dataclass
+class ModelRow:
+    id: int
+    name: str
+    sha256: str
+    input_shapes_json: str
+    created_at: dt.datetime | None
+
+
+@dataclass
+class TaskRow:
+    workload_id: int
+    task_name: str
+    weight: int
+    op_kind: str
+    embedding: bytes
+
+
+@dataclass
+class RecordPoint:
+    """One ok record: when it was written and how fast it ran."""
+
+    id: int
+    workload_id: int
+    created_at: dt.datetime
+    mean_s: float
+    source: str
+    donor_record_id: int | None
+
+
+@dataclass
+class DonorRow:
+    record_id: int
+    workload_id: int
+    device_id: int
+    task_name: str
+    embedding: bytes
+
+
+def find_models(conn: Session, selector: str, sha256: str | None = None) -> list[ModelRow]:
+    """Models named ``selector`` (or with that id), newest first; only the one with ``sha256`` when it is given."""
+    stmt = select(Model.id, Model.name, Model.sha256, Model.input_shapes_json, Model.created_at)
+    if selector.isdigit():
+        stmt = stmt.where((Model.name == selector) | (Model.id == int(selector)))
+    else:
+        stmt = stmt.where(Model.name == selector)
+    if sha256 is not None:
+        stmt = stmt.where(Model.sha256 == sha256)
+    return [ModelRow(*r) for r in conn.execute(stmt.order_by(Model.id.desc())).all()]
+
+
+def model_names(conn: Session, limit: int = 10) -> list[str]:
+    rows = conn.execute(select(Model.name).group_by(Model.name).order_by(func.max(Model.id).desc()).limit(limit))
+    return [r[0] for r in rows]
+
+
+def model_tasks(conn: Session, model_id: int) -> list[TaskRow]:
+    rows = conn.execute(
+        select(ModelTask.workload_id, ModelTask.task_name, ModelTask.weight, Workload.op_kind, Workload.embedding)
+        .join(Workload, Workload.id == ModelTask.workload_id)
+        .where(ModelTask.model_id == model_id)
+        .order_by(ModelTask.workload_id)
+    ).all()
+    return [TaskRow(*r) for r in rows]
+
+
+def busiest_device(conn: Session, workload_ids: Sequence[int]) -> tuple[int, str] | None:
+    """The device (id, name) with the most ok records of these workloads; None when none has any."""
+    if not workload_ids:
+        return None
+    row = conn.execute(
+        select(Device.id, Device.name)
+        .join(TuningRecord, TuningRecord.device_id == Device.id)
+        .where(TuningRecord.workload_id.in_(list(workload_ids)), TuningRecord.ok.is_(True))
+        .group_by(Device.id, Device.name)
+        .order_by(func.count().desc(), Device.id)
+        .limit(1)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def ok_records(conn: Session, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
+    """The ok records of these workloads on this device, in the order they were written."""
+    if not workload_ids:
+        return []
+    rows = conn.execute(
+        select(
+            TuningRecord.id,
+            TuningRecord.workload_id,
+            TuningRecord.created_at,
+            TuningRecord.mean_s,
+            TuningRecord.source,
+            TuningRecord.donor_record_id,
+        )
+        .where(
+            TuningRecord.workload_id.in_(list(workload_ids)),
+            TuningRecord.device_id == device_id,
+            TuningRecord.ok.is_(True),
+        )
+        .order_by(TuningRecord.created_at, TuningRecord.id)
+    ).all()
+    return [RecordPoint(*r) for r in rows]
+
+
+def donors(conn: Session, record_ids: Sequence[int]) -> dict[int, DonorRow]:
+    """Donor records by id, with their workload's task name and embedding."""
+    if not record_ids:
+        return {}
+    rows = conn.execute(
+        select(
+            TuningRecord.id, TuningRecord.workload_id, TuningRecord.device_id, Workload.task_name, Workload.embedding
+        )
+        .join(Workload, Workload.id == TuningRecord.workload_id)
+        .where(TuningRecord.id.in_(list(record_ids)))
+    ).all()
+    return {r[0]: DonorRow(*r) for r in rows}
