@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from registry.cli.main import Context, pass_ctx
 from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.report import check_report_path, report_option, write_run_report
 
 
 @click.command()
@@ -28,6 +29,7 @@ from registry.cli.model_job import Progress, load_model, model_options, print_re
     help="Tasks that no donor helped are tuned (as by `registry tune`), seeded with the donors tried, with this "
     "many measured trials each; 0 leaves them on TVM's default schedule.",
 )
+@report_option
 @pass_ctx
 def transfer(
     ctx: Context,
@@ -41,6 +43,7 @@ def transfer(
     rpc,
     dop,
     as_json,
+    report_path,
     budget,
     neighbours,
     tune_trials,
@@ -57,6 +60,7 @@ def transfer(
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
       registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --json
     """
+    check_report_path(report_path)
     set_threads(threads)
     from registry.tvm_side.transfer import TransferOptions
     from registry.tvm_side.transfer import transfer as run_transfer
@@ -71,3 +75,4 @@ def transfer(
             ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s
         )
     print_report(report, as_json)
+    write_run_report(ctx, report_path, report, loaded.sha256)

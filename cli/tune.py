@@ -7,6 +7,7 @@ import re
 import click
 from registry.cli.main import Context, pass_ctx
 from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.report import check_report_path, report_option, write_run_report
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
@@ -72,6 +73,7 @@ class Duration(click.ParamType):
     help="Stop a task whose share of the model's latency is below this percent.",
 )
 @click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
+@report_option
 @pass_ctx
 def tune(
     ctx: Context,
@@ -85,6 +87,7 @@ def tune(
     rpc,
     dop,
     as_json,
+    report_path,
     seconds,
     trials,
     predictor,
@@ -107,6 +110,7 @@ def tune(
       registry tune resnet.onnx --trials 500 --threads 2 -o resnet.so --json
       registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
     """
+    check_report_path(report_path)
     set_threads(threads)
     from registry.tuning_policy import TrimOptions
     from registry.tvm_side.tune import ModelTuneOptions
@@ -126,3 +130,4 @@ def tune(
     with Progress("tune") as progress:
         report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
     print_report(report, as_json)
+    write_run_report(ctx, report_path, report, loaded.sha256)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import struct
 import subprocess
@@ -11,6 +12,7 @@ from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
+import onnx
 import pytest
 from click.testing import CliRunner
 from registry.cli.main import cli
@@ -20,6 +22,7 @@ from registry import testing
 from registry.report_svg import PALETTE, Series, log_ticks, nice_ticks, step_chart
 from registry.store.models import TuningRecord
 from registry.store.store import Store
+from registry.tvm_side import zoo
 from tests.rows import rows_of
 
 EVIL_TASK = "<script>alert(1)</script>"
@@ -254,3 +257,49 @@ def test_the_page_renders_its_curves_in_a_headless_browser(sqlite_url, tmp_path)
     assert painted(PALETTE[0]) > 500 and painted(PALETTE[1]) > 15
     white = sum(1 for row in rows for x in range(0, width * bpp, bpp) if row[x : x + 3] == b"\xff\xff\xff")
     assert white < width * len(rows)  # not a blank page
+
+
+# -- a real run: tune --json --report --------------------------------------------------------------------------------
+
+
+@pytest.mark.tvm
+def test_tune_keeps_its_history_and_writes_the_report(sqlite_url, tmp_path):
+    model = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(16, (64, 64, 32)), model)
+    out = tmp_path / "tune.html"
+    result = CliRunner().invoke(
+        cli,
+        ["--db", sqlite_url, "tune", str(model), "--trials", "8", "--batch", "4", "--no-predictor", "--json"]
+        + ["--report", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    history = report["history"]
+    assert len(history) >= 2 and history[0]["task"] is None
+    assert [h["seconds"] for h in history] == sorted(h["seconds"] for h in history)
+    assert history[-1]["trials"] == 8 and history[-1]["model_us"] <= history[0]["model_us"]
+    assert set(history[-1]["best_us"]) == {t["name"] for t in report["tasks"]}
+    assert f"report written to {out}" in result.stderr
+    page = _parse(out)
+    curves = {c["data-label"] for c in page.curves}
+    tuned = {t["name"] for t in report["tasks"] if t["measurements"]}
+    assert tuned and tuned <= curves and "model estimate" in curves
+    assert "default schedule" in "".join(page.text)  # the run's before: each task's default schedule
+
+    # transfer of the same model: every task an exact hit, and the page says so
+    again = tmp_path / "transfer.html"
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(model), "--report", str(again)])
+    assert result.exit_code == 0, result.output
+    page = _parse(again)
+    assert tuned <= {c["data-label"] for c in page.curves} and "exact" in "".join(page.text)
+
+
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(sqlite_url, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"not read: the report path is checked first")
+    for command in ("tune", "transfer"):
+        args = ["--db", sqlite_url, command, str(model), "--report", str(tmp_path / "no" / "r.html")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and "cannot write the report" in lines[0], result.stderr

@@ -191,6 +191,7 @@ def finish(run: ModelRun, results: list[TaskResult], output: Path | None) -> Mod
         timings=clock.timings,
         output=str(output) if output is not None else None,
         errors=errors,
+        device_id=run.db.device_id,
     )
 
 

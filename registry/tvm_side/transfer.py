@@ -76,20 +76,20 @@ def transfer(
         for i, task in enumerate(run.tasks):
             progress(i, len(run.tasks), task.name)
             results.append(resolver.resolve(task))
-        tuning = None
+        tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if r.source in ("default", "failed")]
         if fallback and opts.tune_trials > 0:
             progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s) without a usable donor")
-            tuning = _tune_fallback(run, opts, resolver, fallback)
+            tuning, history = _tune_fallback(run, opts, resolver, fallback)
         progress(len(run.tasks), len(run.tasks), "compiling")
         report = finish(run, results, opts.output)
-    report.tuning = tuning
+    report.tuning, report.history = tuning, history
     return report
 
 
-def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback) -> dict:
+def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback) -> tuple[dict, list[dict]]:
     """The engine of ``registry tune`` on the tasks transfer left on the default schedule, seeded with the donor
-    schedules transfer tried for them; each result is updated in place."""
+    schedules transfer tried for them; each result is updated in place. Returns the tuning summary and history."""
     from dataclasses import replace
 
     from registry.tvm_side.tune import run_engine, task_result, tuning_summary
@@ -111,7 +111,7 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
             tuned.tune_s,
             tuned.stopped,
         )
-    return tuning_summary(outcome)
+    return tuning_summary(outcome), outcome.history
 
 
 class _Resolver:

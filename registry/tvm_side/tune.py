@@ -63,7 +63,7 @@ def tune(
         outcome = run_engine(run, run.db, engine_opts, opts.team, progress, engine_tasks)
         results = [task_result(t, outcome) for t in engine_tasks]
         report = finish(run, results, opts.output)
-    report.tuning = tuning_summary(outcome)
+    report.tuning, report.history = tuning_summary(outcome), outcome.history
     return report
 
 

@@ -81,6 +81,8 @@ class Outcome:
     measured: str  # where and how, in words
     dop: int
     stop: str
+    # After the start and each batch: {seconds, trials, task, best_us: {task: µs or None}, model_us}
+    history: list[dict] = field(default_factory=list)
 
 
 class Engine:
@@ -123,6 +125,7 @@ class Engine:
         planner = Planner(list(states.values()), Budget(self.opts.trials, self.opts.seconds), self.opts.trim)
         ids = {id(s): wid for wid, s in states.items()}
         budget = self.opts.trials or 0
+        history = [self._point(start, states, planner, None)]
         while (state := planner.next_task(time.perf_counter() - start)) is not None:
             wid = ids[id(state)]
             t0 = time.perf_counter()
@@ -140,6 +143,7 @@ class Engine:
             if not done:
                 state.stopped = "search space exhausted"
             planner.record_batch(state, before, time.perf_counter() - t0)
+            history.append(self._point(start, states, planner, state.name))
         for tuner in tuners.values():
             tuner.ctx.post_tuning()
         stop = planner.out_of_budget(time.perf_counter() - start) or "every task stopped"
@@ -152,7 +156,18 @@ class Engine:
             self.measurer.summary(),
             self.measurer.dop,
             stop,
+            history,
         )
+
+    def _point(self, start: float, states: dict[int, TaskState], planner: Planner, task: str | None) -> dict:
+        """One point of the run's history: where the tuning stands after a batch (of ``task``; None: the start)."""
+        return {
+            "seconds": round(time.perf_counter() - start, 3),
+            "trials": self._spent(states),
+            "task": task,
+            "best_us": {s.name: s.best_us for s in states.values()},
+            "model_us": planner.model_us(),
+        }
 
     @staticmethod
     def _spent(states: dict[int, TaskState]) -> int:
