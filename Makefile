@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install demo test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation clean
+.PHONY: install browser demo test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,3 +64,7 @@ bench-isolation: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Debian's Chromium, for the report's headless-browser test (tests/test_report.py skips it without a browser).
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends chromium)

@@ -335,7 +335,8 @@ def _history(history: list[dict]) -> list[str]:
 
 
 def default_path(model: str) -> Path:
-    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model").with_suffix(".report.html")
+    """``MODEL.report.html`` here, with every character but ``A-Za-z0-9._-`` of the (untrusted) name replaced."""
+    return Path((re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model") + ".report.html")
 
 
 def check_writable(path: Path) -> None:

@@ -84,10 +84,10 @@ def _coords(curve: dict[str, str]) -> list[tuple[float, float]]:
     return [tuple(map(float, p.split(","))) for p in curve["points"].split()]
 
 
-def test_the_page_has_one_curve_per_tuned_task_and_escapes_the_database_text(sqlite_url, tmp_path):
-    _fill(sqlite_url)
+def test_the_page_has_one_curve_per_tuned_task_and_escapes_the_database_text(db_url, tmp_path):
+    _fill(db_url)
     out = tmp_path / "r.html"
-    result = CliRunner().invoke(cli, ["--db", sqlite_url, "report", EVIL_MODEL, "-o", str(out)])
+    result = CliRunner().invoke(cli, ["--db", db_url, "report", EVIL_MODEL, "-o", str(out)])
     assert result.exit_code == 0, result.output
     raw = out.read_text(encoding="utf-8")
     page = _parse(out)
@@ -161,6 +161,15 @@ def _python() -> str:
 
 
 # -- the SVG helpers -------------------------------------------------------------------------------------------------
+
+
+def test_default_file_names_are_tame():
+    from registry.report_html import default_path
+
+    assert default_path("resnet.v2") == Path("resnet.v2.report.html")
+    assert default_path("../../etc/x y") == Path("etc_x_y.report.html") and default_path("..") == Path(
+        "model.report.html"
+    )
 
 
 def test_ticks_and_an_empty_chart():
