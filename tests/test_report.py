@@ -163,6 +163,14 @@ def _python() -> str:
 # -- the SVG helpers -------------------------------------------------------------------------------------------------
 
 
+def test_help_has_examples_and_the_run_commands_take_report(sqlite_url):
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "report", "--help"])
+    assert result.exit_code == 0 and "Example" in result.output
+    for command in ("tune", "transfer"):
+        result = CliRunner().invoke(cli, ["--db", sqlite_url, command, "--help"])
+        assert result.exit_code == 0 and "--report PATH" in result.output
+
+
 def test_default_file_names_are_tame():
     from registry.report_html import default_path
 
@@ -228,7 +236,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 def test_the_page_renders_its_curves_in_a_headless_browser(sqlite_url, tmp_path):
     browser = _browser()
     if browser is None:
-        pytest.skip("no headless browser on this machine (Debian: apt-get install chromium)")
+        pytest.skip("no headless browser on this machine (`make browser` installs Debian's chromium)")
     _fill(sqlite_url)
     out = tmp_path / "r.html"
     assert CliRunner().invoke(cli, ["--db", sqlite_url, "report", EVIL_MODEL, "-o", str(out)]).exit_code == 0
