@@ -4,8 +4,9 @@ Run as ``python -m registry.examples [DIR]`` (default ``examples``). It writes:
 
 - ``mlp-sibling.onnx``: the demo's MLP with other shapes (batch 32, 96 -> 192 -> 48 instead of 16, 128 -> 256 -> 64),
   so its tasks are new to the registry but have close donors among the demo's records;
-- ``exported-mlp.onnx``: an MLP as PyTorch exports it, with a symbolic batch (``--input-shape x=8,64`` fixes it) and a
-  Reshape whose shape is computed at run time.
+- ``exported-mlp.onnx``: the demo's first layer (128 -> 256, ReLU) as PyTorch exports it: a symbolic batch
+  (``--input-shape x=16,128`` fixes it) and a Reshape whose shape is computed at run time. At batch 16 its matmul is
+  the demo's own workload, so transfer finds an exact record.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from registry.tvm_side import zoo
 
 EXAMPLES = {
     "mlp-sibling.onnx": lambda: zoo.mlp(batch=32, sizes=(96, 192, 48)),
-    "exported-mlp.onnx": lambda: zoo.exported_mlp(n_in=64, n_out=32),
+    "exported-mlp.onnx": lambda: zoo.exported_mlp(n_in=128, n_out=256),
 }
 
 
