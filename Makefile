@@ -11,7 +11,7 @@ DEMO_TRIALS ?= 32
 	clean
 
 # The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
-# A venv made before xgboost-cpu holds `xgboost` with 474 MB of NCCL GPU libraries: that is dropped first.
+# A venv made before xgboost-cpu holds `xgboost` with its NCCL GPU libraries (about 470 MB): that is dropped first.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
