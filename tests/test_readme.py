@@ -58,6 +58,22 @@ def test_commands_are_one_per_line():
             assert " / registry" not in command, command
 
 
+def test_python_blocks_parse_and_use_the_public_api():
+    """The Python snippets are not run (they tune for minutes); they must parse, and name only what `registry`
+    exports (tests/test_api.py runs the same calls on a tiny model)."""
+    import ast
+
+    import registry
+
+    pythons = [body for info, body in blocks(README.read_text()) if info[:1] == ["python"]]
+    assert pythons
+    for body in pythons:
+        tree = ast.parse(body)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "registry":
+                assert node.attr in registry.__all__, f"README uses registry.{node.attr}: not exported"
+
+
 @pytest.mark.tvm
 def test_readme_shell_blocks_run(tmp_path):
     venv = Path(sys.prefix)
