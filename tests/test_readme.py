@@ -76,15 +76,19 @@ def test_python_blocks_parse_and_use_the_public_api():
 
 @pytest.mark.tvm
 def test_readme_shell_blocks_run(tmp_path):
+    """All blocks in one shell session, as pasted into one terminal: the README's own `. .venv/bin/activate` puts
+    `registry` on the PATH."""
     venv = Path(sys.prefix)
     if not (venv / "bin" / "registry").exists():
         pytest.skip(f"the tests run outside a venv with the registry installed ({venv})")
     clone = tmp_path / "clone"
     clone.mkdir()
     (clone / ".venv").symlink_to(venv)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TVM_NUM_THREADS")}
+    drop = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TVM_NUM_THREADS", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    bin_dir = str(venv / "bin")  # pytest's own venv must not be on the PATH before the README activates it
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d != bin_dir)
     env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         REGISTRY_HOME=str(tmp_path / "home"),
         REGISTRY_DATABASE_URL=f"sqlite:///{tmp_path / 'registry.db'}",
         DEMO_TRIALS=DEMO_TRIALS,
@@ -92,18 +96,22 @@ def test_readme_shell_blocks_run(tmp_path):
         README_VENV=str(venv),
     )
     # This checkout's Makefile and venv, which make must not rebuild (-o: the venv counts as installed).
-    prelude = 'make() { command make -f "$README_MAKEFILE" -o "$README_VENV/.installed" VENV="$README_VENV" "$@"; }\n'
+    script = ['make() { command make -f "$README_MAKEFILE" -o "$README_VENV/.installed" VENV="$README_VENV" "$@"; }']
     run, _ = shell_blocks(README.read_text())
     for i, block in enumerate(run, 1):
-        proc = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", prelude + block],
-            cwd=clone,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert proc.returncode == 0, (
-            f"README sh block {i} of {len(run)} failed (exit {proc.returncode}):\n{block}\n"
+        script += [f"echo '### README block {i} of {len(run)}' >&2", block]
+    proc = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", "\n".join(script)],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        markers = re.findall(r"### README block (\d+) of", proc.stderr)
+        failed = int(markers[-1]) if markers else 1
+        pytest.fail(
+            f"README sh block {failed} of {len(run)} failed (exit {proc.returncode}):\n{run[failed - 1]}\n"
             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
         )
