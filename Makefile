@@ -80,4 +80,4 @@ bench-isolation: install
 	$(PY) bench/measure/isolation.py --old-registry ../wt-old/.venv/bin/registry
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache examples
