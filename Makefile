@@ -4,26 +4,43 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REGISTRY := $(VENV)/bin/registry
 
-.PHONY: install browser demo test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation clean
+# Trials the demo tunes (tests/test_readme.py runs the README's commands with fewer).
+DEMO_TRIALS ?= 32
 
+.PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation \
+	clean
+
+# The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
+# A venv made before xgboost-cpu holds `xgboost` with its NCCL GPU libraries (about 470 MB): that is dropped first.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	if $(PY) -m pip show -q nvidia-nccl-cu12 2>/dev/null; then $(PY) -m pip uninstall -q -y xgboost nvidia-nccl-cu12; fi
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
 
+install-dev: $(VENV)/.installed-dev
+
 # Tune a small model built in code into the embedded SQLite registry, then show what is stored.
 demo: install
-	$(PY) -m registry.tvm_side.demo
+	$(PY) -m registry.tvm_side.demo --trials $(DEMO_TRIALS)
 	$(REGISTRY) lookup --model demo-mlp
 	$(REGISTRY) stats
 
-test: install
+# The README's example models, written into examples/ (built in code: no download, no TVM).
+examples: install
+	$(PY) -m registry.examples examples
+
+test: install-dev
 	$(VENV)/bin/pytest -q
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check registry cli migrations tests bench
 	$(VENV)/bin/ruff format --check registry cli migrations tests bench
 
@@ -63,7 +80,7 @@ bench-isolation: install
 	$(PY) bench/measure/isolation.py --old-registry ../wt-old/.venv/bin/registry
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache examples
 
 # Debian's Chromium, for the report's headless-browser test (tests/test_report.py skips it without a browser).
 browser:

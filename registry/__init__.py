@@ -1,15 +1,31 @@
 """registry: a tuning-record database and transfer-tuning registry for Apache TVM MetaSchedule.
 
-Importing this package is cheap and never imports TVM; ``RegistryDatabase`` (which does) loads on first use::
+Importing this package is cheap and never imports TVM; the functions and ``RegistryDatabase`` load it on first use::
 
-    from registry import Store, RegistryDatabase
+    import registry
+
+    db = registry.database()  # a MetaSchedule database for this machine's device, as the CLI files records
+    report = registry.transfer("model.onnx", output="model.so")  # the report `registry transfer` prints
+
+See ``registry.api`` for ``host_target``, ``host_device``, ``database``, ``transfer`` and ``tune``.
 """
 
 from __future__ import annotations
 
+from registry.api import database, host_device, host_target, transfer, tune
 from registry.errors import RegistryError
 
-__all__ = ["RegistryDatabase", "RegistryError", "Store"]
+__all__ = [
+    "ModelReport",
+    "RegistryDatabase",
+    "RegistryError",
+    "Store",
+    "database",
+    "host_device",
+    "host_target",
+    "transfer",
+    "tune",
+]
 
 
 def __getattr__(name: str):
@@ -21,4 +37,8 @@ def __getattr__(name: str):
         from registry.tvm_side.database import RegistryDatabase
 
         return RegistryDatabase
+    if name == "ModelReport":
+        from registry.report import ModelReport
+
+        return ModelReport
     raise AttributeError(name)

@@ -73,6 +73,12 @@ class RegistryDatabase(PyDatabase):
         self._checked_targets: set[str] = set()
         self._checker: RecordChecker | None = None  # made on the first commit: tuning that reads only starts no worker
 
+    @property
+    def target(self) -> Target:
+        """The target of this database's device: what to tune and compile with (``tune_relax(mod, params,
+        db.target, ...)``), so that every record lands under this one device."""
+        return Target(self.device.target)
+
     # -- workloads ----------------------------------------------------------------------------------------------
 
     def _known(self, mod: IRModule, shash: str) -> tuple[int, Workload, list[Any]] | None:

@@ -79,7 +79,8 @@ def main() -> None:
             target,
             work_dir,
             max_trials_global=args.trials,
-            num_trials_per_iter=16,
+            # every task gets trials even from a small budget (MetaSchedule gives each round to one task)
+            num_trials_per_iter=max(1, min(16, args.trials // len(tasks))),
             database=db,
             seed=1,
             builder=PersistentBuilder(),

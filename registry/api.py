@@ -1,0 +1,321 @@
+"""The registry from Python, as the CLI uses it: ``registry.host_target()``, ``registry.database()``,
+``registry.transfer()`` and ``registry.tune()`` (re-exported by ``registry``).
+
+Nothing here imports TVM until a function is called, so ``import registry`` stays cheap::
+
+    import registry
+    from tvm.s_tir import meta_schedule as ms
+
+    db = registry.database()  # this machine's device, exactly as `registry transfer`/`tune` file records under
+    ms.relax_integration.tune_relax(mod, params, db.target, work_dir, 2000, database=db)
+    ex = ms.relax_integration.compile_relax(db, raw_mod, db.target, params)
+
+    report = registry.transfer("model.onnx", input_shapes={"x": [1, 3, 224, 224]}, output="model.so")
+    print(report.final_ms, [t.source for t in report.tasks])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from registry.errors import BadInputError
+
+if TYPE_CHECKING:
+    import onnx
+    from tvm.ir import IRModule
+    from tvm.target import Target
+
+    from registry.report import ModelReport
+    from registry.store.rows import DeviceSpec
+    from registry.store.store import Store
+    from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.frontend import LoadedModel
+
+    TargetLike = Union[Target, dict, str, None]  # noqa: UP007 - evaluated by type checkers only
+    ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto, IRModule]  # noqa: UP007
+    StoreLike = Union[Store, str, os.PathLike, None]  # noqa: UP007
+
+THREADS_ENV = "TVM_NUM_THREADS"
+
+__all__ = ["database", "host_device", "host_target", "transfer", "tune"]
+
+
+def host_target(num_cores: int | None = None) -> Target:
+    """This machine's CPU as the llvm target the CLI measures and files records for: ``mcpu`` and ``mtriple`` spelled
+    out, ``num-cores`` all of its cores. A target without ``mcpu`` would name another device."""
+    from registry.tvm_side.target import host_target as target
+
+    return target(num_cores)
+
+
+def host_device(target: TargetLike = None, threads: int | None = None) -> DeviceSpec:
+    """The device records for ``target`` (default: ``host_target()``) are filed under when measured here: the target,
+    the runtime thread count (``threads``, else ``$TVM_NUM_THREADS``, else TVM's default), this machine's CPU (or GPU)
+    and the TVM release. ``device.name`` is what ``registry devices`` lists."""
+    from registry.tvm_side.target import device_spec
+
+    return device_spec(_target(target), _threads(threads))
+
+
+def database(
+    target: TargetLike = None,
+    db: StoreLike = None,
+    *,
+    threads: int | None = None,
+    team: str | None = None,
+    model: str | None = None,
+    source: str = "tuned",
+) -> RegistryDatabase:
+    """A MetaSchedule database over the registry, bound to the device the CLI uses for ``target`` on this machine.
+
+    ``target``: None (this CPU, ``host_target()``), ``"host"``, ``"cuda"``, a TVM target as JSON text or dict (an llvm
+    one without ``num-cores`` gets this machine's), or a ``tvm.target.Target``. ``db``: a ``Store``, a database URL or
+    an SQLite file path (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). ``team``, ``model``,
+    ``source``: provenance written on every record it commits.
+
+    Tune with ``db.target``, the target the device was made for: MetaSchedule writes the records through the
+    database, and a record for another target is refused rather than filed under a second device.
+    """
+    from registry.tvm_side.database import RegistryDatabase
+
+    return RegistryDatabase(
+        _target(target), _store(db), num_threads=_threads(threads), source=source, team=team, model=model
+    )
+
+
+def transfer(
+    model: ModelLike,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    target: TargetLike = None,
+    threads: int | None = None,
+    db: StoreLike = None,
+    output: str | os.PathLike | None = None,
+    candidates: int = 3,
+    neighbours: int = 5,
+    tune_trials: int = 32,
+    team: str | None = None,
+    rpc: str | None = None,
+    dop: int | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ModelReport:
+    """``registry transfer`` from Python: compile ``model`` with the schedules of similar tuned operators, write what
+    was measured back, and return the report the CLI prints (``report.tasks``, ``report.final_ms``,
+    ``report.as_json()``).
+
+    ``model``: an ONNX file (path, bytes or ``onnx.ModelProto``) or a Relax ``IRModule`` as the importer returns it
+    (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
+    ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
+    schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
+    ``output``: where to export the compiled library. The rest is as the CLI's options of the same names.
+    """
+    from registry.tvm_side.transfer import TransferOptions
+    from registry.tvm_side.transfer import transfer as run
+
+    options = TransferOptions(
+        budget=candidates,
+        neighbours=neighbours,
+        team=team,
+        output=Path(output) if output is not None else None,
+        tune_trials=tune_trials,
+        where=_where(rpc, dop),
+    )
+    return _run(run, options, model, input_shapes, params, name, target, threads, db, progress)
+
+
+def tune(
+    model: ModelLike,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    target: TargetLike = None,
+    threads: int | None = None,
+    db: StoreLike = None,
+    output: str | os.PathLike | None = None,
+    trials: int | None = None,
+    seconds: float | None = None,
+    predictor: bool = True,
+    keep: float = 0.75,
+    min_gain: float = 1.0,
+    min_share: float = 1.0,
+    batch: int = 16,
+    team: str | None = None,
+    rpc: str | None = None,
+    dop: int | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ModelReport:
+    """``registry tune`` from Python: tune ``model``'s tasks, seeded from the registry, every measured record written
+    back at once, then compile it; returns the report the CLI prints.
+
+    ``trials`` counts measured candidates for the model, including those stored by earlier runs (so a re-run
+    resumes); ``seconds`` is a wall-time budget; with neither, 32 trials per task. ``min_gain`` and ``min_share`` are
+    percentages, as on the command line. ``model`` and the other arguments are as for ``transfer``.
+    """
+    from registry.tuning_policy import TrimOptions
+    from registry.tvm_side.tune import ModelTuneOptions
+    from registry.tvm_side.tune import tune as run
+    from registry.tvm_side.tuning.engine import TuneOptions
+
+    engine = TuneOptions(
+        trials=trials,
+        seconds=seconds,
+        batch=batch,
+        trim=TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep),
+        use_predictor=predictor,
+    )
+    options = ModelTuneOptions(
+        engine=engine, team=team, output=Path(output) if output is not None else None, where=_where(rpc, dop)
+    )
+    return _run(run, options, model, input_shapes, params, name, target, threads, db, progress)
+
+
+# -- shared ---------------------------------------------------------------------------------------------------------
+
+
+def _run(run, options, model, input_shapes, params, name, target, threads, db, progress) -> ModelReport:
+    import time
+
+    start = time.perf_counter()
+    tvm_target = _target(target)
+    loaded = load_model(model, input_shapes, params, name)
+    import_s = time.perf_counter() - start
+    store, owned = _open(db)
+    try:
+        return run(
+            store,
+            loaded,
+            tvm_target,
+            _threads(threads),
+            options,
+            progress=progress or (lambda _done, _total, _what: None),
+            import_s=import_s,
+        )
+    finally:
+        if owned:
+            store.close()
+
+
+def load_model(
+    model: ModelLike,
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+    name: str | None = None,
+) -> LoadedModel:
+    """An ONNX file (path, bytes, ``onnx.ModelProto``) or a Relax ``IRModule`` as the pipeline takes it."""
+    from tvm.ir import IRModule
+
+    if isinstance(model, IRModule):
+        if input_shapes:
+            raise BadInputError("input_shapes applies to ONNX models; a Relax module's input shapes are its own")
+        return _loaded_relax(model, params, name or "relax-model")
+    if params is not None:
+        raise BadInputError("params applies to a Relax IRModule; an ONNX model carries its weights")
+    from registry.onnx_prep import parse_input_shapes
+    from registry.tvm_side.frontend import load_onnx
+
+    if isinstance(input_shapes, Mapping):
+        shapes = {k: [int(d) for d in v] for k, v in input_shapes.items()}
+    else:
+        shapes = parse_input_shapes(list(input_shapes or []))
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        return load_onnx(path, shapes, name=name or path.stem)
+    if isinstance(model, bytes):
+        return load_onnx(model, shapes, name=name)
+    if hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        return load_onnx(model.SerializeToString(), shapes, name=name or model.graph.name or None)
+    raise BadInputError(
+        f"model: expected an ONNX file (path, bytes or onnx.ModelProto) or a Relax IRModule, got {type(model).__name__}"
+    )
+
+
+def _loaded_relax(mod: IRModule, params: Mapping[str, Any] | None, name: str) -> LoadedModel:
+    from tvm import relax
+
+    from registry.tvm_side.frontend import LoadedModel
+    from registry.tvm_side.signature import structural_hash
+
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise BadInputError(f"{name}: the Relax module has no `main` function")
+    if params:
+        mod = relax.transform.BindParams("main", dict(params))(mod)
+    func = mod["main"]
+    inputs = list(func.params)
+    if func.attrs is not None and "num_input" in func.attrs:  # from_onnx(keep_params_in_input=True): weights follow
+        count = int(func.attrs["num_input"])
+        if len(inputs) > count:
+            names = ", ".join(p.name for p in inputs[count:][:3])
+            raise BadInputError(f"{name}: the weights ({names}, ...) are inputs of `main`: bind them with params=")
+    shapes: dict[str, list[int]] = {}
+    dtypes: dict[str, str] = {}
+    for param in inputs:
+        ty = param.ty
+        if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+            raise BadInputError(f"{name}: input {param.name} is not a tensor of known shape ({ty})")
+        try:
+            shapes[param.name] = [int(d) for d in ty.shape.values]
+        except (TypeError, ValueError):
+            raise BadInputError(
+                f"{name}: input {param.name} has the symbolic shape {ty.shape}; give the module static shapes"
+            ) from None
+        dtypes[param.name] = str(ty.dtype)
+    ident = json.dumps([structural_hash(mod), shapes], sort_keys=True)
+    return LoadedModel(name, hashlib.sha256(("relax:" + ident).encode()).hexdigest(), shapes, dtypes, mod)
+
+
+def _target(target: TargetLike) -> Target:
+    from tvm.target import Target
+
+    from registry.tvm_side.target import host_target as this_cpu
+    from registry.tvm_side.target import target_from_option
+
+    if target is None:
+        return this_cpu()
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, dict):
+        return target_from_option(json.dumps(target))
+    if isinstance(target, str):
+        return target_from_option(target)
+    raise BadInputError(f"target: expected a tvm.target.Target, a dict, JSON text, 'host' or 'cuda', got {target!r}")
+
+
+def _threads(threads: int | None) -> int | None:
+    """The CLI's rule: the argument, else ``$TVM_NUM_THREADS``, else None (the runtime's default)."""
+    if threads is not None:
+        return int(threads)
+    env = os.environ.get(THREADS_ENV, "")
+    return int(env) if env.isdigit() else None
+
+
+def _store(db: StoreLike):
+    from registry.store.store import Store
+
+    if db is None or isinstance(db, Store):
+        return db
+    text = os.fspath(db)
+    return Store(text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}")
+
+
+def _open(db: StoreLike):
+    """(store, whether this call opened it and must close it)."""
+    from registry.store.store import Store
+
+    if isinstance(db, Store):
+        return db, False
+    return _store(db) or Store(None), True
+
+
+def _where(rpc: str | None, dop: int | None):
+    from registry.measure.tracker import Tracker
+    from registry.tvm_side.pipeline import Where
+
+    return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)

@@ -1,0 +1,93 @@
+"""The plain-TVM hook and the Python API: ``registry.host_target``, ``registry.database``, ``registry.transfer``,
+``registry.tune``. Tuning here is tiny: one fused matmul task, a handful of trials."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import registry
+from registry.errors import BadInputError
+from registry.store.store import Store
+from tests.tvm_env import tiny_model, tune_with_plain_tvm
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_import_registry_and_its_api_do_not_import_tvm():
+    code = (
+        "import sys, registry\n"
+        "fns = [registry.host_target, registry.host_device, registry.database, registry.transfer, registry.tune]\n"
+        "loaded = sorted(m for m in sys.modules if m == 'tvm' or m.startswith(('tvm.', 'tvm_ffi')))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_py_typed_ships_with_the_package():
+    assert (Path(registry.__file__).parent / "py.typed").is_file()
+
+
+def device_count(url: str) -> int:
+    with Store(url) as store:
+        return len(store.all_devices())
+
+
+@pytest.mark.tvm
+def test_tune_relax_through_registry_database_files_under_the_cli_device(tmp_path, sqlite_url):
+    """The README's snippet: tune_relax with registry.database() and db.target puts its records under the device
+    the CLI measures on (one device row), so `--device host` stays unambiguous and transfer finds them as exact."""
+    from registry.measure.measurer import Measurer
+
+    model = tiny_model()
+    db = registry.database(db=sqlite_url, model=model.name)
+    assert db.target.attrs["mcpu"] == registry.host_target().attrs["mcpu"]
+    tune_with_plain_tvm(tmp_path / "work", model, db.target, database=db, trials=4)
+    assert len(db) > 0
+    assert device_count(sqlite_url) == 1
+    with Measurer(registry.host_target()) as measurer:  # what `registry transfer` / `tune` file records under
+        assert measurer.device.key == db.device.key == registry.host_device().key
+    with Store(sqlite_url) as store:
+        assert store.resolve_one_device("host").id == db.device_id
+
+    onnx_path = tmp_path / "tiny.onnx"
+    onnx_path.write_bytes(_tiny_onnx())
+    report = registry.transfer(onnx_path, db=sqlite_url, tune_trials=0, dop=1)
+    assert isinstance(report, registry.ModelReport)
+    assert [t.source for t in report.tasks] == ["exact"]
+    assert report.model == "tiny" and report.final_ms is not None
+    assert device_count(sqlite_url) == 1
+
+
+@pytest.mark.tvm
+def test_tune_takes_a_relax_module(tmp_path):
+    url = str(tmp_path / "plain-path.db")  # a plain file path is a SQLite registry
+    mod = tiny_model().mod
+    report = registry.tune(mod, db=url, name="relax-mlp", trials=4, batch=4, dop=1, output=tmp_path / "m.so")
+    assert isinstance(report, registry.ModelReport)
+    assert report.model == "relax-mlp" and len(report.tasks) == 1
+    assert report.tasks[0].source in ("tuned", "default") and report.tasks[0].measurements > 0
+    assert (tmp_path / "m.so").is_file()
+    assert report.as_json()["tasks"][0]["name"] == report.tasks[0].name
+    assert device_count(f"sqlite:///{url}") == 1
+
+
+@pytest.mark.tvm
+def test_model_arguments_are_checked():
+    from registry.api import load_model
+
+    with pytest.raises(BadInputError, match="expected an ONNX file"):
+        load_model(42)
+    with pytest.raises(BadInputError, match="params applies to a Relax"):
+        load_model(_tiny_onnx(), params={"w": 1})
+    loaded = load_model(_tiny_onnx(), input_shapes=["x=8,64"], name="n")
+    assert loaded.name == "n" and loaded.input_shapes == {"x": [8, 64]}
+
+
+def _tiny_onnx() -> bytes:
+    from registry.tvm_side import zoo
+
+    return zoo.mlp(8, (64, 64)).SerializeToString()
