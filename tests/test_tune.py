@@ -101,7 +101,8 @@ def _records(url: str) -> tuple[int, int]:
 def test_tune_respects_the_trial_budget_and_reports_like_transfer(sqlite_url, mlp):
     report = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
     assert {"untuned_ms", "final_ms", "search_s", "tasks", "sources", "timings"} <= report.keys()
-    assert sum(t["measurements"] for t in report["tasks"]) == 24
+    assert sum(t["measurements"] for t in report["tasks"]) == sum(t["trials"] for t in report["tasks"]) == 24
+    assert report["tuning"]["trials"] == {"asked": 24, "stored": 0, "measured": 24}
     assert _records(sqlite_url) == (24, 24)
     assert all(t["source"] == "tuned" and t["after_us"] < t["before_us"] for t in report["tasks"]), report["tasks"]
     assert report["final_ms"] < report["untuned_ms"] / 3
@@ -156,7 +157,7 @@ def test_a_stored_predictor_ranks_and_trims_from_the_first_batch(sqlite_url, mlp
     report = _tune(sqlite_url, str(sibling), "--trials", "24", "--batch", "16", "--keep", "0.5")
     assert report["tuning"]["predictor_version"] == 1
     # with the predictor, the very first batch of each task is trimmed to half: more proposed than measured
-    assert all(t["trials"] > t["measurements"] for t in report["tasks"] if t["trials"]), report["tasks"]
+    assert all(t["proposed"] > t["trials"] for t in report["tasks"] if t["trials"]), report["tasks"]
 
 
 @pytest.mark.tvm

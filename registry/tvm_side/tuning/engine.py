@@ -44,6 +44,7 @@ from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_lin
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
 from registry.tvm_side.tuning.rules import rules_with_producers_inlined
+from registry.verbosity import meta_schedule_level
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
 # the best, so it is re-measured precisely.
@@ -81,6 +82,9 @@ class Outcome:
     measured: str  # where and how, in words
     dop: int
     stop: str
+    # the trial budget: {"asked": --trials, "stored": trials stored by earlier runs, "measured": by this run}; None
+    # with only a time budget
+    trials: dict[str, int] | None = None
 
 
 class Engine:
@@ -96,7 +100,7 @@ class Engine:
         self.clock, self.model, self.team, self.progress = run.clock, run.loaded.name, team, progress
         self.measurer = run.measurer
         prepare_tuning(self.target.kind.name)
-        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.WARNING)
+        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(meta_schedule_level())
         self.builder = PersistentBuilder()
         self.cost_model, self.predictor_version = self._cost_model()
         self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
@@ -144,6 +148,10 @@ class Engine:
             tuner.ctx.post_tuning()
         stop = planner.out_of_budget(time.perf_counter() - start) or "every task stopped"
         self.progress(self._spent(states), budget, stop)
+        trials = None
+        if self.opts.trials:
+            stored = sum(s.stored for s in states.values())
+            trials = {"asked": self.opts.trials, "stored": stored, "measured": self._spent(states) - stored}
         return Outcome(
             states,
             self.measurer.calibration,
@@ -152,6 +160,7 @@ class Engine:
             self.measurer.summary(),
             self.measurer.dop,
             stop,
+            trials,
         )
 
     @staticmethod
