@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import click
-from registry.cli.main import Context, pass_ctx
 from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.options import Context, pass_ctx
 
 
 @click.command()
 @model_options
 @click.option(
-    "--budget",
+    "--candidates",
     type=click.IntRange(1),
     default=3,
     show_default=True,
@@ -40,8 +40,8 @@ def transfer(
     team,
     rpc,
     dop,
-    as_json,
-    budget,
+    fmt,
+    candidates,
     neighbours,
     tune_trials,
 ) -> None:
@@ -55,7 +55,7 @@ def transfer(
     \b
     Examples:
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
-      registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --json
+      registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
     """
     set_threads(threads)
     from registry.tvm_side.transfer import TransferOptions
@@ -64,10 +64,10 @@ def transfer(
     place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
     options = TransferOptions(
-        budget=budget, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
+        budget=candidates, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
     )
     with Progress("transfer") as progress:
         report = run_transfer(
             ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s
         )
-    print_report(report, as_json)
+    print_report(report, fmt)
