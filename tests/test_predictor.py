@@ -125,6 +125,7 @@ def test_training_a_device_without_records_is_one_clear_error(sqlite_url):
 
 
 def test_predictor_list_reads_the_table_without_importing_tvm(sqlite_url):
+    Store(sqlite_url).close()  # an empty registry: `predictor list` is read-only and creates none
     code = (
         "import sys; from click.testing import CliRunner; from registry.cli.main import cli; "
         f"r = CliRunner().invoke(cli, ['--db', {sqlite_url!r}, 'predictor', 'list', '--json']); "
