@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -145,7 +146,7 @@ class Progress:
             return
         text = self.line(done, total, what)
         if self.tty:
-            cols = 119
+            cols = shutil.get_terminal_size((120, 24)).columns - 1  # a longer line would wrap and not be overwritten
             click.echo(f"\r{text[:cols]:{max(self.width, 1)}}", nl=False, err=True)
             self.width = min(len(text), cols)
             return
