@@ -70,6 +70,8 @@ def cli(ctx: click.Context) -> None:
     """
     obj = ctx.ensure_object(Context)
     ctx.call_on_close(obj.close)
+    # a process that runs several commands (a test, a notebook) gets its loggers back as they were
+    ctx.call_on_close(lambda: configure_logging(0))
     _one_line_warnings()
     configure_logging(obj.verbosity)
 

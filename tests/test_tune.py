@@ -110,6 +110,17 @@ def test_tune_respects_the_trial_budget_and_reports_like_transfer(sqlite_url, ml
 
 
 @pytest.mark.tvm
+def test_tune_v_shows_meta_schedules_log_and_q_only_errors(sqlite_url, mlp):
+    loud = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", str(mlp), "--trials", "8", "--no-predictor", "-v"])
+    assert loud.exit_code == 0, loud.output
+    assert "tvm.s_tir.meta_schedule" in loud.stderr and " INFO: " in loud.stderr, loud.stderr[-2000:]
+    assert "8 trials of the 8 asked (measured candidates;" in loud.stdout, loud.stdout
+    quiet = CliRunner().invoke(cli, ["tune", str(mlp), "--trials", "8", "--no-predictor", "-q", "--db", sqlite_url])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr  # resumed: the 8 trials are stored already
+    assert "end-to-end latency" in quiet.stdout
+
+
+@pytest.mark.tvm
 def test_tune_respects_a_time_budget(sqlite_url, mlp):
     report = _tune(sqlite_url, str(mlp), "--budget", "12s", "--trials", "10000", "--no-predictor")
     tuning_s = sum(t["tune_s"] for t in report["tasks"])
