@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import click
-from registry.cli.main import Context, pass_ctx
+from registry.cli.options import Context, common_options, output_options, pass_ctx
+from registry.cli.output import echo_model
 
 
 @click.group()
@@ -21,8 +22,10 @@ def db() -> None:
 
 
 @db.command()
+@output_options()
+@common_options
 @pass_ctx
-def upgrade(ctx: Context) -> None:
+def upgrade(ctx: Context, fmt: str) -> None:
     """Migrate the database to this registry's schema.
 
     \b
@@ -34,17 +37,30 @@ def upgrade(ctx: Context) -> None:
     from registry.store.store import Store
 
     store = Store(ctx.url, check_schema=False)
-    with translated_errors(store.url):
-        before, after = schema.upgrade(store.engine)
+    try:
+        with translated_errors(store.url):
+            before, after = schema.upgrade(store.engine)
+    finally:
+        store.close()
+    if fmt == "json":
+        from registry.cli.schemas import DbOutput
+
+        echo_model(
+            DbOutput(database=redact(store.url), before=before, revision=after, head=schema.HEAD, up_to_date=True)
+        )
+        return
     click.echo(
         f"{redact(store.url)}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}"
     )
 
 
 @db.command()
+@output_options()
+@common_options
 @pass_ctx
-def current(ctx: Context) -> None:
-    """Print the database's schema revision and the one this registry needs.
+def current(ctx: Context, fmt: str) -> None:
+    """Print the database's schema revision and the one this registry needs (read-only: a missing SQLite file is an
+    error, and nothing is created).
 
     \b
     Example:
@@ -54,8 +70,16 @@ def current(ctx: Context) -> None:
     from registry.store.engine import redact, translated_errors
     from registry.store.store import Store
 
-    store = Store(ctx.url, check_schema=False)
-    with translated_errors(store.url), store.engine.connect() as conn:
-        rev = schema.current_revision(conn)
+    store = Store(ctx.url, check_schema=False, create_new=False)
+    try:
+        with translated_errors(store.url), store.engine.connect() as conn:
+            rev = schema.current_revision(conn)
+    finally:
+        store.close()
+    if fmt == "json":
+        from registry.cli.schemas import DbOutput
+
+        echo_model(DbOutput(database=redact(store.url), revision=rev, head=schema.HEAD, up_to_date=rev == schema.HEAD))
+        return
     state = "up to date" if rev == schema.HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
     click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {schema.HEAD}; {state})")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import click
-from registry.cli.main import Context, pass_ctx
-from registry.cli.output import echo_json
+from registry.cli.options import Context, common_options, output_options, pass_ctx
+from registry.cli.output import echo_model
 
 
 @click.group()
@@ -23,9 +23,11 @@ def index() -> None:
     """
 
 
-def _echo(status, as_json: bool) -> None:
-    if as_json:
-        echo_json(dataclasses.asdict(status))
+def _echo(status, fmt: str) -> None:
+    if fmt == "json":
+        from registry.cli.schemas import IndexStatusOutput
+
+        echo_model(IndexStatusOutput(**dataclasses.asdict(status)))
         return
     state = "in sync" if status.in_sync else ("stale: rebuilt on next use" if status.exists else "not built yet")
     click.echo(f"index      {status.path}\nstate      {state}")
@@ -35,9 +37,10 @@ def _echo(status, as_json: bool) -> None:
 
 
 @index.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@output_options()
+@common_options
 @pass_ctx
-def status(ctx: Context, as_json: bool) -> None:
+def status(ctx: Context, fmt: str) -> None:
     """Whether the index matches the database.
 
     \b
@@ -46,13 +49,14 @@ def status(ctx: Context, as_json: bool) -> None:
     """
     from registry.similarity.index import SimilarityIndex
 
-    _echo(SimilarityIndex(ctx.store).status(), as_json)
+    _echo(SimilarityIndex(ctx.existing_store).status(), fmt)
 
 
 @index.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@output_options()
+@common_options
 @pass_ctx
-def rebuild(ctx: Context, as_json: bool) -> None:
+def rebuild(ctx: Context, fmt: str) -> None:
     """Rebuild the index from the database now.
 
     \b
@@ -61,4 +65,4 @@ def rebuild(ctx: Context, as_json: bool) -> None:
     """
     from registry.similarity.index import SimilarityIndex
 
-    _echo(SimilarityIndex(ctx.store).rebuild(), as_json)
+    _echo(SimilarityIndex(ctx.existing_store).rebuild(), fmt)

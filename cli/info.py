@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import click
-from registry.cli.main import Context, pass_ctx
-from registry.cli.output import echo_json, echo_table
+from registry.cli.options import Context, common_options, output_options, pass_ctx
+from registry.cli.output import echo_model, echo_rows
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@output_options("table", "json", "csv")
+@common_options
 @pass_ctx
-def stats(ctx: Context, as_json: bool) -> None:
-    """Counts of devices, workloads, records and models, by source, operator and device.
+def stats(ctx: Context, fmt: str) -> None:
+    """Counts of devices, workloads, records and models, by source, operator and device (read-only).
+
+    --format csv prints the per-device table.
 
     \b
     Example:
@@ -19,11 +22,21 @@ def stats(ctx: Context, as_json: bool) -> None:
     """
     from registry.store.engine import redact
 
-    s = ctx.store.stats()
-    if as_json:
-        echo_json(s)
+    store = ctx.existing_store
+    s = store.stats()
+    if fmt == "json":
+        from registry.cli.schemas import StatsOutput
+
+        echo_model(StatsOutput(database=redact(store.url), **s))
         return
-    click.echo(f"database   {redact(ctx.store.url)}")
+    per_device = (
+        ["device", "tuned workloads", "ok records"],
+        [(f"{d['id']}:{d['name']}", d["tuned_workloads"], d["ok_records"]) for d in s["per_device"]],
+    )
+    if fmt == "csv":
+        echo_rows(fmt, *per_device)
+        return
+    click.echo(f"database   {redact(store.url)}")
     click.echo(f"devices    {s['devices']}")
     click.echo(f"workloads  {s['workloads']}")
     click.echo(f"records    {s['records']} ({s['records_ok']} ok)")
@@ -34,18 +47,16 @@ def stats(ctx: Context, as_json: bool) -> None:
         click.echo("by op      " + ", ".join(f"{k} {v}" for k, v in s["workloads_by_op"].items()))
     if s["per_device"]:
         click.echo("")
-        echo_table(
-            ["device", "tuned workloads", "ok records"],
-            [(f"{d['id']}:{d['name']}", d["tuned_workloads"], d["ok_records"]) for d in s["per_device"]],
-            right=("tuned workloads", "ok records"),
-        )
+        echo_rows(fmt, *per_device, right=("tuned workloads", "ok records"))
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON, with each device's full target.")
+@output_options("table", "json", "csv")
+@common_options
 @pass_ctx
-def devices(ctx: Context, as_json: bool) -> None:
-    """The devices records were measured on. Use an id or name with --device.
+def devices(ctx: Context, fmt: str) -> None:
+    """The devices records were measured on (read-only). Use an id or name with --device; JSON has each device's
+    full target.
 
     A device is a target (with mcpu and num-cores), a runtime thread count, a CPU or GPU model and a TVM release:
     records are only comparable when all four agree.
@@ -54,14 +65,18 @@ def devices(ctx: Context, as_json: bool) -> None:
     Example:
       registry devices
     """
-    rows = ctx.store.devices()
-    if as_json:
-        echo_json(rows)
+    rows = ctx.existing_store.devices()
+    if fmt == "json":
+        from registry.cli.schemas import DevicesOutput
+
+        echo_model(DevicesOutput(rows=rows))
         return
-    if not rows:
-        click.echo("no devices yet: tune, transfer or `registry import` some records first", err=True)
+    if not rows and fmt == "table":
+        if not ctx.quiet:
+            click.echo("no devices yet: tune, transfer or `registry import` some records first", err=True)
         return
-    echo_table(
+    echo_rows(
+        fmt,
         ["id", "name", "threads", "host", "tvm", "records"],
         [(d["id"], d["name"], d["threads"], d["host_model"], d["tvm_version"], d["records"]) for d in rows],
         right=("id", "threads", "records"),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
-from registry.cli.main import Context, pass_ctx
-from registry.cli.output import StatusLine
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.output import Progress, echo_model
 
 
 @click.command("import")
@@ -25,8 +26,10 @@ from registry.cli.output import StatusLine
     is_flag=True,
     help="Import the valid records and report the invalid ones, instead of refusing the whole import.",
 )
+@output_options()
+@common_options
 @pass_ctx
-def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_invalid: bool) -> None:
+def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_invalid: bool, fmt: str) -> None:
     """Import MetaSchedule logs (JSONDatabase files) written by plain TVM.
 
     PATH is a tune_relax work dir, a folder holding several, or a database_tuning_record.json. The import is one
@@ -40,7 +43,7 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
     """
     from registry.tvm_side.log_import import import_logs
 
-    with StatusLine() as progress:
+    with Progress("import") as progress:
         result = import_logs(
             ctx.store,
             path,
@@ -51,6 +54,11 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
             skip_invalid=skip_invalid,
             progress=progress,
         )
+    if fmt == "json":
+        from registry.cli.schemas import ImportOutput
+
+        echo_model(ImportOutput(**dataclasses.asdict(result)))
+        return
     click.echo(f"workloads: {result.workloads_new} new, {result.workloads_present} already present")
     click.echo(f"records:   {result.records_new} new, {result.records_present} already present")
     if result.records_skipped:
@@ -66,11 +74,13 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
     type=click.Path(path_type=Path, file_okay=False),
     help="Folder to write database_workload.json and database_tuning_record.json into.",
 )
-@click.option("--device", help="`host`, a device id or a name (see `registry devices`); needed when several exist.")
+@device_option("`host`, a device id or a name (see `registry devices`); needed when several exist.")
 @click.option("--best-only", is_flag=True, help="Only each workload's best record.")
+@output_options()
+@common_options
 @pass_ctx
-def export(ctx: Context, folder: Path, device, best_only: bool) -> None:
-    """Export one device's records as a JSONDatabase that plain TVM loads.
+def export(ctx: Context, folder: Path, device, best_only: bool, fmt: str) -> None:
+    """Export one device's records as a JSONDatabase that plain TVM loads (reads the registry, writes only FOLDER).
 
     \b
     Example:
@@ -81,5 +91,10 @@ def export(ctx: Context, folder: Path, device, best_only: bool) -> None:
     """
     from registry.export import export_database
 
-    r = export_database(ctx.store, folder, device, best_only=best_only)
+    r = export_database(ctx.existing_store, folder, device, best_only=best_only)
+    if fmt == "json":
+        from registry.cli.schemas import ExportOutput
+
+        echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
+        return
     click.echo(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")

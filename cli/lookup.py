@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import click
-from registry.cli.main import Context, pass_ctx
-from registry.cli.output import echo_json, echo_table, shapes
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.output import echo_model, echo_rows, shapes
 
 from registry.errors import BadInputError
 
@@ -24,7 +24,7 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
 @click.option("--op", help="Operator kind: conv2d, depthwise_conv2d, matmul, dense, softmax, pool, injective, ...")
 @click.option("--shape", help="An argument shape the workload must have, e.g. 1,64,56,56.")
 @click.option("--dtype", help="An argument dtype the workload must have, e.g. float32.")
-@click.option("--device", help="`host` (this machine), a device id, or a name from `registry devices`.")
+@device_option("`host` (this machine), a device id, or a name from `registry devices`.")
 @click.option("--model", help="Only workloads of this model (a name recorded by transfer or import --model).")
 @click.option("--workload", "workload", metavar="HASH", help="One workload, by structural hash.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(1, 100), help="Best records per workload.")
@@ -35,10 +35,11 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     type=click.IntRange(1, 10_000),
     help="Most (workload, device) pairs to list.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+@output_options("table", "json", "csv")
+@common_options
 @pass_ctx
-def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit, as_json) -> None:
-    """Find the best stored schedules of the workloads matching every filter.
+def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit, fmt) -> None:
+    """Find the best stored schedules of the workloads matching every filter (read-only).
 
     Each row is one workload on one device, with its best record (or the best --top-k).
 
@@ -47,6 +48,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
       registry lookup --op conv2d --device host
       registry lookup --shape 1,64,56,56 --dtype float32 --top-k 3
       registry lookup --model resnet18 --json
+      registry lookup --op matmul --format csv > matmul.csv
     """
     from registry.config import resolve_database_url
     from registry.store import lookup as q
@@ -68,15 +70,20 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         finally:  # an open read transaction would hold PostgreSQL locks for as long as this process lives
             sql.conn.close()
     else:  # a fresh database (migrated first), another dialect, or one to explain: through the Store
-        f.device_ids = [d.id for d in ctx.store.resolve_devices(device)] if device else None
-        rows = ctx.store.lookup(f)
-    if as_json:
-        echo_json([r.as_dict() for r in rows])
+        store = ctx.existing_store
+        f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
+        rows = store.lookup(f)
+    if fmt == "json":
+        from registry.cli.schemas import LookupOutput
+
+        echo_model(LookupOutput(rows=[r.as_dict() for r in rows]))
         return
-    if not rows:
-        click.echo("no stored schedule matches; `registry stats` shows what the registry holds", err=True)
+    if not rows and fmt == "table":
+        if not ctx.quiet:
+            click.echo("no stored schedule matches; `registry stats` shows what the registry holds", err=True)
         return
-    echo_table(
+    echo_rows(
+        fmt,
         ["op", "task", "shapes", "device", "rank", "latency_us", "GFLOP/s", "records", "source", "workload"],
         [
             (

@@ -7,34 +7,9 @@ import sys
 import warnings
 
 import click
+from registry.cli.options import Context, configure_logging, db_option, pass_ctx, quiet_option, verbose_option
 
-from registry.config import DATABASE_URL_ENV
 from registry.errors import RegistryError, RegistryWarning
-
-
-class Context:
-    """What every command shares: the database URL, and the Store opened on first use."""
-
-    def __init__(self, url: str | None) -> None:
-        self.url = url
-        self._store = None
-
-    @property
-    def store(self):
-        if self._store is None:
-            from registry.store.store import Store
-
-            self._store = Store(self.url)
-        return self._store
-
-    def close(self) -> None:
-        """Give the database connections back when the command ends (a process running several commands, such as
-        a test, would otherwise keep a pool per command)."""
-        if self._store is not None:
-            self._store.close()
-
-
-pass_ctx = click.make_pass_decorator(Context)
 
 
 class OneLineUsageError(click.UsageError):
@@ -74,17 +49,12 @@ class RegistryGroup(click.Group):
 
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option(
-    "--db",
-    "url",
-    envvar=DATABASE_URL_ENV,
-    metavar="URL",
-    help=f"SQLAlchemy database URL [env {DATABASE_URL_ENV}; default: sqlite file under the per-user data dir]. "
-    "Example: postgresql://registry@db-host/registry",
-)
+@db_option(envvar=True)
+@quiet_option
+@verbose_option
 @click.version_option(package_name="tvm-registry", prog_name="registry")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None) -> None:
+def cli(ctx: click.Context) -> None:
     """A database of TVM MetaSchedule tuning records: keep every tuned schedule, find it, reuse it.
 
     \b
@@ -94,10 +64,16 @@ def cli(ctx: click.Context, url: str | None) -> None:
       registry export -o ./logs --device host        # a JSONDatabase for plain TVM
       registry transfer model.onnx -o model.so       # compile with schedules of similar tuned operators
       registry tune model.onnx --budget 20m          # tune what is left, every record written back
+      registry show WORKLOAD --device host           # the best schedule as TVMScript, with its provenance
+
+    --db, -q and -v may also follow the subcommand. Shell completion: see docs/CLI.md.
     """
-    ctx.obj = Context(url)
-    ctx.call_on_close(ctx.obj.close)
+    obj = ctx.ensure_object(Context)
+    ctx.call_on_close(obj.close)
+    # a process that runs several commands (a test, a notebook) gets its loggers back as they were
+    ctx.call_on_close(lambda: configure_logging(0))
     _one_line_warnings()
+    configure_logging(obj.verbosity)
 
 
 def _one_line_warnings() -> None:
@@ -119,7 +95,7 @@ def _one_line_warnings() -> None:
 
 
 def _register() -> None:
-    from registry.cli import db, index, info, logs, lookup, predictor, report, transfer, tune
+    from registry.cli import db, index, info, logs, lookup, predictor, report, show, transfer, tune
 
     cli.add_command(db.db)
     cli.add_command(index.index)
@@ -132,6 +108,7 @@ def _register() -> None:
     cli.add_command(tune.tune)
     cli.add_command(predictor.predictor)
     cli.add_command(report.report)
+    cli.add_command(show.show)
 
 
 _register()
@@ -147,4 +124,4 @@ def main() -> None:
         sys.exit(2)
 
 
-__all__ = ["cli", "main", "pass_ctx"]
+__all__ = ["Context", "cli", "main", "pass_ctx"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from pathlib import Path
 
 import click
-from registry.cli.output import echo_json, echo_table
+from registry.cli.options import common_options, output_options
+from registry.cli.output import Progress, echo_model, echo_table
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -58,7 +58,8 @@ def model_options(command):
             help="Kernels measured at once [default: calibrated on this machine: the most that do not interfere; "
             "with --rpc, one per free server].",
         ),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
+        output_options("table", "json"),
+        common_options,
     ]
     return functools.reduce(lambda f, d: d(f), reversed(decorators), command)
 
@@ -91,41 +92,20 @@ def where(rpc: str | None, dop: int | None):
     return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)
 
 
-def print_report(report, as_json: bool) -> None:
+def print_report(report, fmt: str) -> None:
     from registry.report import summary_lines, task_table
 
-    if as_json:
-        echo_json(report.as_json())
+    if fmt == "json":
+        from registry.cli.schemas import ModelReportOutput
+
+        echo_model(ModelReportOutput.model_validate(report.as_json()))
         return
     headers, rows = task_table(report)
-    numbers = ("weight", "distance", "before µs", "after µs", "speedup", "trials", "measured", "tune s")
+    numbers = ("weight", "distance", "before µs", "after µs", "speedup", "trials", "proposed", "tune s")
     echo_table(headers, rows, right=numbers)
     click.echo()
     for line in summary_lines(report):
         click.echo(line)
 
 
-class Progress:
-    """A progress bar on stderr; a line per step when stderr is not a terminal (CI logs)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-    def __enter__(self):
-        self.bar = None
-        self.enabled = sys.stderr.isatty()
-        return self
-
-    def __call__(self, done: int, total: int, what: str) -> None:
-        if not self.enabled or total <= 0:
-            click.echo(f"[{done}/{total}] {what}" if total > 0 else f"[{done}] {what}", err=True)
-            return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr, show_pos=True)
-            self.bar.__enter__()
-        self.bar.label = f"{what[:40]:40}"
-        self.bar.update(min(done, total) - self.bar.pos)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+__all__ = ["Progress", "load_model", "model_options", "print_report", "set_threads", "where"]

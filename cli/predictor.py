@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import click
-from registry.cli.main import Context, pass_ctx
-from registry.cli.output import StatusLine, echo_json, echo_table
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.output import StatusLine, echo_model, echo_rows, echo_table
 
 
 @click.group()
@@ -22,11 +22,8 @@ def predictor() -> None:
 
 
 @predictor.command()
-@click.option(
-    "--device",
-    default="host",
-    show_default=True,
-    help="`host` (this machine), a device id or a name (see `registry devices`).",
+@device_option(
+    "`host` (this machine), a device id or a name (see `registry devices`).", default="host", show_default=True
 )
 @click.option(
     "--holdout",
@@ -36,9 +33,10 @@ def predictor() -> None:
     help="Share of the workloads held out to evaluate a model trained without them; 0: no evaluation.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out choice.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the text.")
+@output_options()
+@common_options
 @pass_ctx
-def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -> None:
+def train(ctx: Context, device: str, holdout: float, seed: int, fmt: str) -> None:
     """Train a predictor on DEVICE's records and store it as the device's next version.
 
     Whole workloads are held out, not records: the evaluation says how well the model ranks the schedules of an
@@ -51,13 +49,15 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
     """
     from registry.tvm_side import predictor as tvm_predictor
 
-    store = ctx.store
+    store = ctx.existing_store  # it writes a predictor, but only into a registry with records
     dev = store.resolve_one_device(device)
     with StatusLine() as progress:
         model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress)
     version = tvm_predictor.save(store, dev.id, model, metrics)
-    if as_json:
-        echo_json({"version": version, "kind": tvm_predictor.KIND, **metrics})
+    if fmt == "json":
+        from registry.cli.schemas import PredictorTrainOutput
+
+        echo_model(PredictorTrainOutput(version=version, kind=tvm_predictor.KIND, **metrics))
         return
     click.echo(
         f"stored predictor v{version} ({tvm_predictor.KIND}) of device {metrics['device']}: "
@@ -81,11 +81,13 @@ def train(ctx: Context, device: str, holdout: float, seed: int, as_json: bool) -
 
 
 @predictor.command(name="list")
-@click.option("--device", help="Only this device: `host`, a device id or a name.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON, with each predictor's full evaluation.")
+@device_option("Only this device: `host`, a device id or a name.")
+@output_options("table", "json", "csv")
+@common_options
 @pass_ctx
-def list_(ctx: Context, device: str | None, as_json: bool) -> None:
-    """The stored predictors, by device and version, with their held-out Spearman and top-5 recall.
+def list_(ctx: Context, device: str | None, fmt: str) -> None:
+    """The stored predictors, by device and version, with their held-out Spearman and top-5 recall (JSON: with each
+    predictor's full evaluation).
 
     \b
     Example:
@@ -94,14 +96,17 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
     from registry.predictor_blob import LEGACY_KIND
     from registry.store.predictors import list_predictors
 
-    store = ctx.store
+    store = ctx.existing_store
     device_id = store.resolve_one_device(device).id if device else None
     rows = list_predictors(store, device_id)
-    if as_json:
-        echo_json([r.as_json() for r in rows])
+    if fmt == "json":
+        from registry.cli.schemas import PredictorListOutput
+
+        echo_model(PredictorListOutput(rows=[r.as_json() for r in rows]))
         return
-    if not rows:
-        click.echo("no predictors yet: `registry predictor train` makes one", err=True)
+    if not rows and fmt == "table":
+        if not ctx.quiet:
+            click.echo("no predictors yet: `registry predictor train` makes one", err=True)
         return
 
     def held(r, key: str) -> str:
@@ -110,7 +115,8 @@ def list_(ctx: Context, device: str | None, as_json: bool) -> None:
             return "-"
         return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
 
-    echo_table(
+    echo_rows(
+        fmt,
         [
             "device",
             "version",

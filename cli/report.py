@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from registry.cli.main import Context, pass_ctx
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.output import echo_model
 
 report_option = click.option(
     "--report",
@@ -46,13 +47,14 @@ def write_run_report(ctx: Context, report_path: Path | None, run_report, sha256:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to write the page [default: MODEL.report.html here].",
 )
-@click.option(
-    "--device",
-    help="`host`, a device id or a name from `registry devices` [default: the device with the most records of the "
-    "model's tasks].",
+@device_option(
+    "`host`, a device id or a name from `registry devices` [default: the device with the most records of the "
+    "model's tasks]."
 )
+@output_options()
+@common_options
 @pass_ctx
-def report(ctx: Context, model: str, output: Path | None, device: str | None) -> None:
+def report(ctx: Context, model: str, output: Path | None, device: str | None, fmt: str) -> None:
     """Write one self-contained HTML page about MODEL (a name or id recorded by transfer or tune).
 
     The page has the per-task table (source, donor and distance, before -> after, share of the model's latency) and
@@ -68,6 +70,14 @@ def report(ctx: Context, model: str, output: Path | None, device: str | None) ->
 
     path = output or default_path(model)
     check_writable(path)
-    data = write_report(ctx.store, model, path, device=device)
+    data = write_report(ctx.existing_store, model, path, device=device)
     tuned = sum(1 for t in data.tasks if t.curve)
+    if fmt == "json":
+        from registry.cli.schemas import ReportOutput
+
+        echo_model(
+            ReportOutput(model=data.model, device=data.device, path=str(path), tasks=len(data.tasks),
+                         tasks_with_records=tuned)
+        )  # fmt: skip
+        return
     click.echo(f"report on {data.model} ({len(data.tasks)} tasks, {tuned} with records) written to {path}")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import click
-from registry.cli.main import Context, pass_ctx
 from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
 
 @click.command()
 @model_options
 @click.option(
-    "--budget",
+    "--candidates",
     type=click.IntRange(1),
     default=3,
     show_default=True,
@@ -42,9 +42,9 @@ def transfer(
     team,
     rpc,
     dop,
-    as_json,
+    fmt,
     report_path,
-    budget,
+    candidates,
     neighbours,
     tune_trials,
 ) -> None:
@@ -58,7 +58,7 @@ def transfer(
     \b
     Examples:
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
-      registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --json
+      registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
     """
     check_report_path(report_path)
     set_threads(threads)
@@ -68,11 +68,11 @@ def transfer(
     place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
     options = TransferOptions(
-        budget=budget, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
+        budget=candidates, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
     )
     with Progress("transfer") as progress:
         report = run_transfer(
             ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s
         )
-    print_report(report, as_json)
+    print_report(report, fmt)
     write_run_report(ctx, report_path, report, loaded.sha256)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import click
-from registry.cli.main import Context, pass_ctx
 from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
@@ -86,7 +86,7 @@ def tune(
     team,
     rpc,
     dop,
-    as_json,
+    fmt,
     report_path,
     seconds,
     trials,
@@ -127,7 +127,7 @@ def tune(
         use_predictor=predictor,
     )
     options = ModelTuneOptions(engine=engine, team=team, output=output, where=place)
-    with Progress("tune") as progress:
+    with Progress("tune", seconds=seconds) as progress:
         report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
-    print_report(report, as_json)
+    print_report(report, fmt)
     write_run_report(ctx, report_path, report, loaded.sha256)

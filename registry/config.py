@@ -22,6 +22,21 @@ def default_database_url() -> str:
     return f"sqlite:///{registry_home() / 'registry.db'}"
 
 
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def database_url(value: str) -> str:
+    """``value`` as a SQLAlchemy URL: a URL as it is; a plain file path (one with a ``/``, a ``~``, an SQLite suffix
+    such as ``.db``, or an existing file) as the URL of that SQLite file. Anything else is left for the engine to
+    refuse as "not a database URL"."""
+    if "://" in value or value.startswith("sqlite:"):
+        return value
+    path = Path(value).expanduser()
+    if "/" in value or value.startswith("~") or path.suffix.lower() in _SQLITE_SUFFIXES or path.is_file():
+        return f"sqlite:///{path.absolute()}"
+    return value
+
+
 def resolve_database_url(url: str | None = None) -> str:
-    """An explicit URL wins, then ``$REGISTRY_DATABASE_URL``, then the embedded SQLite file."""
-    return url or os.environ.get(DATABASE_URL_ENV) or default_database_url()
+    """An explicit URL (or SQLite file path) wins, then ``$REGISTRY_DATABASE_URL``, then the embedded SQLite file."""
+    return database_url(url or os.environ.get(DATABASE_URL_ENV) or default_database_url())

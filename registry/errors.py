@@ -11,6 +11,13 @@ class DatabaseError(RegistryError):
     """The database cannot be reached or used."""
 
 
+class NoRegistryError(DatabaseError):
+    """A read-only command pointed at a database that does not exist yet, or holds no registry: nothing is created."""
+
+
+NO_REGISTRY_HINT = "only commands that write (import, transfer, tune, db upgrade) create one; check --db"
+
+
 class SchemaOutdatedError(DatabaseError):
     """The database's schema is at an older revision than this registry needs."""
 

@@ -24,9 +24,11 @@ class TaskResult:
     distance: float | None = None
     candidates: int = 0  # candidate schedules measured for this task
     same_device: bool | None = None  # whether the donor record was measured on this device
-    # Tuning cost (registry tune, or transfer's fallback tuning); zero for tasks that were not tuned.
-    trials: int = 0  # candidates proposed
-    measurements: int = 0  # candidates built and timed
+    # Tuning cost (registry tune, or transfer's fallback tuning); zero for tasks that were not tuned. Trials are
+    # counted the same way everywhere (tables, JSON, --trials, progress): measured candidates.
+    trials: int = 0  # candidates this run's tuning built and timed
+    measurements: int = 0  # the same as trials (kept for readers of older reports)
+    proposed: int = 0  # candidates the search proposed: measured, dropped unmeasured by the predictor, or stored
     tune_s: float = 0.0  # wall seconds spent tuning this task
     stopped: str | None = None  # why tuning of this task stopped
     error: str | None = None  # why the default schedule could not be built or run, in one line
@@ -105,10 +107,10 @@ def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
         donor = "-" if t.donor is None else t.donor + ("" if t.same_device else " (other device)")
         dist = "-" if t.distance is None else f"{t.distance:.1f}"
         rows.append([t.name, str(t.weight), t.source, donor, dist, _us(t.before_us), _us(t.after_us), gain])
-    if any(t.trials for t in report.tasks):  # what tuning each task cost
-        headers += ["trials", "measured", "tune s"]
+    if any(t.trials or t.proposed for t in report.tasks):  # what tuning each task cost
+        headers += ["trials", "proposed", "tune s"]
         for row, t in zip(rows, report.tasks, strict=True):
-            row += [str(t.trials), str(t.measurements), f"{t.tune_s:.1f}"]
+            row += [str(t.trials), str(t.proposed), f"{t.tune_s:.1f}"]
     return headers, rows
 
 
@@ -122,11 +124,16 @@ def summary_lines(report: ModelReport) -> list[str]:
         f"tuning search {t.search_s:.1f} s, measure {t.measure_s:.1f} s, report {t.report_s:.1f} s, "
         f"compile {t.compile_s:.1f} s",
     ]
-    tuned = [x for x in report.tasks if x.trials]
+    tuned = [x for x in report.tasks if x.trials or x.proposed]
     if tuned:
+        budget = (report.tuning or {}).get("trials")
+        asked = ""
+        if budget:
+            earlier = budget.get("stored", 0)
+            asked = f" of the {budget['asked']} asked" + (f" ({earlier} stored by earlier runs)" if earlier else "")
         lines.append(
-            f"tuning cost: {sum(x.tune_s for x in tuned):.1f} s, {sum(x.trials for x in tuned)} trials, "
-            f"{sum(x.measurements for x in tuned)} measurements over {len(tuned)} task(s)"
+            f"tuning cost: {sum(x.tune_s for x in tuned):.1f} s, {sum(x.trials for x in tuned)} trials"
+            f"{asked} (measured candidates; {sum(x.proposed for x in tuned)} proposed) over {len(tuned)} task(s)"
         )
     if report.tuning:
         lines.append(report.tuning.get("summary", ""))

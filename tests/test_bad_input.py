@@ -326,6 +326,12 @@ CLI_CASES = {
     "a command that does not exist": _cmd("frobnicate", fragment="No such command", code=2),
     "an option that does not exist": _cmd("stats", "--colour", fragment="No such option", code=2),
     "import without a path": _cmd("import", fragment="Missing argument", code=2),
+    "an output format that does not exist": _cmd("lookup", "--format", "xml", fragment="--format", code=2),
+    "--json and another --format": _cmd("devices", "--format", "csv", "--json", fragment="disagree", code=2),
+    "transfer's old --budget (now --candidates)": _cmd(
+        "transfer", "m.onnx", "--budget", "3", fragment="--budget", code=2
+    ),
+    "show of a workload that is not stored": _cmd("show", "0xfeed", fragment="no ok record of workload '0xfeed'"),
 }
 
 

@@ -51,7 +51,9 @@ def test_lookup_table_and_json(sqlite_url):
     )
     table = run(sqlite_url, "lookup", "--op", "matmul")
     assert table.exit_code == 0 and "matmul" in table.output and "conv2d" not in table.output
-    rows = json.loads(run(sqlite_url, "lookup", "--json", "--top-k", "2").output)
+    out = json.loads(run(sqlite_url, "lookup", "--json", "--top-k", "2").output)
+    assert out["schema_version"] == 1
+    rows = out["rows"]
     assert len(rows) == 6 and {r["rank"] for r in rows} == {1, 2}
     assert {"workload", "op", "task", "args", "device", "latency_us", "source"} <= rows[0].keys()
     stats = json.loads(run(sqlite_url, "stats", "--json").output)
@@ -61,18 +63,25 @@ def test_lookup_table_and_json(sqlite_url):
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_lookup_does_not_import_tvm(sqlite_url, existing):
-    """Never TVM; and on an existing database not even SQLAlchemy (0.2 s of start-up): lookup must stay fast."""
+    """Never TVM; and on an existing database not even SQLAlchemy (0.2 s of start-up): lookup must stay fast. A
+    missing database is refused (read-only commands create nothing), without TVM either."""
     if existing:
         Store(sqlite_url).ingest([testing.workload(0)], [testing.record(0, 0, testing.device())])
     code = (
-        "import sys, json; from registry.cli.main import cli; "
-        f"cli(['--db', {sqlite_url!r}, 'lookup', '--op', 'conv2d', '--json'], standalone_mode=False); "
-        "assert not any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules), 'lookup imported TVM'; "
+        "import sys, json, click; from registry.cli.main import cli\n"
+        "try:\n"
+        f"    cli(['--db', {sqlite_url!r}, 'lookup', '--op', 'conv2d', '--json'], standalone_mode=False)\n"
+        "except click.ClickException as e:\n"
+        "    print(json.dumps({'error': e.message}))\n"
+        "assert not any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules), 'lookup imported TVM'\n"
         f"assert {existing} == ('sqlalchemy' not in sys.modules), 'fast path not taken'"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert len(json.loads(out.stdout)) == int(existing)
+    if existing:
+        assert len(json.loads(out.stdout)["rows"]) == 1
+    else:
+        assert "no registry at" in json.loads(out.stdout)["error"]
 
 
 # Bad input of every kind (logs, models, command lines, databases) is tested in tests/test_bad_input.py.

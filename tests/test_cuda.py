@@ -60,11 +60,13 @@ def test_the_h100_log_imports_under_its_gpu_and_exports_by_device(sqlite_url, tm
     done = runner.invoke(cli, ["--db", sqlite_url, "import", str(logs), "--host-model", H100])
     assert done.exit_code == 0, done.output
     devices = runner.invoke(cli, ["--db", sqlite_url, "devices", "--json"])
-    [device] = json.loads(devices.stdout)
+    [device] = json.loads(devices.stdout)["rows"]
     assert device["name"] == "cuda-sm_90-h100" and device["host_model"] == H100 and device["threads"] == 0
     found = runner.invoke(cli, ["--db", sqlite_url, "lookup", "--device", "cuda-sm_90-h100", "--json"])
     ok = {r.workload_index for r in tvmlog.read_records(logs / tvmlog.RECORD_FILE) if r.run_secs[0] < 1}
-    assert found.exit_code == 0 and len(json.loads(found.stdout)) == len(ok) >= 13  # its workloads with an ok record
+    assert (
+        found.exit_code == 0 and len(json.loads(found.stdout)["rows"]) == len(ok) >= 13
+    )  # its workloads with an ok record
     out = tmp_path / "exported"
     exported = runner.invoke(cli, ["--db", sqlite_url, "export", "-o", str(out), "--device", "cuda-sm_90-h100"])
     assert exported.exit_code == 0, exported.output

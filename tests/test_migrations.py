@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -55,8 +57,9 @@ def test_a_newer_unknown_revision_is_refused(db_url):
 
 def test_db_current_and_upgrade_commands(sqlite_url):
     runner = CliRunner()
-    out = runner.invoke(cli, ["--db", sqlite_url, "db", "current"])
-    assert out.exit_code == 0 and "empty" in out.output
+    out = runner.invoke(cli, ["--db", sqlite_url, "db", "current"])  # read-only: a missing file stays missing
+    assert out.exit_code == 1 and "no registry at" in out.stderr
+    assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()
     out = runner.invoke(cli, ["--db", sqlite_url, "db", "upgrade"])
     assert out.exit_code == 0 and f"-> {schema.HEAD}" in out.output
     out = runner.invoke(cli, ["--db", sqlite_url, "db", "current"])

@@ -41,7 +41,7 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
     import_logs(store, tuned_logs.work_dir, model="tiny")
     out = tmp_path / "sibling.so"
 
-    first = transfer_json(db_url, str(sibling), "--budget", "4", "-o", str(out))
+    first = transfer_json(db_url, str(sibling), "--candidates", "4", "-o", str(out))
     [task] = first["tasks"]
     assert task["source"] == "transferred", task
     assert 1 <= task["candidates"] <= 4
@@ -165,11 +165,11 @@ def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
 
     store = Store(sqlite_url)
     import_logs(store, tuned_logs.work_dir, model="tiny", num_threads=1)
-    one = transfer_json(sqlite_url, str(sibling), "--budget", "2")
+    one = transfer_json(sqlite_url, str(sibling), "--candidates", "2")
     assert [t["source"] for t in one["tasks"]] == ["transferred"] and one["device"].endswith("-1t")
 
     exe = Path(sys.executable).with_name("registry")
-    args = [str(exe), "--db", sqlite_url, "transfer", str(sibling), "--json", "--budget", "2", "--threads", "2"]
+    args = [str(exe), "--db", sqlite_url, "transfer", str(sibling), "--json", "--candidates", "2", "--threads", "2"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     two = json.loads(done.stdout)

@@ -101,11 +101,23 @@ def _records(url: str) -> tuple[int, int]:
 def test_tune_respects_the_trial_budget_and_reports_like_transfer(sqlite_url, mlp):
     report = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
     assert {"untuned_ms", "final_ms", "search_s", "tasks", "sources", "timings"} <= report.keys()
-    assert sum(t["measurements"] for t in report["tasks"]) == 24
+    assert sum(t["measurements"] for t in report["tasks"]) == sum(t["trials"] for t in report["tasks"]) == 24
+    assert report["tuning"]["trials"] == {"asked": 24, "stored": 0, "measured": 24}
     assert _records(sqlite_url) == (24, 24)
     assert all(t["source"] == "tuned" and t["after_us"] < t["before_us"] for t in report["tasks"]), report["tasks"]
     assert report["final_ms"] < report["untuned_ms"] / 3
     assert "trial budget of 24 spent" in report["tuning"]["stop"]
+
+
+@pytest.mark.tvm
+def test_tune_v_shows_meta_schedules_log_and_q_only_errors(sqlite_url, mlp):
+    loud = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", str(mlp), "--trials", "8", "--no-predictor", "-v"])
+    assert loud.exit_code == 0, loud.output
+    assert "tvm.s_tir.meta_schedule" in loud.stderr and " INFO: " in loud.stderr, loud.stderr[-2000:]
+    assert "8 trials of the 8 asked (measured candidates;" in loud.stdout, loud.stdout
+    quiet = CliRunner().invoke(cli, ["tune", str(mlp), "--trials", "8", "--no-predictor", "-q", "--db", sqlite_url])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr  # resumed: the 8 trials are stored already
+    assert "end-to-end latency" in quiet.stdout
 
 
 @pytest.mark.tvm
@@ -156,7 +168,7 @@ def test_a_stored_predictor_ranks_and_trims_from_the_first_batch(sqlite_url, mlp
     report = _tune(sqlite_url, str(sibling), "--trials", "24", "--batch", "16", "--keep", "0.5")
     assert report["tuning"]["predictor_version"] == 1
     # with the predictor, the very first batch of each task is trimmed to half: more proposed than measured
-    assert all(t["trials"] > t["measurements"] for t in report["tasks"] if t["trials"]), report["tasks"]
+    assert all(t["proposed"] > t["trials"] for t in report["tasks"] if t["trials"]), report["tasks"]
 
 
 @pytest.mark.tvm

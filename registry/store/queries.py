@@ -228,3 +228,62 @@ def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState
         tuned=sum(1 for _, _, source in rows if source == "tuned"),
         traces={h: json.loads(secs) for h, secs, _ in rows},
     )
+
+
+@dataclass
+class RecordProvenance:
+    """One record with where it came from: what ``registry show`` prints beside its schedule."""
+
+    record: StoredRecord
+    workload: str  # structural hash
+    mod_json: str
+    source: str
+    donor_record_id: int | None
+    donor: str | None  # "workload hash on device name" of the donor record, if it is still stored
+    team: str | None
+    model: str | None
+    host: str | None
+    tvm_version: str
+    created_at: str
+
+
+def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
+    cols = (
+        *_RECORD_COLS,
+        Workload.shash,
+        Workload.mod_json_z,
+        TuningRecord.source,
+        TuningRecord.donor_record_id,
+        TuningRecord.team,
+        TuningRecord.model,
+        TuningRecord.host,
+        TuningRecord.tvm_version,
+        TuningRecord.created_at,
+    )
+    stmt = select(*cols).join(Workload, Workload.id == TuningRecord.workload_id).where(TuningRecord.id == record_id)
+    row = conn.execute(stmt).one()
+    shash, mod_z, source, donor_id, team, model, host, tvm_version, created = row[len(_RECORD_COLS) :]
+    donor = None
+    if donor_id is not None:
+        found = conn.execute(
+            select(Workload.shash, Device.name)
+            .select_from(TuningRecord)
+            .join(Workload, Workload.id == TuningRecord.workload_id)
+            .join(Device, Device.id == TuningRecord.device_id)
+            .where(TuningRecord.id == donor_id)
+        ).first()
+        if found is not None:
+            donor = f"{found[0]} on {found[1]}"
+    return RecordProvenance(
+        _stored(row[: len(_RECORD_COLS)], _Skeletons(conn)),
+        shash,
+        zlib.decompress(mod_z).decode(),
+        source,
+        donor_id,
+        donor,
+        team,
+        model,
+        host,
+        tvm_version,
+        created.isoformat() if created is not None else "",
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, inspect, text
 
-from registry.errors import DatabaseError, SchemaOutdatedError
+from registry.errors import NO_REGISTRY_HINT, DatabaseError, NoRegistryError, SchemaOutdatedError
 from registry.store.revision import HEAD, VERSION_TABLE
 
 # Arbitrary 64-bit key for pg_advisory_lock, shared by every registry process that migrates.
@@ -31,10 +31,15 @@ def current_revision(conn: Connection) -> str | None:
     return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
-def ensure_current(engine: Engine) -> None:
-    """Make sure ``engine``'s database is at HEAD: migrate it if it is empty, refuse it otherwise."""
+def ensure_current(engine: Engine, *, create: bool = True) -> None:
+    """Make sure ``engine``'s database is at HEAD: migrate it if it is empty (or, without ``create``, refuse it with
+    NoRegistryError: a read-only command sets nothing up), refuse it otherwise."""
     with engine.connect() as conn:
         revision = current_revision(conn)
+    if revision is None and not create:
+        raise NoRegistryError(
+            f"{engine.url.render_as_string(hide_password=True)} holds no registry yet; {NO_REGISTRY_HINT}"
+        )
     if revision is None:
         with _migration_lock(engine):
             # Another process may have migrated it while this one waited for the lock.

@@ -20,6 +20,31 @@ from registry.store.revision import VERSION_TABLE
 _HEADER = b"SQLite format 3\x00"
 
 
+def missing(url: str) -> str | None:
+    """Why a read-only command finds no registry at ``url`` without creating anything, or None. Only SQLite URLs are
+    judged here (a missing or empty file, a missing folder); a server database is judged by its tables."""
+    from registry.errors import NO_REGISTRY_HINT
+
+    if not url.startswith("sqlite:"):
+        return None
+    rest = url.split("?", 1)[0][len("sqlite:") :]
+    if not rest.startswith("///"):
+        return None
+    database = rest[3:]
+    if database in ("", ":memory:"):
+        return None
+    path = Path(database).expanduser()
+    if path.is_dir():
+        return None  # problem() names it
+    if not path.parent.is_dir():
+        return f"no registry at {path}: folder {path.parent} does not exist; {NO_REGISTRY_HINT}"
+    if not path.exists():
+        return f"no registry at {path}: the file does not exist; {NO_REGISTRY_HINT}"
+    if path.stat().st_size == 0:
+        return f"no registry at {path}: the file is empty; {NO_REGISTRY_HINT}"
+    return None
+
+
 def problem(path: Path) -> str | None:
     """Why ``path`` must not be opened as a registry, or None: it does not exist yet, is empty, or is a registry (of
     any revision: the schema check says more about those)."""

@@ -10,9 +10,9 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from registry.config import resolve_database_url
-from registry.errors import BadInputError
+from registry.errors import BadInputError, NoRegistryError
 from registry.perf import paused_gc
-from registry.store import lookup, queries, schema
+from registry.store import lookup, queries, schema, sqlite_file
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
 from registry.validation import Problem, Refusals, record_problems
@@ -36,12 +36,18 @@ class Store:
         rows = store.lookup(LookupFilter(op="conv2d", top_k=3))
     """
 
-    def __init__(self, url: str | None = None, *, check_schema: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, check_schema: bool = True, create_new: bool = True) -> None:
+        """``create_new=False``: open only an existing registry, creating nothing (no file, folder or lock file, no
+        tables): a missing SQLite file or an empty database raises NoRegistryError."""
         self.url = resolve_database_url(url)
+        if not create_new:
+            missing = sqlite_file.missing(self.url)
+            if missing:
+                raise NoRegistryError(missing)
         self.engine = create(self.url)
         if check_schema:
             with translated_errors(self.url):
-                schema.ensure_current(self.engine)
+                schema.ensure_current(self.engine, create=create_new)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -185,3 +191,8 @@ class Store:
     def devices(self) -> list[dict]:
         with self.read() as conn:
             return queries.devices(conn)
+
+    def record_provenance(self, record_id: int) -> queries.RecordProvenance:
+        """A record with its trace, workload module and provenance (source, donor, team, model, host, time)."""
+        with self.read() as conn:
+            return queries.record_provenance(conn, record_id)

@@ -33,7 +33,7 @@ def import_logs(
     num_threads: int | None = None,
     host_model: str | None = None,
     skip_invalid: bool = False,
-    progress: Callable[[str], None] = lambda _msg: None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> IngestResult:
     """Read every JSONDatabase under ``path`` and add it to ``store`` in one transaction.
 
@@ -47,14 +47,20 @@ def import_logs(
 
     TVM's logs do not say how many runtime threads measured them nor on which CPU: ``num_threads`` (default: this
     TVM runtime's) and ``host_model`` (default: this machine's) fill that in.
+
+    ``progress(records read, records in the logs, what)``: the logs' lines are counted first for it (a fast byte
+    scan), and only when it is given.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
     checker = RecordChecker()
     checker.pool.start()  # a replay worker's TVM import, overlapping the reading of the workloads
     # Workloads are few and need TVM to check: all of them first, before the transaction opens.
     logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
-    for pair in tvmlog.find_logs(path):
-        progress(f"checking workloads in {pair.workload_file}")
+    pairs = list(tvmlog.find_logs(path))
+    lines = sum(_count_lines(p.record_file) for p in pairs) if progress is not None else 0
+    progress = progress or (lambda _done, _total, _what: None)
+    for pair in pairs:
+        progress(0, lines, f"checking workloads in {pair.workload_file.name}")
         logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
     mod_json = {w.ident: w.mod_json for w in unique}
@@ -85,7 +91,7 @@ def import_logs(
                 new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
                 device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
                 ingest.insert_records(conn, recs, ids, device_ids, result)
-                progress(f"{total} records read")
+                progress(min(total, lines), lines, f"{total} records read")
         if refusals.count and not skip_invalid:
             raise BadInputError(f"{refusals.message(total)}; nothing was imported (--skip-invalid imports the rest)")
         result.records_skipped, result.first_skipped = refusals.count, refusals.first
@@ -95,6 +101,15 @@ def import_logs(
         result = store.transact(write)
     store.after_bulk_write(result.records_new)
     return result
+
+
+def _count_lines(file: Path) -> int:
+    """Lines in ``file``, 0 if it cannot be read (reading it for real says why)."""
+    try:
+        with open(file, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return 0
 
 
 class _Devices:

@@ -105,9 +105,10 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
         result.source, result.after_us, result.error = tuned.source, tuned.after_us, tuned.error
-        result.trials, result.measurements, result.tune_s, result.stopped = (
+        result.trials, result.measurements, result.proposed, result.tune_s, result.stopped = (
             tuned.trials,
             tuned.measurements,
+            tuned.proposed,
             tuned.tune_s,
             tuned.stopped,
         )

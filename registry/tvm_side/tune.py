@@ -113,8 +113,9 @@ def task_result(t: EngineTask, outcome: Outcome) -> TaskResult:
         t.default_us,
         state.latency_us,
         candidates=state.measurements,
-        trials=state.trials,
+        trials=state.measurements,
         measurements=state.measurements,
+        proposed=state.trials,
         tune_s=state.seconds,
         stopped=state.stopped,
         error=t.default_error if failed else None,
@@ -134,5 +135,6 @@ def tuning_summary(outcome: Outcome) -> dict:
         "calibration": None if cal is None else {"seconds": cal.seconds, "table": cal.table},
         "predictor_version": outcome.predictor_version,
         "stop": outcome.stop,
+        "trials": outcome.trials,
         "summary": "tuning: " + "; ".join(parts),
     }

@@ -44,6 +44,7 @@ from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_lin
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
 from registry.tvm_side.tuning.rules import rules_with_producers_inlined
+from registry.verbosity import meta_schedule_level
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
 # the best, so it is re-measured precisely.
@@ -83,6 +84,9 @@ class Outcome:
     stop: str
     # After the start and each batch: {seconds, trials, task, best_us: {task: µs or None}, model_us}
     history: list[dict] = field(default_factory=list)
+    # the trial budget: {"asked": --trials, "stored": trials stored by earlier runs, "measured": by this run}; None
+    # with only a time budget
+    trials: dict[str, int] | None = None
 
 
 class Engine:
@@ -98,7 +102,7 @@ class Engine:
         self.clock, self.model, self.team, self.progress = run.clock, run.loaded.name, team, progress
         self.measurer = run.measurer
         prepare_tuning(self.target.kind.name)
-        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.WARNING)
+        logging.getLogger(META_SCHEDULE_LOGGER).setLevel(meta_schedule_level())
         self.builder = PersistentBuilder()
         self.cost_model, self.predictor_version = self._cost_model()
         self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
@@ -148,6 +152,10 @@ class Engine:
             tuner.ctx.post_tuning()
         stop = planner.out_of_budget(time.perf_counter() - start) or "every task stopped"
         self.progress(self._spent(states), budget, stop)
+        trials = None
+        if self.opts.trials:
+            stored = sum(s.stored for s in states.values())
+            trials = {"asked": self.opts.trials, "stored": stored, "measured": self._spent(states) - stored}
         return Outcome(
             states,
             self.measurer.calibration,
@@ -157,6 +165,7 @@ class Engine:
             self.measurer.dop,
             stop,
             history,
+            trials,
         )
 
     def _point(self, start: float, states: dict[int, TaskState], planner: Planner, task: str | None) -> dict:

@@ -1,0 +1,234 @@
+"""The options every command shares, each defined once (as sqlite-utils does): ``--db``, ``-q/-v``, ``--json`` and
+``--format``, ``--device`` with completion of the registry's device names; and the Context they fill in.
+
+``--db`` and ``-q/-v`` are accepted before the subcommand (on the group) and after it (on every command): the one
+given after wins. No TVM and no SQLAlchemy here: ``registry lookup`` imports this.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+
+import click
+
+from registry.config import DATABASE_URL_ENV
+
+# The Python loggers of MetaSchedule (TVM 0.27 moved it under tvm.s_tir) and of the registry itself.
+LOGGERS = ("tvm.meta_schedule", "tvm.s_tir.meta_schedule", "registry")
+_HANDLER_NAME = "registry-cli"  # a named handler: tune_relax rebuilds its logging config from handler names
+
+
+class Context:
+    """What every command shares: the database URL, the verbosity, and the Store opened on first use."""
+
+    def __init__(self, url: str | None = None, verbosity: int = 0) -> None:
+        self.url = url
+        self.verbosity = verbosity  # -1: -q (errors only); 0: default; 1: -v (INFO); 2: -vv (DEBUG)
+        self._store = None
+
+    @property
+    def store(self):
+        """The registry, created (and migrated) if it does not exist yet: for the commands that write."""
+        if self._store is None:
+            from registry.store.store import Store
+
+            self._store = Store(self.url)
+        return self._store
+
+    @property
+    def existing_store(self):
+        """The registry, which must exist already: for the commands that only read. A missing SQLite file or folder,
+        or a database without a registry, is one error line, and nothing is created (no file, folder, lock file or
+        table)."""
+        if self._store is None:
+            from registry.store.store import Store
+
+            self._store = Store(self.url, create_new=False)
+        return self._store
+
+    @property
+    def quiet(self) -> bool:
+        return self.verbosity < 0
+
+    def close(self) -> None:
+        """Give the database connections back when the command ends (a process running several commands, such as
+        a test, would otherwise keep a pool per command)."""
+        if self._store is not None:
+            self._store.close()
+
+
+pass_ctx = click.make_pass_decorator(Context, ensure=True)
+
+
+def current() -> Context:
+    """The running command's Context (a default one outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(Context) if ctx is not None else None
+    return found if found is not None else Context()
+
+
+# -- verbosity ----------------------------------------------------------------------------------------------------
+
+
+def configure_logging(verbosity: int) -> None:
+    """-q: errors only (no warnings, no progress); default: the registry's warnings, MetaSchedule at WARNING; -v:
+    MetaSchedule's and the registry's own log at INFO on stderr; -vv: at DEBUG."""
+    from registry import verbosity as level_of
+
+    level = logging.ERROR if verbosity < 0 else {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    level_of.set_meta_schedule_level(level)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        mine = [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]
+        if verbosity > 0 and not mine:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.set_name(_HANDLER_NAME)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%H:%M:%S"))
+            logger.addHandler(handler)
+        elif verbosity <= 0:
+            for handler in mine:
+                logger.removeHandler(handler)
+    from registry.errors import RegistryWarning
+
+    warnings.simplefilter("ignore" if verbosity < 0 else "always", RegistryWarning)
+
+
+def _add_verbosity(delta: int) -> Callable:
+    def callback(ctx: click.Context, _param, value) -> None:
+        count = value if isinstance(value, int) else int(bool(value))
+        if count and not ctx.resilient_parsing:
+            obj = ctx.ensure_object(Context)
+            obj.verbosity = -1 if delta < 0 else max(obj.verbosity, 0) + count
+            configure_logging(obj.verbosity)
+
+    return callback
+
+
+def _set_db(ctx: click.Context, _param, value: str | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        ctx.ensure_object(Context).url = value
+
+
+DB_HELP = (
+    "Database: a SQLAlchemy URL or a path to an SQLite file "
+    f"[env {DATABASE_URL_ENV}; default: an SQLite file under the per-user data dir]. "
+    "Example: postgresql://registry@db-host/registry or ./team.db"
+)
+
+
+def db_option(*, envvar: bool = False) -> Callable:
+    """--db URL|PATH. On the group it reads the environment too; after the subcommand it only overrides."""
+    return click.option(
+        "--db",
+        metavar="URL|PATH",
+        expose_value=False,
+        is_eager=True,
+        callback=_set_db,
+        envvar=DATABASE_URL_ENV if envvar else None,
+        help=DB_HELP,
+    )
+
+
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    expose_value=False,
+    callback=_add_verbosity(+1),
+    help="Show MetaSchedule's and the registry's log on stderr (-v: INFO, -vv: DEBUG).",
+)
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True, expose_value=False, callback=_add_verbosity(-1), help="Print only errors on stderr."
+)
+
+
+def common_options(command: Callable) -> Callable:
+    """--db, -q and -v: on every command, so that they may follow the subcommand."""
+    return db_option()(quiet_option(verbose_option(command)))
+
+
+# -- output -------------------------------------------------------------------------------------------------------
+
+FORMATS = ("table", "json", "csv")
+
+
+def output_options(*formats: str) -> Callable:
+    """``--json`` (every command) and, where rows are printed, ``--format table|json|csv``. The command receives
+    ``fmt``: one of ``formats`` ("table" for the text a person reads)."""
+    formats = formats or ("table", "json")
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(*args, as_json: bool = False, fmt: str | None = None, **kwargs):
+            if as_json and fmt not in (None, "json"):
+                raise click.UsageError(f"--json and --format {fmt} disagree; give one")
+            return command(*args, fmt="json" if as_json else (fmt or "table"), **kwargs)
+
+        wrapper = click.option(
+            "--json", "as_json", is_flag=True, help="Print one JSON object (see docs/JSON.md) instead of text."
+        )(wrapper)
+        if len(formats) > 2:
+            wrapper = click.option(
+                "--format",
+                "fmt",
+                type=click.Choice(formats),
+                help="Output format [default: table]; --json is --format json.",
+            )(wrapper)
+        return wrapper
+
+    return decorate
+
+
+# -- devices ------------------------------------------------------------------------------------------------------
+
+
+def complete_devices(ctx: click.Context, _param, incomplete: str) -> list:
+    """Shell completion of --device: ``host``, then the registry's device names and ids. Reads only an existing
+    registry, quickly and silently: completion must never create a database nor print an error."""
+    from click.shell_completion import CompletionItem
+
+    items = [CompletionItem("host", help="this machine")]
+    try:
+        from registry.config import resolve_database_url
+        from registry.store import lookup as q
+
+        url = ctx.find_object(Context).url if ctx.find_object(Context) else None
+        sql = q.connect(resolve_database_url(url))
+        if sql is not None:
+            try:
+                for d in q.all_devices(sql):
+                    items.append(CompletionItem(d.name, help=f"device {d.id}, {d.host_model}, TVM {d.tvm_version}"))
+                    items.append(CompletionItem(str(d.id), help=d.name))
+            finally:
+                sql.conn.close()
+    except Exception:  # noqa: BLE001 - a completion that fails offers what it has
+        pass
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        if item.value.startswith(incomplete) and item.value not in seen:
+            seen.add(item.value)
+            out.append(item)
+    return out
+
+
+def device_option(help: str, **kwargs) -> Callable:  # noqa: A002 - click's own name
+    return click.option("--device", help=help, shell_complete=complete_devices, **kwargs)
+
+
+__all__: Sequence[str] = [
+    "Context",
+    "common_options",
+    "complete_devices",
+    "configure_logging",
+    "current",
+    "db_option",
+    "device_option",
+    "output_options",
+    "pass_ctx",
+]

@@ -1,0 +1,304 @@
+"""The JSON that ``--json`` (or ``--format json``) prints: one pydantic model per command, each with a
+``schema_version``.
+
+The version changes only when a field is removed, renamed or changes meaning; new fields may appear in any release
+(models marked "open" below already carry more fields than they list). docs/JSON.md is generated from these models:
+
+    .venv/bin/python -m registry.cli.schemas > docs/JSON.md
+
+(a test checks that it is current). Imported only when JSON is asked for: a table needs no pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Output(BaseModel):
+    """What every command's JSON has: the version of its shape."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: ClassVar[str] = ""
+    schema_version: int = Field(SCHEMA_VERSION, description="Version of this JSON shape (see docs/JSON.md).")
+
+
+class Open(BaseModel):
+    """A shape that may carry more fields than it lists (the pipeline's own reports)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# -- lookup -------------------------------------------------------------------------------------------------------
+
+
+class Argument(Open):
+    shape: list[int]
+    dtype: str
+
+
+class LookupRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workload: str = Field(description="Structural hash of the workload.")
+    op: str = Field(description="Operator kind: conv2d, matmul, ...")
+    task: str = Field(description="Task name of the workload.")
+    args: list[Argument] = Field(description="Argument shapes and dtypes.")
+    flops: float
+    device_id: int
+    device: str
+    threads: int = Field(description="Runtime threads the record was measured with.")
+    rank: int = Field(description="1 for the best record of this (workload, device), 2 for the next, ...")
+    record_id: int
+    latency_us: float = Field(description="Mean measured latency, microseconds.")
+    gflops: float
+    records: int = Field(description="Ok records of this (workload, device).")
+    source: str = Field(description="tuned, transferred or imported.")
+    team: str | None
+    model: str | None
+    created_at: str
+
+
+class LookupOutput(Output):
+    command: ClassVar[str] = "lookup"
+    rows: list[LookupRow]
+
+
+# -- stats, devices -----------------------------------------------------------------------------------------------
+
+
+class DeviceCount(BaseModel):
+    id: int
+    name: str
+    tuned_workloads: int
+    ok_records: int
+
+
+class StatsOutput(Output):
+    command: ClassVar[str] = "stats"
+    database: str = Field(description="The database URL, password hidden.")
+    devices: int
+    workloads: int
+    records: int
+    records_ok: int
+    models: int
+    records_by_source: dict[str, int]
+    workloads_by_op: dict[str, int]
+    per_device: list[DeviceCount]
+
+
+class Device(BaseModel):
+    id: int
+    name: str
+    kind: str
+    mcpu: str | None
+    num_cores: int | None
+    threads: int
+    host_model: str
+    tvm_version: str
+    records: int
+    target: dict[str, Any] = Field(description="The device's full TVM target, as JSON.")
+
+
+class DevicesOutput(Output):
+    command: ClassVar[str] = "devices"
+    rows: list[Device]
+
+
+# -- import, export, db, index ------------------------------------------------------------------------------------
+
+
+class ImportOutput(Output):
+    command: ClassVar[str] = "import"
+    workloads_new: int
+    workloads_present: int
+    records_new: int
+    records_present: int
+    records_skipped: int = Field(description="Invalid records left out (--skip-invalid).")
+    first_skipped: str | None = Field(description="Where and why the first skipped record was refused.")
+
+
+class ExportOutput(Output):
+    command: ClassVar[str] = "export"
+    folder: str
+    device: str
+    workloads: int
+    records: int
+
+
+class DbOutput(Output):
+    command: ClassVar[str] = "db upgrade, db current"
+    database: str = Field(description="The database URL, password hidden.")
+    before: str | None = Field(None, description="db upgrade: the revision before (null: empty database).")
+    revision: str | None = Field(description="The database's schema revision now (null: empty database).")
+    head: str = Field(description="The revision this registry needs.")
+    up_to_date: bool
+
+
+class IndexStatusOutput(Output):
+    command: ClassVar[str] = "index status, index rebuild"
+    path: str
+    exists: bool
+    in_sync: bool
+    indexed: int = Field(description="Workloads in the saved index.")
+    expected: int = Field(description="Workloads with good records in the database.")
+    built_at: str | None
+
+
+# -- predictors ---------------------------------------------------------------------------------------------------
+
+
+class PredictorTrainOutput(Output, Open):
+    """Open: the training's metrics (held_out, random, per_workload, ...) as registry.tvm_side.predictor reports."""
+
+    command: ClassVar[str] = "predictor train"
+    model_config = ConfigDict(extra="allow")
+    version: int
+    kind: str
+    device: str
+    workloads: int
+    records: int
+    skipped_records: int
+    train_seconds: float
+
+
+class Predictor(BaseModel):
+    id: int
+    device_id: int
+    device: str
+    version: int
+    kind: str
+    tvm_version: str
+    n_workloads: int
+    n_records: int
+    metrics: dict[str, Any]
+    blob_bytes: int
+    created_at: str | None
+
+
+class PredictorListOutput(Output):
+    command: ClassVar[str] = "predictor list"
+    rows: list[Predictor]
+
+
+# -- transfer, tune -----------------------------------------------------------------------------------------------
+
+
+class Task(Open):
+    """One task of the model. ``trials`` counts measured candidates (as every table does); ``proposed`` counts the
+    candidates the search proposed, including those the predictor dropped unmeasured."""
+
+    name: str
+    weight: int
+    workload_id: int
+    source: str = Field(description="exact, transferred, tuned, default or failed.")
+    before_us: float | None
+    after_us: float | None
+    donor: str | None
+    distance: float | None
+    candidates: int = Field(description="Candidate schedules measured for this task (donors or tuning).")
+    trials: int = Field(description="Tuning trials: candidates measured by this run's tuning.")
+    proposed: int = Field(0, description="Candidates the tuner proposed, measured or dropped by the predictor.")
+    tune_s: float
+    stopped: str | None
+    error: str | None
+
+
+class ModelReportOutput(Output, Open):
+    """Open: the report of registry.report.ModelReport.as_json (timings, tuning, ...)."""
+
+    command: ClassVar[str] = "transfer, tune"
+    model_config = ConfigDict(extra="allow")
+    model: str
+    device: str
+    threads: int
+    untuned_ms: float | None
+    final_ms: float | None
+    speedup: float | None
+    search_s: float
+    sources: dict[str, int]
+    output: str | None
+    tasks: list[Task]
+    errors: list[str]
+
+
+# -- show ---------------------------------------------------------------------------------------------------------
+
+
+class ShowOutput(Output):
+    command: ClassVar[str] = "show"
+    workload: str
+    task: str
+    op: str
+    device_id: int
+    device: str
+    record_id: int
+    latency_us: float
+    source: str
+    donor_record_id: int | None = Field(description="The record a transferred schedule came from.")
+    donor: str | None = Field(description="The donor's workload hash and device, for a transferred record.")
+    team: str | None
+    model: str | None
+    created_at: str
+    tvmscript: str = Field(description="The scheduled PrimFunc, as TVMScript.")
+    trace: str = Field(description="The schedule's trace, as Python.")
+
+
+# -- report -------------------------------------------------------------------------------------------------------
+
+
+class ReportOutput(Output):
+    """Where `registry report` wrote the model's HTML page, and what it covers."""
+
+    command: ClassVar[str] = "report"
+    model: str
+    device: str | None = Field(description="The device whose records the page draws.")
+    path: str
+    tasks: int
+    tasks_with_records: int
+
+
+OUTPUTS: list[type[Output]] = [
+    LookupOutput,
+    StatsOutput,
+    DevicesOutput,
+    ImportOutput,
+    ExportOutput,
+    DbOutput,
+    IndexStatusOutput,
+    PredictorTrainOutput,
+    PredictorListOutput,
+    ModelReportOutput,
+    ShowOutput,
+    ReportOutput,
+]
+
+
+def markdown() -> str:
+    """docs/JSON.md: one section per command, with its model's JSON schema."""
+    lines = [
+        "# JSON output",
+        "",
+        "<!-- generated by `python -m registry.cli.schemas > docs/JSON.md`; do not edit -->",
+        "",
+        "Every command prints one JSON object with `--json` (`--format json` where `--format` exists). Each carries",
+        f"`schema_version` (now {SCHEMA_VERSION}): it changes only when a field is removed, renamed or changes "
+        "meaning;",
+        "new fields may appear in any release. Lists of rows are under `rows`. The shapes are the pydantic models of",
+        "`cli/schemas.py`; their JSON schemas follow.",
+        "",
+    ]
+    for model in OUTPUTS:
+        lines += [f"## `registry {model.command}` — {model.__name__}", ""]
+        doc = (model.__doc__ or "").strip()
+        if doc and model.__doc__ != Output.__doc__:
+            lines += [" ".join(doc.split()), ""]
+        lines += ["```json", json.dumps(model.model_json_schema(), indent=2), "```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
