@@ -112,21 +112,15 @@ def tune(
     """
     check_report_path(report_path)
     set_threads(threads)
-    from registry.tuning_policy import TrimOptions
     from registry.tvm_side.tune import ModelTuneOptions
     from registry.tvm_side.tune import tune as run_tune
-    from registry.tvm_side.tuning.engine import TuneOptions
 
     place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
-    engine = TuneOptions(
-        trials=trials,
-        seconds=seconds,
-        batch=batch,
-        trim=TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep),
-        use_predictor=predictor,
-    )
-    options = ModelTuneOptions(engine=engine, team=team, output=output, where=place)
+    options = ModelTuneOptions.from_flags(
+        trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
+        predictor=predictor, team=team, output=output, where=place,
+    )  # fmt: skip
     with Progress("tune", seconds=seconds) as progress:
         report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
     print_report(report, fmt)

@@ -159,21 +159,13 @@ def tune(
     resumes); ``seconds`` is a wall-time budget; with neither, 32 trials per task. ``min_gain`` and ``min_share`` are
     percentages, as on the command line. ``model`` and the other arguments are as for ``transfer``.
     """
-    from registry.tuning_policy import TrimOptions
     from registry.tvm_side.tune import ModelTuneOptions
     from registry.tvm_side.tune import tune as run
-    from registry.tvm_side.tuning.engine import TuneOptions
 
-    engine = TuneOptions(
-        trials=trials,
-        seconds=seconds,
-        batch=batch,
-        trim=TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep),
-        use_predictor=predictor,
-    )
-    options = ModelTuneOptions(
-        engine=engine, team=team, output=Path(output) if output is not None else None, where=_where(rpc, dop)
-    )
+    options = ModelTuneOptions.from_flags(
+        trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
+        predictor=predictor, team=team, output=Path(output) if output is not None else None, where=_where(rpc, dop),
+    )  # fmt: skip
     return _run(run, options, model, input_shapes, params, name, target, threads, db, progress)
 
 

@@ -36,6 +36,28 @@ class ModelTuneOptions:
     output: Path | None = None
     where: Where = field(default_factory=Where)  # where to measure
 
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        trials: int | None,
+        seconds: float | None,
+        batch: int,
+        keep: float,
+        min_gain: float,
+        min_share: float,
+        predictor: bool,
+        team: str | None,
+        output: Path | None,
+        where: Where,
+    ) -> ModelTuneOptions:
+        """The options as `registry tune` and `registry.tune()` take them (``min_gain``, ``min_share`` in percent)."""
+        from registry.tuning_policy import TrimOptions
+
+        trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep)
+        engine = TuneOptions(trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor)
+        return cls(engine=engine, team=team, output=output, where=where)
+
 
 def tune(
     store: Store,
