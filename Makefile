@@ -69,10 +69,14 @@ bench-gpu: corpus
 	$(PY) bench/tuning/run.py --target cuda --default-builder --trials-per-task 16 --work bench/work/gpu \
 		--out bench/results/gpu.json --models bert-l2-h128 vit-l2-h192-p8 resnet-basic-w32
 
-# The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime (hours on 2 cores;
-# re-running resumes). See docs/BENCHMARKS.md.
+# The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime, then its table and
+# plot (about 2 hours on 2 cores; re-running resumes). The run in docs/BENCHMARKS.md: 1 trial per task, at least 64
+# per model, and transfer registries without the model's whole group of families.
 bench-corpus: corpus
-	$(PY) bench/corpus/run.py
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/corpus/run.py --trials-per-task 1 --leave-out group
+	$(PY) bench/corpus/table.py
+	$(PY) bench/corpus/plot.py
 
 # What out-of-process measurement costs transfer, against the in-process version it replaced (commit c4e7abb, set up
 # in ../wt-old as bench/measure/isolation.py says).

@@ -1,12 +1,14 @@
 """The corpus benchmark: every real model untuned, after `registry transfer`, after `registry tune`, and onnxruntime.
 
-    .venv/bin/python bench/corpus/run.py [--trials-per-task 8] [--work bench/work/corpus] [NAME ...]
+    .venv/bin/python bench/corpus/run.py [--trials-per-task 8] [--min-trials 64] [--leave-out family|group] [NAME ...]
 
 1. **Tune.** Each model is tuned by ``registry tune --trials N`` (N = trials per task x its tasks, at least 64) into a
    registry of its own (``WORK/tune/MODEL.db``); a finished model is not tuned again (re-running resumes).
-2. **Transfer.** For each family, a registry gets the tuned records of every *other* family (``registry export`` of
-   each model's registry, ``registry import`` into one), then ``registry transfer MODEL --tune-trials 0`` runs on each
-   model of the family against a fresh copy of it: transfer from operators it has never seen tuned.
+2. **Transfer.** For each family (``--leave-out family``) or group of families (``--leave-out group``: text
+   transformers, audio/vision transformers, CNNs, models from wheels), a registry gets the tuned records of every
+   model outside it (``registry export`` of each model's registry, ``registry import`` into one), then ``registry
+   transfer MODEL --tune-trials 0`` runs on each of its models against a fresh copy of it: transfer from operators
+   it has never seen tuned.
 3. **One run, four latencies.** Per model, the untuned build, the build with transfer's registry, the build with
    tune's registry and onnxruntime are timed in turn, ``--rounds`` times (each a median of 7 samples of at least
    50 ms), medians; TVM's builds run in the registry's measurement worker, onnxruntime in this process with 1
@@ -76,17 +78,33 @@ def tune_all(models: list[CorpusModel], work: Path, per_task: int, min_trials: i
         print(f"{model.name}: tuned {trials} trials in {report['wall_s']:.0f} s", flush=True)
 
 
-def transfer_all(models: list[CorpusModel], work: Path, rows: dict) -> None:
-    families = sorted({m.family for m in models})
+# --leave-out groups: the transfer registry of a model lacks its whole group of families, not only its own family
+# (a stricter test, and 4 registries to build instead of 20, each by importing the other models' logs).
+GROUPS = {
+    "text-transformer": {"bert", "gpt2", "t5", "bart"},
+    "audio-vision-transformer": {"whisper", "wav2vec2", "vit", "swin", "mobilevit", "segformer"},
+    "cnn": {"resnet", "convnext", "mobilenet", "efficientnet", "regnet"},
+    "wheel": {"ppocr", "magika", "yolo", "ddddocr", "silero"},
+}
+
+
+def group_of(model: CorpusModel, leave_out: str) -> str:
+    if leave_out == "family":
+        return model.family
+    return next(group for group, families in GROUPS.items() if model.family in families)
+
+
+def transfer_all(models: list[CorpusModel], work: Path, rows: dict, leave_out: str = "family") -> None:
+    families = sorted({group_of(m, leave_out) for m in models})
     tuned = [m for m in models if (work / "tune" / f"{m.name}.db").exists() and "tune" in rows[m.name]]
     for family in families:
-        members = [m for m in models if m.family == family and "error" not in rows[m.name]]
+        members = [m for m in models if group_of(m, leave_out) == family and "error" not in rows[m.name]]
         if not members:
             continue
         template = work / "transfer" / f"without-{family}.db"
         if not template.exists():
             for other in tuned:
-                if other.family == family:
+                if group_of(other, leave_out) == family:
                     continue
                 logs = work / "logs" / other.name
                 if not logs.exists():
@@ -176,6 +194,12 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="models (default: the whole corpus)")
     parser.add_argument("--trials-per-task", type=int, default=8)
     parser.add_argument("--min-trials", type=int, default=MIN_TRIALS, help="trials for a model with few tasks")
+    parser.add_argument(
+        "--leave-out",
+        choices=("family", "group"),
+        default="family",
+        help="what a model's transfer registry lacks: its own family's records, or its whole group's (GROUPS)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "corpus.json")
@@ -185,7 +209,7 @@ def main() -> None:
         (args.work / sub).mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {m.name: {} for m in models}
     tune_all(models, args.work, args.trials_per_task, args.min_trials, rows)
-    transfer_all(models, args.work, rows)
+    transfer_all(models, args.work, rows, args.leave_out)
     time_all(models, args.work, args.rounds, rows)
     table = summary(models, rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
