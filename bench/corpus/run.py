@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/corpus/run.py [--trials-per-task 8] [--min-trials 64] [--leave-out family|group] [NAME ...]
 
+With NAMEs, only those models are transferred and timed (every model is still tuned: the others are their donors),
+and the rows of the other models in ``--out`` are kept as they are.
+
 1. **Tune.** Each model is tuned by ``registry tune --trials N`` (N = trials per task x its tasks, at least 64) into a
    registry of its own (``WORK/tune/MODEL.db``); a finished model is not tuned again (re-running resumes).
 2. **Transfer.** For each family (``--leave-out family``) or group of families (``--leave-out group``: text
@@ -94,9 +97,12 @@ def group_of(model: CorpusModel, leave_out: str) -> str:
     return next(group for group, families in GROUPS.items() if model.family in families)
 
 
-def transfer_all(models: list[CorpusModel], work: Path, rows: dict, leave_out: str = "family") -> None:
+def transfer_all(
+    models: list[CorpusModel], donors: list[CorpusModel], work: Path, rows: dict, leave_out: str = "family"
+) -> None:
+    """Transfer each of ``models`` from the tuned records of those ``donors`` outside its family or group."""
     families = sorted({group_of(m, leave_out) for m in models})
-    tuned = [m for m in models if (work / "tune" / f"{m.name}.db").exists() and "tune" in rows[m.name]]
+    tuned = [m for m in donors if (work / "tune" / f"{m.name}.db").exists() and "tune" in rows[m.name]]
     for family in families:
         members = [m for m in models if group_of(m, leave_out) == family and "error" not in rows[m.name]]
         if not members:
@@ -191,7 +197,9 @@ def summary(models: list[CorpusModel], rows: dict) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="models (default: the whole corpus)")
+    parser.add_argument(
+        "names", nargs="*", help="models to transfer and time (default: the whole corpus); the others' rows are kept"
+    )
     parser.add_argument("--trials-per-task", type=int, default=8)
     parser.add_argument("--min-trials", type=int, default=MIN_TRIALS, help="trials for a model with few tasks")
     parser.add_argument(
@@ -204,14 +212,21 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "corpus.json")
     args = parser.parse_args()
+    unknown = set(args.names) - {m.name for m in MODELS}
+    if unknown:
+        parser.error(f"not in the corpus: {', '.join(sorted(unknown))}")
     models = [m for m in MODELS if not args.names or m.name in args.names]
     for sub in ("tune", "transfer", "logs", "reports"):
         (args.work / sub).mkdir(parents=True, exist_ok=True)
-    rows: dict[str, dict] = {m.name: {} for m in models}
-    tune_all(models, args.work, args.trials_per_task, args.min_trials, rows)
-    transfer_all(models, args.work, rows, args.leave_out)
+    rows: dict[str, dict] = {m.name: {} for m in MODELS}
+    tune_all(MODELS, args.work, args.trials_per_task, args.min_trials, rows)
+    transfer_all(models, MODELS, args.work, rows, args.leave_out)
     time_all(models, args.work, args.rounds, rows)
     table = summary(models, rows)
+    if args.names and args.out.exists():  # keep the other models' rows, in the corpus's order
+        kept = {r["model"]: r for r in json.loads(args.out.read_text())}
+        kept.update({r["model"]: r for r in table})
+        table = [kept[m.name] for m in MODELS if m.name in kept]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(table, indent=1) + "\n")
     print(f"\n{'model':26} {'family':10} {'tasks':>5} {'untuned':>9} {'transfer':>9} {'tune':>9} {'ort':>8}")
