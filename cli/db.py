@@ -83,3 +83,73 @@ def current(ctx: Context, fmt: str) -> None:
         return
     state = "up to date" if rev == schema.HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
     click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {schema.HEAD}; {state})")
+
+
+@db.command()
+@click.argument("role")
+@click.option("--read-only", is_flag=True, help="Read the registry: lookup, stats, devices, export, show.")
+@click.option("--writer", is_flag=True, help="Read and write records (import, tune, transfer), not the schema.")
+@click.option("--print-sql", is_flag=True, help="Print the SQL for the owner to run (psql) instead of running it.")
+@output_options()
+@common_options
+@pass_ctx
+def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: bool, fmt: str) -> None:
+    """Make a PostgreSQL ROLE a read-only user or a writer of the registry (run by the owner of its tables).
+
+    The grant is the role's whole access to the registry's tables (what it had before is revoked first), and the
+    tables later migrations add follow it. Neither kind of role may change the schema: the owner runs
+    `registry db upgrade`. The role must exist (CREATE ROLE reader LOGIN PASSWORD '...'). SQLite has no roles: its
+    file's permissions decide. See docs/SHARING.md.
+
+    \b
+    Examples:
+      registry --db postgresql://registry@db-host/registry db grant reader --read-only
+      registry --db postgresql://registry@db-host/registry db grant ci --writer --print-sql | psql ...
+    """
+    from sqlalchemy.engine import make_url
+
+    from registry.config import resolve_database_url
+    from registry.errors import BadInputError
+    from registry.store import roles
+    from registry.store.engine import redact, translated_errors
+    from registry.store.store import Store
+
+    if read_only == writer:
+        raise click.UsageError("give one of --read-only and --writer")
+    access = roles.READ_ONLY if read_only else roles.WRITER
+    url = resolve_database_url(ctx.url)
+    if make_url(url).get_backend_name() != "postgresql":
+        raise BadInputError(
+            f"{redact(url)} is not PostgreSQL: an SQLite registry has no roles; its file's permissions decide who may "
+            "read or write it (see docs/SHARING.md)"
+        )
+    roles.check_name(role)
+    if print_sql:
+        database = make_url(url).database or ""
+        sql, schema, owner = roles.script(role, access, database), "public", None
+    else:
+        store = Store(url, check_schema=False, create_new=False)
+        try:
+            with translated_errors(store.url), store.engine.begin() as conn:
+                place, statements = roles.grant(conn, role, access)
+        finally:
+            store.close()
+        database, schema, owner, sql = place.database, place.schema, place.owner, ";\n".join(statements) + ";\n"
+    if fmt == "json":
+        from registry.cli.schemas import GrantOutput
+
+        echo_model(
+            GrantOutput(
+                database=redact(url),
+                role=role,
+                access=access,
+                schema_name=schema,
+                owner=owner,
+                sql=sql,
+                granted=not print_sql,
+            )
+        )
+    elif print_sql:
+        click.echo(sql, nl=False)
+    else:
+        click.echo(f"{role}: {access} on the registry in {redact(url)} (schema {schema}, owned by {owner})")

@@ -138,6 +138,19 @@ class DbOutput(Output):
     up_to_date: bool
 
 
+class GrantOutput(Output):
+    """What `registry db grant` granted, or with --print-sql would grant (granted: false)."""
+
+    command: ClassVar[str] = "db grant"
+    database: str = Field(description="The database URL, password hidden.")
+    role: str
+    access: str = Field(description="read-only or writer.")
+    schema_name: str = Field(description="The PostgreSQL schema of the registry's tables.")
+    owner: str | None = Field(description="The role that owns the registry's tables (null with --print-sql).")
+    sql: str = Field(description="The statements, one per line.")
+    granted: bool = Field(description="False with --print-sql: the statements were printed, not run.")
+
+
 class IndexStatusOutput(Output):
     command: ClassVar[str] = "index status, index rebuild"
     path: str
@@ -268,6 +281,7 @@ OUTPUTS: list[type[Output]] = [
     ImportOutput,
     ExportOutput,
     DbOutput,
+    GrantOutput,
     IndexStatusOutput,
     PredictorTrainOutput,
     PredictorListOutput,

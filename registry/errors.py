@@ -22,6 +22,13 @@ class SchemaOutdatedError(DatabaseError):
     """The database's schema is at an older revision than this registry needs."""
 
 
+class AccessDeniedError(DatabaseError):
+    """The database refused the connected role a read, a write or a schema change (PostgreSQL's missing rights)."""
+
+
+ACCESS_HINT = "the registry's owner grants rights with `registry db grant`, see docs/SHARING.md"
+
+
 class BadInputError(RegistryError):
     """Input that the registry refuses: a malformed log, a corrupt file, a record from another TVM version."""
 

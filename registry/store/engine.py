@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
+import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from registry.errors import DatabaseError
+from registry.errors import ACCESS_HINT, AccessDeniedError, DatabaseError
 from registry.store import sqlite_file
 
 T = TypeVar("T")
@@ -103,14 +106,34 @@ def with_retries(fn: Callable[[], T], *, attempts: int = 8) -> T:
     raise AssertionError("unreachable")
 
 
+# PostgreSQL's insufficient_privilege: a role without the right for a table, a schema, or a DDL statement.
+_NO_RIGHT = "42501"
+
+
 @contextlib.contextmanager
-def translated_errors(url: str) -> Iterator[None]:
-    """Turn driver failures into one readable DatabaseError line."""
+def translated_errors(url: str, *, writing: bool = False) -> Iterator[None]:
+    """Turn driver failures into one readable DatabaseError line. ``writing``: the block is a write transaction (a
+    refusal of rights then says so: the usual cause is a read-only role)."""
     try:
         yield
-    except OperationalError as e:
-        reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e)
-        raise DatabaseError(f"cannot use database {redact(url)}: {reason}") from e
     except DBAPIError as e:
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e)
+        if getattr(e.orig, "sqlstate", None) == _NO_RIGHT:
+            raise AccessDeniedError(refusal(url, reason, writing=writing)) from e
+        if isinstance(e, OperationalError):
+            raise DatabaseError(f"cannot use database {redact(url)}: {reason}") from e
         raise DatabaseError(f"database error on {redact(url)}: {reason}") from e
+
+
+def refusal(url: str, reason: str, *, writing: bool) -> str:
+    """One line for a refusal of rights: which role, what it may not do, and who can change that.
+
+    PostgreSQL names the object ("permission denied for table tuning_record") but not the right, nor the role: the
+    role is the URL's user, else libpq's default (PGUSER, else the login name).
+    """
+    role = make_url(url).username or os.environ.get("PGUSER") or getpass.getuser()
+    found = re.match(r"permission denied for (.+)", reason)
+    what = f"has no right to {'write to' if writing else 'use'} {found.group(1)}" if found else f"may not: {reason}"
+    kind = "a write" if writing else "this"
+    hint = f"a read-only role? {ACCESS_HINT}" if writing else ACCESS_HINT
+    return f"the database refused {kind}: role {role!r} {what} ({hint})"

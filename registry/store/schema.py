@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, inspect, text
 
-from registry.errors import NO_REGISTRY_HINT, DatabaseError, NoRegistryError, SchemaOutdatedError
+from registry.errors import NO_REGISTRY_HINT, AccessDeniedError, DatabaseError, NoRegistryError, SchemaOutdatedError
 from registry.store.revision import HEAD, VERSION_TABLE
 
 # Arbitrary 64-bit key for pg_advisory_lock, shared by every registry process that migrates.
@@ -85,9 +85,26 @@ def upgrade(engine: Engine) -> tuple[str | None, str | None]:
         before = _revision_of_ours(engine)
         if before is not None and before not in known_revisions():
             _refuse(before)
+        _refuse_a_non_owner(engine)
         run_upgrade(engine)
         with engine.connect() as conn:
             return before, current_revision(conn)
+
+
+def _refuse_a_non_owner(engine: Engine) -> None:
+    """Only the owner of a PostgreSQL registry's tables may change them: a read-only or writer role is refused here,
+    before Alembic starts (even when there is nothing to migrate: such a role never upgrades)."""
+    if engine.dialect.name != "postgresql":
+        return
+    from registry.store import roles
+
+    with engine.connect() as conn:
+        owner = roles.may_migrate(conn)
+        if owner is not None:
+            raise AccessDeniedError(
+                f"role {roles.current_role(conn)!r} may not change the registry's schema: its owner {owner!r} runs "
+                "`registry db upgrade`"
+            )
 
 
 @contextlib.contextmanager

@@ -78,7 +78,7 @@ class Store:
             with self.engine.execution_options(**{WRITE: True}).begin() as conn:
                 return fn(conn)
 
-        with translated_errors(self.url):
+        with translated_errors(self.url, writing=True):
             return with_retries(attempt)
 
     # -- writes -------------------------------------------------------------------------------------------------
