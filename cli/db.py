@@ -125,7 +125,9 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
         )
     roles.check_name(role)
     if print_sql:
-        database = make_url(url).database or ""
+        database = make_url(url).database
+        if not database:  # printed, not run: the URL is the only place its name can come from
+            raise BadInputError(f"{redact(url)} names no database; --print-sql needs one to grant CONNECT on")
         sql, schema, owner = roles.script(role, access, database), "public", None
     else:
         store = Store(url, check_schema=False, create_new=False)

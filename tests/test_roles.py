@@ -213,6 +213,7 @@ def test_print_sql_connects_to_nothing_and_quotes_the_role():
     assert 'GRANT CONNECT ON DATABASE "team" TO "Team-A";' in sql
     assert 'GRANT SELECT ON ALL TABLES IN SCHEMA "public" TO "Team-A";' in sql
     assert "INSERT" not in sql and "CREATE" not in sql
+    refused(run("postgresql://owner@127.0.0.1:1", "db", "grant", "r", "--writer", "--print-sql"), "names no database")
 
 
 def test_the_writer_statements_grant_writes_and_no_ddl():
