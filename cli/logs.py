@@ -30,17 +30,33 @@ from registry.cli.output import Progress, echo_model
 @common_options
 @pass_ctx
 def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_invalid: bool, fmt: str) -> None:
-    """Import MetaSchedule logs (JSONDatabase files) written by plain TVM.
+    """Import MetaSchedule logs (JSONDatabase files) written by plain TVM, or a registry bundle.
 
-    PATH is a tune_relax work dir, a folder holding several, or a database_tuning_record.json. The import is one
-    transaction: a malformed log imports nothing. Every record is validated against its workload first (its
-    latencies, its target, and a trace that TVM replays exactly); one that is not refuses the import, unless
-    --skip-invalid. Re-importing the same logs is safe and adds nothing.
+    PATH is a tune_relax work dir, a folder holding several, a database_tuning_record.json, or a bundle written by
+    `registry export --bundle` (which carries its own provenance: --team, --model, --threads and --host-model are
+    for logs). The import is one transaction: a malformed log or bundle imports nothing. Every record is validated
+    against its workload first (its latencies, its target, and a trace that TVM replays exactly); one that is not
+    refuses the import, unless --skip-invalid. Imported records are trusted as "imported" until `registry verify`
+    re-measures them. Re-importing the same logs or bundle is safe and adds nothing.
 
     \b
-    Example:
+    Examples:
       registry import ./tune_logs --team vision --model resnet18
+      registry import team-vision.bundle
     """
+    from registry.bundle import is_bundle
+
+    if is_bundle(path):
+        if any(v is not None for v in (team, model, threads, host_model)):
+            raise click.UsageError(
+                "--team, --model, --threads and --host-model are for TVM logs; a bundle carries its own provenance"
+            )
+        from registry.tvm_side.exchange_import import import_bundle
+
+        with Progress("import") as progress:
+            result = import_bundle(ctx.store, path, skip_invalid=skip_invalid, progress=progress)
+        _print_import(result, fmt)
+        return
     from registry.tvm_side.log_import import import_logs
 
     with Progress("import") as progress:
@@ -54,6 +70,10 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
             skip_invalid=skip_invalid,
             progress=progress,
         )
+    _print_import(result, fmt)
+
+
+def _print_import(result, fmt: str) -> None:
     if fmt == "json":
         from registry.cli.schemas import ImportOutput
 
@@ -70,25 +90,45 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
     "-o",
     "--output",
     "folder",
-    required=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="Folder to write database_workload.json and database_tuning_record.json into.",
+    help="Folder to write database_workload.json and database_tuning_record.json into (TVM's log format).",
 )
-@device_option("`host`, a device id or a name (see `registry devices`); needed when several exist.")
+@click.option(
+    "--bundle",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write a registry bundle to this file instead: every device's records (or --device's) with provenance, "
+    "models and donors, checksummed; `registry import FILE` reads it.",
+)
+@device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several exist.")
 @click.option("--best-only", is_flag=True, help="Only each workload's best record.")
+@click.option("--team", help="Bundle: only records of this team.")
+@click.option("--model", help="Bundle: only records tuned for this model.")
+@click.option("--since", type=click.DateTime(), help="Bundle: only records measured at or after this time (UTC).")
 @output_options()
 @common_options
 @pass_ctx
-def export(ctx: Context, folder: Path, device, best_only: bool, fmt: str) -> None:
-    """Export one device's records as a JSONDatabase that plain TVM loads (reads the registry, writes only FOLDER).
+def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_only: bool, team, model, since,
+           fmt: str) -> None:  # fmt: skip
+    """Export records: one device's as a JSONDatabase that plain TVM loads (-o FOLDER), or any as a bundle that
+    keeps their provenance (--bundle FILE). Reads the registry, writes only FOLDER or FILE.
 
     \b
-    Example:
+    Examples:
       registry export -o ./logs --device host --best-only
       # then, in plain TVM:
       #   db = ms.database.JSONDatabase(work_dir="./logs")
       #   ex = ms.relax_integration.compile_relax(db, mod, target, params)
+      registry export --bundle vision.bundle --team vision
     """
+    if (folder is None) == (bundle is None):
+        raise click.UsageError("give either -o FOLDER (TVM's log format) or --bundle FILE (a registry bundle)")
+    if bundle is not None:
+        if best_only:
+            raise click.UsageError("--best-only is for logs; a bundle holds every matching record")
+        _export_bundle(ctx, bundle, device, team, model, since, fmt)
+        return
+    if any(v is not None for v in (team, model, since)):
+        raise click.UsageError("--team, --model and --since filter bundles (--bundle FILE)")
     from registry.export import export_database
 
     r = export_database(ctx.existing_store, folder, device, best_only=best_only)
@@ -98,3 +138,19 @@ def export(ctx: Context, folder: Path, device, best_only: bool, fmt: str) -> Non
         echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
         return
     click.echo(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
+
+
+def _export_bundle(ctx: Context, path: Path, device, team, model, since, fmt: str) -> None:
+    from registry.export import exchange_filters, export_bundle
+
+    store = ctx.existing_store
+    info = export_bundle(store, path, exchange_filters(store, device, team, model, since))
+    if fmt == "json":
+        from registry.cli.schemas import BundleOutput
+
+        echo_model(BundleOutput(**{**dataclasses.asdict(info), "path": str(info.path)}))
+        return
+    click.echo(
+        f"wrote {info.records} record(s) of {info.workloads} workload(s), {info.devices} device(s) and "
+        f"{info.models} model(s) to {path} ({info.bytes / 1e6:.1f} MB)"
+    )

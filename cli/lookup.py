@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import click
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx, trust_option
 from registry.cli.output import echo_model, echo_rows, shapes
 
 from registry.errors import BadInputError
@@ -35,6 +35,7 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     type=click.IntRange(1, 10_000),
     help="Most (workload, device) pairs to list.",
 )
+@trust_option("are listed")
 @output_options("table", "json", "csv")
 @common_options
 @pass_ctx
@@ -61,6 +62,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         workload=workload,
         top_k=top_k,
         limit=limit,
+        trust=ctx.trust,
     )
     sql = q.connect(resolve_database_url(ctx.url))
     if sql is not None:  # the fast path: plain DB-API, no SQLAlchemy
@@ -84,7 +86,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         return
     echo_rows(
         fmt,
-        ["op", "task", "shapes", "device", "rank", "latency_us", "GFLOP/s", "records", "source", "workload"],
+        ["op", "task", "shapes", "device", "rank", "latency_us", "GFLOP/s", "records", "source", "trust", "workload"],
         [
             (
                 r.op,
@@ -96,6 +98,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
                 round(r.gflops, 1),
                 r.records,
                 r.source,
+                r.trust,
                 r.workload,
             )
             for r in rows

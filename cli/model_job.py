@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import click
-from registry.cli.options import common_options, output_options
+from registry.cli.options import common_options, output_options, trust_option
 from registry.cli.output import Progress, echo_model, echo_table
 
 THREADS_ENV = "TVM_NUM_THREADS"
@@ -58,6 +58,7 @@ def model_options(command):
             help="Kernels measured at once [default: calibrated on this machine: the most that do not interfere; "
             "with --rpc, one per free server].",
         ),
+        trust_option("compilation and tuning start from"),
         output_options("table", "json"),
         common_options,
     ]

@@ -28,6 +28,7 @@ class Context:
     def __init__(self, url: str | None = None, verbosity: int = 0) -> None:
         self.url = url
         self.verbosity = verbosity  # -1: -q (errors only); 0: default; 1: -v (INFO); 2: -vv (DEBUG)
+        self.trust = "imported"  # --trust: the least trusted records read (registry.store.trust)
         self._store = None
 
     @property
@@ -36,7 +37,7 @@ class Context:
         if self._store is None:
             from registry.store.store import Store
 
-            self._store = Store(self.url)
+            self._store = Store(self.url, trust=self.trust)
         return self._store
 
     @property
@@ -47,7 +48,7 @@ class Context:
         if self._store is None:
             from registry.store.store import Store
 
-            self._store = Store(self.url, create_new=False)
+            self._store = Store(self.url, create_new=False, trust=self.trust)
         return self._store
 
     @property
@@ -221,6 +222,26 @@ def device_option(help: str, **kwargs) -> Callable:  # noqa: A002 - click's own 
     return click.option("--device", help=help, shell_complete=complete_devices, **kwargs)
 
 
+def trust_option(what: str) -> Callable:
+    """``--trust imported|verified``: which records ``what`` reads (the choices are registry.store.trust's)."""
+
+    def remember(ctx: click.Context, _param, value: str) -> str:
+        ctx.ensure_object(Context).trust = value
+        return value
+
+    return click.option(
+        "--trust",
+        type=click.Choice(["imported", "verified"]),
+        default="imported",
+        show_default=True,
+        expose_value=False,
+        callback=remember,
+        help=f"Which records {what}: `verified` only those measured here or re-measured by `registry verify`; "
+        "`imported` also records imported (from logs, bundles or sync) and not yet verified. Records measured here "
+        "or verified are preferred either way; disputed ones are never used.",
+    )
+
+
 __all__: Sequence[str] = [
     "Context",
     "common_options",
@@ -231,4 +252,5 @@ __all__: Sequence[str] = [
     "device_option",
     "output_options",
     "pass_ctx",
+    "trust_option",
 ]

@@ -60,6 +60,9 @@ class LookupRow(BaseModel):
     team: str | None
     model: str | None
     created_at: str
+    trust: str = Field(description="measured (by this registry), imported, verified or disputed.")
+    origin: str = Field(description='The id of the registry that measured it, or "tvm-log" for a TVM log.')
+    verified_latency_us: float | None = Field(description="What `registry verify` measured here (null: not yet).")
 
 
 class LookupOutput(Output):
@@ -127,6 +130,32 @@ class ExportOutput(Output):
     device: str
     workloads: int
     records: int
+
+
+class BundleOutput(Output):
+    command: ClassVar[str] = "export --bundle"
+    path: str
+    origin: str = Field(description="The id of the registry that wrote it.")
+    created_at: str
+    devices: int
+    workloads: int
+    records: int
+    models: int
+    bytes: int
+
+
+class SyncOutput(Output):
+    command: ClassVar[str] = "sync"
+    source: str = Field(description="The source registry's URL, password hidden.")
+    destination: str
+    incremental: bool = Field(description="Whether an earlier sync of this pair and filter set was continued.")
+    records_read: int = Field(description="Records read from the source (those above the last sync's).")
+    records_new: int
+    records_present: int = Field(description="Records the destination held already (same schedule and origin).")
+    records_skipped: int = Field(description="Invalid records left out (--skip-invalid).")
+    workloads_new: int
+    models: int
+    seconds: float
 
 
 class DbOutput(Output):
@@ -280,6 +309,8 @@ OUTPUTS: list[type[Output]] = [
     DevicesOutput,
     ImportOutput,
     ExportOutput,
+    BundleOutput,
+    SyncOutput,
     DbOutput,
     GrantOutput,
     IndexStatusOutput,

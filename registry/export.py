@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,8 +11,10 @@ from pathlib import Path
 from sqlalchemy import select
 
 from registry import tvmlog
+from registry.bundle import BundleInfo, write_bundle
 from registry.errors import UnknownDeviceError
 from registry.store import queries
+from registry.store.exchange import ExchangeFilters, read_exchange
 from registry.store.lookup import DeviceRow
 from registry.store.models import BestRecord, TuningRecord
 from registry.store.store import Store
@@ -57,3 +61,23 @@ def _pick_device(store: Store, selector: str | None) -> DeviceRow:
         raise UnknownDeviceError("the registry holds no records yet; nothing to export")
     names = ", ".join(f"{d.id}:{d.name}" for d in all_devices)
     raise UnknownDeviceError(f"the registry holds several devices ({names}); choose one with --device")
+
+
+def exchange_filters(
+    store: Store, device: str | None, team: str | None, model: str | None, since: dt.datetime | None
+) -> ExchangeFilters:
+    """The filters of a bundle export or a sync, ``device`` resolved to device keys (None: every device)."""
+    keys = None
+    if device is not None:
+        keys = tuple(sorted(d.key for d in store.resolve_devices(device)))
+    return ExchangeFilters(device_keys=keys, team=team, model=model, since=since)
+
+
+def export_bundle(store: Store, path: Path, filters: ExchangeFilters) -> BundleInfo:
+    """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``."""
+    with store.read(snapshot=True) as conn:
+        exchange = read_exchange(conn.connection(), filters)
+        described = {k: v for k, v in dataclasses.asdict(filters).items() if v is not None}
+        if filters.since is not None:
+            described["since"] = filters.since.isoformat()
+        return write_bundle(path, exchange, described)

@@ -9,16 +9,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, case, select, tuple_
+from sqlalchemy import Connection, and_, case, or_, select, tuple_
 
 from registry.errors import BadInputError, DatabaseError
 from registry.similarity.embedding import embed
 from registry.store.models import (
     SOURCES,
+    TRUST_LEVELS,
+    TRUST_TIER,
     BestRecord,
     Device,
     Model,
     ModelTask,
+    RegistryInfo,
     TraceSkeleton,
     TuningRecord,
     Workload,
@@ -141,26 +144,46 @@ def split_trace(r: RecordIn) -> tuple[str, str]:
     return r.insts_json or canonical_json(trace[0]), canonical_json(trace[1])
 
 
+def registry_id(conn: Connection) -> str:
+    """This registry's id: the origin of the records it measures."""
+    found = conn.execute(select(RegistryInfo.registry_id).where(RegistryInfo.id == 1)).scalar()
+    if found is None:  # cannot happen after migration 0003, which writes it
+        raise DatabaseError("the registry has no id (table registry_info is empty); run `registry db upgrade`")
+    return found
+
+
 def insert_records(
     conn: Connection,
     records: Sequence[RecordIn],
     workload_ids_: dict[tuple[str, str], int],
     device_ids: dict[str, int],
     result: IngestResult,
-) -> None:
-    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
-    rows: dict[tuple[int, int, str], dict[str, Any]] = {}
+) -> list[int]:
+    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs.
+
+    Returns the new records' ids."""
+    here = registry_id(conn)
+    timed = bool(records) and records[0].created_at is not None
+    if any((r.created_at is not None) != timed for r in records):
+        raise ValueError("records of one write either all carry their measurement time or none does")
+    rows: dict[tuple[int, int, str, str], dict[str, Any]] = {}
     for r in records:
         if r.source not in SOURCES:
             raise BadInputError(f"unknown record source {r.source!r}; expected one of {', '.join(SOURCES)}")
+        trust = r.trust_level
+        if trust not in TRUST_LEVELS:
+            raise BadInputError(f"unknown trust level {trust!r}; expected one of {', '.join(TRUST_LEVELS)}")
         try:
             wid = workload_ids_[r.workload]
         except KeyError:
             raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
         insts, decisions = split_trace(r)
         did = device_ids[r.device.key]
-        key = (wid, did, trace_hash(f"[{insts},{decisions}]"))  # the canonical JSON of the whole trace
-        rows.setdefault(
+        origin = r.origin or here
+        # A record measured here, away and back, is this registry's own measurement again.
+        trust = "measured" if origin == here and trust == "imported" else trust
+        key = (wid, did, trace_hash(f"[{insts},{decisions}]"), origin)  # the canonical JSON of the whole trace
+        row = rows.setdefault(
             key,
             dict(
                 workload_id=wid,
@@ -178,32 +201,46 @@ def insert_records(
                 host=r.host,
                 tvm_version=r.device.tvm_version,
                 tool_version=r.tool_version,
+                origin=origin,
+                trust=trust,
             ),
         )
+        if timed:
+            row["created_at"] = r.created_at
     result.records_present += len(records) - len(rows)
     _resolve_skeletons(conn, rows.values())
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
     best: dict[tuple[int, int], dict[str, Any]] = {}
+    new_ids: list[int] = []
     for chunk in _chunks(ordered):
         stmt = insert(conn, TuningRecord).on_conflict_do_nothing(
-            index_elements=["workload_id", "device_id", "trace_hash"]
+            index_elements=["workload_id", "device_id", "trace_hash", "origin"]
         )
-        returning = (TuningRecord.id, TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.mean_s)
+        returning = (
+            TuningRecord.id,
+            TuningRecord.workload_id,
+            TuningRecord.device_id,
+            TuningRecord.mean_s,
+            TuningRecord.trust,
+        )
         new = conn.execute(stmt.returning(*returning), chunk).all()
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
-        for rid, wid, did, mean_s in new:
-            if mean_s is None:
+        for rid, wid, did, mean_s, trust in new:
+            new_ids.append(rid)
+            tier = TRUST_TIER.get(trust)
+            if mean_s is None or tier is None:
                 continue
             cur = best.setdefault(
-                (wid, did), dict(workload_id=wid, device_id=did, record_id=rid, mean_s=mean_s, n_records=0)
+                (wid, did), dict(workload_id=wid, device_id=did, record_id=rid, mean_s=mean_s, n_records=0, tier=tier)
             )
             cur["n_records"] += 1
-            if mean_s < cur["mean_s"]:
-                cur.update(record_id=rid, mean_s=mean_s)
-    _merge_best(conn, [best[k] for k in sorted(best)])
+            if (tier, mean_s) < (cur["tier"], cur["mean_s"]):
+                cur.update(record_id=rid, mean_s=mean_s, tier=tier)
+    merge_best(conn, [best[k] for k in sorted(best)])
+    return new_ids
 
 
 def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
@@ -221,20 +258,51 @@ def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]]) -> None
         r["skeleton_id"] = ids[r["skeleton_id"]]
 
 
-def _merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Fold this batch's best per pair into ``best_record``: atomic per row, so concurrent writers cannot lose one."""
+def merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Fold this batch's best per pair into ``best_record``: atomic per row, so concurrent writers cannot lose one.
+    A more trusted tier wins whatever the latency; within a tier, the faster record."""
     for chunk in _chunks(rows):
         stmt = insert(conn, BestRecord)
-        better = stmt.excluded.mean_s < BestRecord.mean_s
+        new = stmt.excluded
+        better = or_(new.tier < BestRecord.tier, and_(new.tier == BestRecord.tier, new.mean_s < BestRecord.mean_s))
         stmt = stmt.on_conflict_do_update(
             index_elements=["workload_id", "device_id"],
             set_=dict(
-                record_id=case((better, stmt.excluded.record_id), else_=BestRecord.record_id),
-                mean_s=case((better, stmt.excluded.mean_s), else_=BestRecord.mean_s),
-                n_records=BestRecord.n_records + stmt.excluded.n_records,
+                record_id=case((better, new.record_id), else_=BestRecord.record_id),
+                mean_s=case((better, new.mean_s), else_=BestRecord.mean_s),
+                tier=case((better, new.tier), else_=BestRecord.tier),
+                n_records=BestRecord.n_records + new.n_records,
             ),
         )
         conn.execute(stmt, chunk)
+
+
+def recompute_best(conn: Connection, pairs: Iterable[tuple[int, int]]) -> None:
+    """Choose the preferred record of each (workload, device) pair again from its records: after a record's trust
+    changed (``registry verify``), which the incremental merge cannot undo."""
+    from registry.store.trust import TIER as tier
+
+    for chunk in _chunks(sorted(set(pairs)), 400):
+        pair = tuple_(BestRecord.workload_id, BestRecord.device_id)
+        conn.execute(BestRecord.__table__.delete().where(pair.in_(chunk)))
+        eligible = (
+            select(TuningRecord.id, TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.mean_s, tier)
+            .where(
+                tuple_(TuningRecord.workload_id, TuningRecord.device_id).in_(chunk),
+                TuningRecord.mean_s.is_not(None),
+                TuningRecord.trust != "disputed",
+            )
+            .order_by(TuningRecord.workload_id, TuningRecord.device_id)
+        )
+        best: dict[tuple[int, int], dict[str, Any]] = {}
+        for rid, wid, did, mean_s, t in conn.execute(eligible):
+            cur = best.setdefault((wid, did), dict(workload_id=wid, device_id=did, record_id=rid, mean_s=mean_s,
+                                                  n_records=0, tier=t))  # fmt: skip
+            cur["n_records"] += 1
+            if (t, mean_s, rid) < (cur["tier"], cur["mean_s"], cur["record_id"]):
+                cur.update(record_id=rid, mean_s=mean_s, tier=t)
+        if best:
+            conn.execute(insert(conn, BestRecord), [best[k] for k in sorted(best)])
 
 
 def upsert_model(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from registry import hostinfo
-from registry.errors import DatabaseError, UnknownDeviceError
+from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
 from registry.store import sqlite_file
 from registry.store.revision import HEAD, VERSION_TABLE
 
@@ -79,9 +79,10 @@ class DeviceRow:
     host_model: str
     tvm_version: str
     target_json: str
+    key: str
 
 
-_DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json FROM device"
+_DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json, key FROM device"
 
 
 def all_devices(sql: Sql) -> list[DeviceRow]:
@@ -131,6 +132,7 @@ class LookupFilter:
     workload: str | None = None
     top_k: int = 1
     limit: int = 100
+    trust: str = "imported"  # the least trusted records shown: "verified" (measured here or verified) or "imported"
 
 
 @dataclass
@@ -152,6 +154,9 @@ class LookupRow:
     team: str | None
     model: str | None
     created_at: str
+    trust: str  # measured (here), imported, verified, disputed
+    origin: str  # the id of the registry that measured it, or "tvm-log"
+    verified_latency_us: float | None  # what `registry verify` measured here, beside the claimed latency_us
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,6 +184,10 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
     if f.workload:
         where.append("w.shash = :shash")
         params["shash"] = f.workload
+    if f.trust == "verified":
+        where.append("b.tier = 0")  # best_record prefers tier 0: a pair with any such record has one as its best
+    elif f.trust != "imported":
+        raise BadInputError(f"unknown trust {f.trust!r}; expected imported or verified")
     if f.device_ids is not None:
         where.append(f"b.device_id IN ({_in_list('d', f.device_ids, params) or 'NULL'})")
     if f.shape is not None or f.dtype:
@@ -209,13 +218,16 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
     else:
         counts = {(w, d): n for w, d, n, _ in pairs}
         p: dict[str, Any] = {"k": f.top_k}
+        trusted = "'measured', 'verified'" + (", 'imported'" if f.trust == "imported" else "")
         values = ", ".join(f"(:w{i}, :d{i})" for i in range(len(counts)))
         for i, (w, d) in enumerate(counts):
             p[f"w{i}"], p[f"d{i}"] = w, d
         top = sql.all(
             "SELECT workload_id, device_id, id, rn FROM (SELECT workload_id, device_id, id,"
-            " ROW_NUMBER() OVER (PARTITION BY workload_id, device_id ORDER BY mean_s, id) AS rn"
-            f" FROM tuning_record WHERE mean_s IS NOT NULL AND (workload_id, device_id) IN (VALUES {values})) t"
+            " ROW_NUMBER() OVER (PARTITION BY workload_id, device_id"
+            " ORDER BY CASE WHEN trust IN ('measured', 'verified') THEN 0 ELSE 1 END, mean_s, id) AS rn"
+            f" FROM tuning_record WHERE mean_s IS NOT NULL AND trust IN ({trusted})"
+            f" AND (workload_id, device_id) IN (VALUES {values})) t"
             " WHERE rn <= :k",
             p,
         )
@@ -229,14 +241,15 @@ def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
     for start in range(0, len(ids), 5000):  # bound parameters per statement stay far below SQLite's 32766
         params: dict[str, Any] = {}
         found += sql.all(
-            "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at,"
+            "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at, r.trust, r.origin, r.verified_mean_s,"
             " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads"
             " FROM tuning_record r JOIN workload w ON w.id = r.workload_id JOIN device d ON d.id = r.device_id"
             f" WHERE r.id IN ({_in_list('r', ids[start : start + 5000], params)})",
             params,
         )
     rows = []
-    for rid, mean_s, source, team, model, created, shash, op, task, args, flops, did, dname, threads in found:
+    for (rid, mean_s, source, team, model, created, trust, origin, verified_s,
+         shash, op, task, args, flops, did, dname, threads) in found:  # fmt: skip
         n, rank = ranked[rid]
         rows.append(
             LookupRow(
@@ -259,6 +272,9 @@ def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
                 created_at=created.isoformat(timespec="seconds")
                 if hasattr(created, "isoformat")
                 else str(created).replace(" ", "T"),
+                trust=trust,
+                origin=origin,
+                verified_latency_us=verified_s * 1e6 if verified_s is not None else None,
             )
         )
     rows.sort(key=lambda r: (r.op, r.task, r.workload, r.device_id, r.rank))

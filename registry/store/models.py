@@ -39,6 +39,16 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 SOURCES = ("tuned", "transferred", "imported")
 
+# How far a record is trusted here (see docs/SHARING.md). "measured": taken by this registry's own tuning or transfer;
+# "imported": from a TVM log, a bundle or a sync, as claimed by its origin; "verified"/"disputed": an imported record
+# re-measured by `registry verify` on its device, and found within tolerance of its claim, or not.
+TRUST_LEVELS = ("measured", "imported", "verified", "disputed")
+# The order in which records are preferred: a measured or verified record beats any imported one, whatever it
+# claims; a disputed record is never used (it stays stored, with its re-measured latency beside the claim).
+TRUST_TIER = {"measured": 0, "verified": 0, "imported": 1}
+# The origin of records read from a TVM log, which says nothing of where it was measured.
+LOG_ORIGIN = "tvm-log"
+
 
 # Times are set by the database (CURRENT_TIMESTAMP, UTC on SQLite), not per row in Python: cheaper on bulk import.
 
@@ -133,7 +143,8 @@ class TuningRecord(Base):
 
     __tablename__ = "tuning_record"
     __table_args__ = (
-        UniqueConstraint("workload_id", "device_id", "trace_hash"),
+        # One row per measurement of a schedule per origin: two registries' measurements of one schedule both stay.
+        UniqueConstraint("workload_id", "device_id", "trace_hash", "origin"),
         # The hot query: best records of one workload on one device.
         Index(None, "workload_id", "device_id", "mean_s"),
     )
@@ -159,11 +170,19 @@ class TuningRecord(Base):
     host: Mapped[str | None] = mapped_column(String(200))
     tvm_version: Mapped[str] = mapped_column(String(64))
     tool_version: Mapped[str] = mapped_column(String(64))
+    # When it was measured, where it was measured: kept as they were when a record travels by bundle or sync.
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
+    # The id of the registry that measured it (RegistryInfo.registry_id), or LOG_ORIGIN.
+    origin: Mapped[str] = mapped_column(String(64))
+    trust: Mapped[str] = mapped_column(String(16))
+    # What `registry verify` measured here, and when; the claim stays in mean_s.
+    verified_mean_s: Mapped[float | None] = mapped_column(Float)
+    verified_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class BestRecord(Base):
-    """The best ok record of each (workload, device), kept current on every write.
+    """The preferred ok record of each (workload, device), kept current on every write: the fastest of the most
+    trusted tier (``TRUST_TIER``; disputed records never).
 
     It turns "best schedule per workload" — the question behind lookup, export --best-only and compilation — into one
     index lookup instead of a scan over every record.
@@ -176,6 +195,7 @@ class BestRecord(Base):
     record_id: Mapped[int] = mapped_column(ForeignKey("tuning_record.id", ondelete="CASCADE"))
     mean_s: Mapped[float] = mapped_column(Float)
     n_records: Mapped[int] = mapped_column(Integer)
+    tier: Mapped[int] = mapped_column(Integer)  # TRUST_TIER of the record: 0 measured here or verified, 1 imported
 
 
 class Model(Base):
@@ -206,6 +226,28 @@ class ModelTask(Base):
     weight: Mapped[int] = mapped_column(Integer)
 
     model: Mapped[Model] = relationship(back_populates="tasks")
+
+
+class RegistryInfo(Base):
+    """This registry's identity: the origin stamped on the records it measures, so that they keep it elsewhere."""
+
+    __tablename__ = "registry_info"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1: one row
+    registry_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
+
+
+class SyncState(Base):
+    """How far `registry sync` has copied from one source registry into this one, per filter set: the next sync
+    copies only records with higher ids in the source."""
+
+    __tablename__ = "sync_state"
+
+    source_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    filters_key: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the filters' canonical JSON
+    last_record_id: Mapped[int] = mapped_column(BigInteger)
+    synced_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
 
 class Predictor(Base):

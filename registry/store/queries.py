@@ -19,6 +19,7 @@ from registry.store.models import (
     TuningRecord,
     Workload,
 )
+from registry.store.trust import DEFAULT_TRUST, TIER, accepted
 
 
 def stats(conn: Session) -> dict[str, Any]:
@@ -116,13 +117,14 @@ _RECORD_COLS = (
 )
 
 
-def top_k(conn: Session, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
-    """The ``k`` fastest ok records of one workload on one device, fastest first."""
+def top_k(conn: Session, workload_id: int, device_id: int, k: int, trust: str = DEFAULT_TRUST) -> list[StoredRecord]:
+    """The ``k`` preferred ok records of one workload on one device that ``trust`` accepts: those measured here or
+    verified first, fastest first."""
     stmt = (
         select(*_RECORD_COLS)
         .where(TuningRecord.workload_id == workload_id, TuningRecord.device_id == device_id)
-        .where(TuningRecord.mean_s.is_not(None))
-        .order_by(TuningRecord.mean_s, TuningRecord.id)
+        .where(TuningRecord.mean_s.is_not(None), TuningRecord.trust.in_(accepted(trust)))
+        .order_by(TIER, TuningRecord.mean_s, TuningRecord.id)
         .limit(k)
     )
     insts = _Skeletons(conn)
@@ -187,7 +189,7 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         func.row_number()
         .over(
             partition_by=(TuningRecord.workload_id, TuningRecord.device_id),
-            order_by=(TuningRecord.mean_s, TuningRecord.id),
+            order_by=(TIER, TuningRecord.mean_s, TuningRecord.id),
         )
         .label("rank")
     )
@@ -195,6 +197,7 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         select(*_RECORD_COLS, TuningRecord.device_id, rank)
         .join(Device, Device.id == TuningRecord.device_id)
         .where(TuningRecord.workload_id.in_(workload_ids), TuningRecord.mean_s.is_not(None))
+        .where(TuningRecord.trust != "disputed")  # donors are measured again here, but not a disproved claim
         .where(Device.kind == target_kind)
         .subquery()
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -127,6 +128,17 @@ class RecordIn:
     host: str | None = None
     # The canonical JSON of trace[0], when the caller already has it (import checks each trace's instructions).
     insts_json: str = field(default="", compare=False)
+    # Where it was measured: None for this registry (its id is filled in on write), LOG_ORIGIN for a TVM log, another
+    # registry's id for a record that came by bundle or sync.
+    origin: str | None = None
+    # None: from the source ("imported" for an imported record, else "measured").
+    trust: str | None = None
+    # When it was measured, for a record that travelled (None: now).
+    created_at: dt.datetime | None = None
+
+    @property
+    def trust_level(self) -> str:
+        return self.trust or ("imported" if self.source == "imported" else "measured")
 
     @functools.cached_property
     def ok(self) -> bool:

@@ -15,6 +15,7 @@ from registry.perf import paused_gc
 from registry.store import lookup, queries, schema, sqlite_file
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
+from registry.store.trust import DEFAULT_TRUST, accepted
 from registry.validation import Problem, Refusals, record_problems
 
 T = TypeVar("T")
@@ -36,9 +37,15 @@ class Store:
         rows = store.lookup(LookupFilter(op="conv2d", top_k=3))
     """
 
-    def __init__(self, url: str | None = None, *, check_schema: bool = True, create_new: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, *, check_schema: bool = True, create_new: bool = True, trust: str = DEFAULT_TRUST
+    ) -> None:
         """``create_new=False``: open only an existing registry, creating nothing (no file, folder or lock file, no
-        tables): a missing SQLite file or an empty database raises NoRegistryError."""
+        tables): a missing SQLite file or an empty database raises NoRegistryError.
+
+        ``trust``: which records compilation and tuning read from it (``registry.store.trust``)."""
+        accepted(trust)  # refuses an unknown one
+        self.trust = trust
         self.url = resolve_database_url(url)
         if not create_new:
             missing = sqlite_file.missing(self.url)

@@ -155,7 +155,7 @@ class RegistryDatabase(PyDatabase):
             return []
         wid, wl, args = known
         with self.store.read() as conn:
-            stored = queries.top_k(conn, wid, self.device_id, top_k)
+            stored = queries.top_k(conn, wid, self.device_id, top_k, self.store.trust)
         return [self._record(r, wl, args) for r in stored]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:

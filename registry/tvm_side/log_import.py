@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import tvm
-from sqlalchemy import Connection
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
-from registry.perf import paused_gc
-from registry.store import ingest
+from registry.store.models import LOG_ORIGIN
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
 from registry.store.store import Store
+from registry.tvm_side.checked_ingest import checked_write
 from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
-from registry.validation import Problem, Refusals
+from registry.validation import Problem
 
 BATCH = 5000
 
@@ -63,44 +62,19 @@ def import_logs(
         progress(0, lines, f"checking workloads in {pair.workload_file.name}")
         logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
-    mod_json = {w.ident: w.mod_json for w in unique}
     devices = _Devices(threads, host_model)  # like the checker, outside write(): what they learned survives a retry
 
-    def write(conn: Connection) -> IngestResult:
-        # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.
-        result, refusals, total = IngestResult(), Refusals(), 0
-        ids = ingest.upsert_workloads(conn, unique, result)
-        device_ids: dict[str, int] = {}
+    def batches():
+        # Read again from the files' start if the write loses a lock race: nothing may depend on an earlier try.
         for pair, workloads in logged:
             idents = [w.ident for w in workloads]
             records = tvmlog.read_records(pair.record_file)
             while batch := list(itertools.islice(records, BATCH)):
-                total += len(batch)
-                read = [_record(raw, idents, pair, devices, team, model) for raw in batch]
-                candidates = [(i, r) for i, r in enumerate(read) if isinstance(r, RecordIn)]
-                problems = checker.check([(r, mod_json[r.workload]) for _, r in candidates])
-                for i, problem in zip((i for i, _ in candidates), problems, strict=True):
-                    if problem is not None:
-                        read[i] = problem
-                for raw, r in zip(batch, read, strict=True):
-                    if isinstance(r, Problem):
-                        refusals.add(raw.where, r)
-                if refusals.count and not skip_invalid:
-                    continue  # nothing more is written; the rest is read to count what is wrong
-                recs = [r for r in read if isinstance(r, RecordIn)]
-                new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
-                device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
-                ingest.insert_records(conn, recs, ids, device_ids, result)
-                progress(min(total, lines), lines, f"{total} records read")
-        if refusals.count and not skip_invalid:
-            raise BadInputError(f"{refusals.message(total)}; nothing was imported (--skip-invalid imports the rest)")
-        result.records_skipped, result.first_skipped = refusals.count, refusals.first
-        return result
+                yield [(raw.where, _record(raw, idents, pair, devices, team, model)) for raw in batch]
 
-    with paused_gc():
-        result = store.transact(write)
-    store.after_bulk_write(result.records_new)
-    return result
+    return checked_write(
+        store, unique, batches, checker=checker, skip_invalid=skip_invalid, progress=progress, total=lines
+    )
 
 
 def _count_lines(file: Path) -> int:
@@ -155,30 +129,35 @@ def _record(raw: tvmlog.RawRecord, idents, pair, devices: _Devices, team, model)
         tool_version=hostinfo.tool_version(),
         team=team,
         model=model,
+        origin=LOG_ORIGIN,
     )
 
 
 def _workload(raw: tvmlog.RawWorkload) -> WorkloadIn:
-    """Check one logged workload and turn it into what the store keeps."""
+    return checked_workload(raw.where, raw.mod_json)
+
+
+def checked_workload(where: str, mod_json: str) -> WorkloadIn:
+    """Check one workload from outside (``where`` names it in errors) and turn it into what the store keeps."""
     try:
-        written_by = tvmlog.module_tvm_version(raw.mod_json)
+        written_by = tvmlog.module_tvm_version(mod_json)
     except ValueError as e:
-        raise BadInputError(f"{raw.where}: corrupt workload payload ({e})") from None
+        raise BadInputError(f"{where}: corrupt workload payload ({e})") from None
     ours = hostinfo.tvm_version()
     if written_by is None or hostinfo.release(written_by) != ours:
         raise BadInputError(
-            f"{raw.where}: workload written by TVM {written_by or 'of unknown version'}, but this registry runs "
+            f"{where}: workload written by TVM {written_by or 'of unknown version'}, but this registry runs "
             f"TVM {ours}; schedules and hashes do not carry across TVM releases"
         )
     try:
-        mod = tvm.ir.load_json(raw.mod_json)
+        mod = tvm.ir.load_json(mod_json)
         if not isinstance(mod, tvm.IRModule) or len(mod.functions) != 1:
             raise ValueError("not an IRModule with one function")
         if not isinstance(next(iter(mod.functions.values())), tvm.tirx.PrimFunc):
             raise ValueError("its function is not a PrimFunc")
         # The hash is recomputed, not trusted: it is platform-dependent, and compile-time lookups hash here.
-        wl = workload_in(mod, mod_json=raw.mod_json)
+        wl = workload_in(mod, mod_json=mod_json)
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a corrupt graph
         reason = str(e).strip()[:120] or type(e).__name__
-        raise BadInputError(f"{raw.where}: corrupt workload module ({reason})") from None
+        raise BadInputError(f"{where}: corrupt workload module ({reason})") from None
     return wl

@@ -1,0 +1,63 @@
+"""``registry sync``: copy records from one registry into another, keeping their provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.output import Progress, echo_model
+
+
+@click.command()
+@click.argument("source")
+@click.argument("destination")
+@device_option("Only records of devices matching this (`host`, an id or a name in the source).")
+@click.option("--team", help="Only records of this team.")
+@click.option("--model", help="Only records tuned for this model.")
+@click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC).")
+@click.option("--full", is_flag=True, help="Read every matching record again, not only those since the last sync.")
+@click.option("--skip-invalid", is_flag=True, help="Copy the valid records and report the invalid ones.")
+@output_options()
+@common_options
+@pass_ctx
+def sync(ctx: Context, source: str, destination: str, device, team, model, since, full: bool, skip_invalid: bool,
+         fmt: str) -> None:  # fmt: skip
+    """Copy SOURCE's records into DESTINATION: SQLite file or PostgreSQL URL, either way.
+
+    Incremental: only records added to SOURCE since this pair's last sync (with the same filters) are read. Every
+    record keeps its origin, team, model, host and measurement time; measurements of one schedule from different
+    origins are all kept, and re-syncing adds nothing. Records arrive "imported" (see `registry verify`), and are
+    checked as an import checks them, in one transaction: a bad record leaves DESTINATION as it was. DESTINATION is
+    created if it does not exist; SOURCE must. --db is not used: both are named.
+
+    \b
+    Examples:
+      registry sync team.db postgresql://registry@db-host/registry
+      registry sync postgresql://registry@db-host/registry mine.db --model bert-base
+    """
+    from registry.export import exchange_filters
+    from registry.store.store import Store
+    from registry.tvm_side.sync import sync as run_sync
+
+    src = Store(source, create_new=False)
+    dst = Store(destination)
+    try:
+        filters = exchange_filters(src, device, team, model, since)
+        with Progress("sync") as progress:
+            result = run_sync(src, dst, filters, full=full, skip_invalid=skip_invalid, progress=progress)
+    finally:
+        src.close()
+        dst.close()
+    if fmt == "json":
+        from registry.cli.schemas import SyncOutput
+
+        echo_model(SyncOutput(**dataclasses.asdict(result)))
+        return
+    more = f", {result.records_skipped} invalid left out" if result.records_skipped else ""
+    which = "since the last sync" if result.incremental else "all"
+    click.echo(
+        f"{result.records_read} record(s) read from {result.source} ({which}): "
+        f"{result.records_new} new, {result.records_present} already present{more}; {result.workloads_new} new "
+        f"workload(s), {result.models} model(s); {result.seconds:.1f} s"
+    )

@@ -1,0 +1,239 @@
+"""Bundles: a registry's records with their provenance, in one versioned, checksummed file. No TVM needed.
+
+A bundle is a zip archive (deflated) of JSON-lines members and a manifest::
+
+    manifest.json     format, version, origin registry, time, filters, counts, and each member's sha256 and size
+    devices.jsonl     {"key", "target", "num_threads", "host_model", "tvm_version"}
+    workloads.jsonl   {"shash", "module_equality", "mod_json"}
+    skeletons.jsonl   {"hash", "insts"}: instruction lists, shared by the records of one design space
+    models.jsonl      {"name", "sha256", "input_shapes", "tasks": [[workload index, task name, weight], ...]}
+    records.jsonl     [id, workload index, device index, skeleton hash, decisions, run_secs, source, origin, team,
+                       model, host, tool version, measured at, donor]; donor: [shash, module_equality, device key,
+                       trace hash, origin] or null
+
+The checksums catch a truncated or altered file; they do not say who wrote it. Nothing in a bundle is trusted: its
+records arrive "imported", are checked as a log's are (``registry.tvm_side.exchange_import``), and are trusted only
+once ``registry verify`` has re-measured them here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from registry import hostinfo
+from registry.errors import BadInputError
+from registry.store.exchange import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
+
+FORMAT = "tvm-registry-bundle"
+VERSION = 1
+MEMBERS = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
+
+
+@dataclass
+class BundleInfo:
+    path: Path
+    origin: str
+    created_at: str
+    devices: int
+    workloads: int
+    records: int
+    models: int
+    bytes: int
+
+
+def is_bundle(path: Path) -> bool:
+    """Whether ``path`` is a file that claims to be a bundle (a zip archive); TVM logs are JSON files or folders."""
+    return path.is_file() and zipfile.is_zipfile(path)
+
+
+def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> BundleInfo:
+    """Write ``exchange`` to ``path`` (through a temporary file: an interrupted export leaves no half bundle)."""
+    tmp = path.with_name(f".{path.name}.partial")
+    sums: dict[str, dict[str, Any]] = {}
+    n_records = 0
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+            index = {w.ident: i for i, w in enumerate(exchange.workloads)}
+            devices = {d.key: i for i, d in enumerate(exchange.devices)}
+            _member(zf, "devices.jsonl", (d.__dict__ for d in exchange.devices), sums)
+            _member(zf, "workloads.jsonl", (w.__dict__ for w in exchange.workloads), sums)
+            _member(zf, "skeletons.jsonl", ({"hash": h, "insts": t} for h, t in exchange.skeletons.items()), sums)
+            _member(
+                zf,
+                "models.jsonl",
+                (
+                    {"name": m.name, "sha256": m.sha256, "input_shapes": m.input_shapes,
+                     "tasks": [[index[ident], task, weight] for ident, task, weight in m.tasks]}
+                    for m in exchange.models
+                ),
+                sums,
+            )  # fmt: skip
+
+            def records() -> Iterator[list]:
+                nonlocal n_records
+                for chunk in exchange.records():
+                    n_records += len(chunk)
+                    for r in chunk:
+                        donor = [*r.donor[0], *r.donor[1:]] if r.donor else None
+                        yield [r.source_id, index[r.workload], devices[r.device_key], r.skeleton, r.decisions_json,
+                               r.run_secs, r.source, r.origin, r.team, r.model, r.host, r.tool_version,
+                               _utc(r.created_at).isoformat(), donor]  # fmt: skip
+
+            _member(zf, "records.jsonl", records(), sums)
+            counts = dict(
+                devices=len(exchange.devices),
+                workloads=len(exchange.workloads),
+                skeletons=len(exchange.skeletons),
+                models=len(exchange.models),
+                records=n_records,
+            )
+            created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            manifest = dict(format=FORMAT, version=VERSION, origin=exchange.origin, created_at=created,
+                            tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(),
+                            filters=filters, counts=counts, members=sums)  # fmt: skip
+            zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return BundleInfo(path, exchange.origin, created, counts["devices"], counts["workloads"], n_records,
+                      counts["models"], path.stat().st_size)  # fmt: skip
+
+
+def _member(zf: zipfile.ZipFile, name: str, rows, sums: dict) -> None:
+    digest, size = hashlib.sha256(), 0
+    with zf.open(name, "w", force_zip64=True) as f:
+        buf = io.BytesIO()
+        for row in rows:
+            buf.write(orjson.dumps(row))
+            buf.write(b"\n")
+            if buf.tell() > 1 << 20:
+                data = buf.getvalue()
+                digest.update(data)
+                size += len(data)
+                f.write(data)
+                buf = io.BytesIO()
+        data = buf.getvalue()
+        digest.update(data)
+        size += len(data)
+        f.write(data)
+    sums[name] = {"sha256": digest.hexdigest(), "bytes": size}
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    """Stored times are UTC; SQLite hands them back without a zone."""
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
+    """The bundle's content and its manifest.
+
+    Every member is checked against the manifest's checksums first; a bundle that is not one, truncated, altered, or
+    of a newer format raises BadInputError (one line)."""
+    where = str(path)
+    try:
+        zf = zipfile.ZipFile(path)
+        manifest = _manifest(zf, where)
+        for name in MEMBERS:
+            _check_member(zf, name, manifest, where)
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise BadInputError(f"{where}: not a readable bundle (truncated or not a registry bundle: {e})") from None
+    workloads = [ExWorkload(**_fields(w, ExWorkload, where)) for w in _lines(zf, "workloads.jsonl", where)]
+    idents = [w.ident for w in workloads]
+    devices = [ExDevice(**_fields(d, ExDevice, where)) for d in _lines(zf, "devices.jsonl", where)]
+    keys = [d.key for d in devices]
+    out = ExchangeSet(origin=str(manifest.get("origin", "")), devices=devices, workloads=workloads)
+    out.skeletons = {s["hash"]: s["insts"] for s in _lines(zf, "skeletons.jsonl", where)}
+    try:
+        out.models = [
+            ExModel(m["name"], m["sha256"], m["input_shapes"], [(idents[i], t, int(w)) for i, t, w in m["tasks"]])
+            for m in _lines(zf, "models.jsonl", where)
+        ]
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise BadInputError(f"{where}: malformed model entry ({type(e).__name__}: {e})") from None
+    out.n_records = int(manifest["counts"]["records"])
+
+    def records() -> Iterator[list[ExRecord]]:
+        batch = []
+        for line_no, row in enumerate(_lines(zf, "records.jsonl", where), start=1):
+            batch.append(_record(row, idents, keys, f"{where}: records.jsonl:{line_no}"))
+            if len(batch) >= CHUNK:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    out.records = records
+    return out, manifest
+
+
+def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(zf.read("manifest.json"))
+    except KeyError:
+        raise BadInputError(f"{where}: a zip file without manifest.json is not a registry bundle") from None
+    except ValueError as e:
+        raise BadInputError(f"{where}: its manifest is not JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BadInputError(f"{where}: not a registry bundle (its manifest names no format {FORMAT!r})")
+    version = manifest.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise BadInputError(
+            f"{where}: bundle format version {version}, but this registry reads up to version {VERSION}: upgrade "
+            "tvm-registry"
+        )
+    if not isinstance(manifest.get("members"), dict) or not isinstance(manifest.get("counts"), dict):
+        raise BadInputError(f"{where}: its manifest lacks the members' checksums")
+    return manifest
+
+
+def _check_member(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:
+    expected = manifest["members"].get(name)
+    if not isinstance(expected, dict):
+        raise BadInputError(f"{where}: {name} is not listed in the manifest")
+    digest = hashlib.sha256()
+    try:
+        with zf.open(name) as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except KeyError:
+        raise BadInputError(f"{where}: {name} is missing (truncated or altered bundle)") from None
+    if digest.hexdigest() != expected.get("sha256"):
+        raise BadInputError(f"{where}: {name} does not match its checksum (truncated or altered bundle)")
+
+
+def _lines(zf: zipfile.ZipFile, name: str, where: str) -> Iterator[Any]:
+    with zf.open(name) as f:
+        for line_no, line in enumerate(f, start=1):
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise BadInputError(f"{where}: {name}:{line_no}: not JSON ({e})") from None
+
+
+def _fields(row: Any, cls, where: str) -> dict[str, Any]:
+    names = list(cls.__dataclass_fields__)
+    if not isinstance(row, dict) or set(row) != set(names):
+        raise BadInputError(f"{where}: malformed {cls.__name__[2:].lower()} entry (expected keys {', '.join(names)})")
+    return row
+
+
+def _record(row: Any, idents: list, keys: list, where: str) -> ExRecord:
+    try:
+        (rid, w, d, skeleton, decisions, secs, source, origin, team, model, host, tool, created, donor) = row
+        return ExRecord(
+            int(rid), idents[w], keys[d], str(skeleton), str(decisions), [float(s) for s in secs], str(source),
+            str(origin), team, model, host, str(tool), dt.datetime.fromisoformat(created),
+            ((donor[0], donor[1]), donor[2], donor[3], donor[4]) if donor else None,
+        )  # fmt: skip
+    except (TypeError, ValueError, IndexError) as e:
+        raise BadInputError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
