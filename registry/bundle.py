@@ -188,8 +188,8 @@ def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     version = manifest.get("version")
     if not isinstance(version, int) or version > VERSION:
         raise BadInputError(
-            f"{where}: bundle format version {version}, but this registry reads up to version {VERSION}: upgrade "
-            "tvm-registry"
+            f"{where}: bundle format version {version}, written by a newer registry (this one reads up to version "
+            f"{VERSION}): upgrade tvm-registry"
         )
     if not isinstance(manifest.get("members"), dict) or not isinstance(manifest.get("counts"), dict):
         raise BadInputError(f"{where}: its manifest lacks the members' checksums")

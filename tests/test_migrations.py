@@ -77,3 +77,53 @@ def test_a_database_of_another_application_is_refused(sqlite_url):
         Store(sqlite_url)
     result = CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"])
     assert result.exit_code == 1 and "not a registry" in result.output
+
+
+def test_0003_gives_old_records_an_origin_and_a_trust_and_prefers_measured_ones(db_url):
+    """A registry written before provenance: imported records become "imported" from "tvm-log", the rest
+    "measured" here; a pair whose best was an imported record now prefers its measured one."""
+    engine = create(db_url)
+    migrate.run_upgrade(engine, "0002")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO device (id, key, name, kind, target_json, num_threads, host_model, tvm_version)"
+                " VALUES (1, 'k', 'cpu', 'llvm', '{}', 1, 'cpu', '0.27.0')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workload (id, shash, module_equality, mod_json_z, args_info_json, op_kind, task_name,"
+                " iter_kinds, extents_json, args_json, flops, embedding, tvm_version)"
+                " VALUES (1, '1', 'structural', :z, '[]', 'matmul', 't', 'SSR', '[]', '[]', 1.0, :z, '0.27.0')"
+            ),
+            {"z": b"x"},
+        )
+        conn.execute(text("INSERT INTO trace_skeleton (id, hash, insts_json_z) VALUES (1, 'h', :z)"), {"z": b"x"})
+        for rid, source, mean in ((1, "imported", 1e-6), (2, "tuned", 2e-6)):
+            conn.execute(
+                text(
+                    "INSERT INTO tuning_record (id, workload_id, device_id, trace_hash, skeleton_id, decisions_json,"
+                    " run_secs_json, mean_s, ok, source, tvm_version, tool_version)"
+                    " VALUES (:id, 1, 1, :h, 1, '[]', '[]', :m, true, :s, '0.27.0', 't')"
+                ),
+                {"id": rid, "h": f"h{rid}", "m": mean, "s": source},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO best_record (workload_id, device_id, record_id, mean_s, n_records)"
+                " VALUES (1, 1, 1, 1e-6, 2)"
+            )
+        )
+    engine.dispose()
+    with pytest.raises(SchemaOutdatedError):
+        Store(db_url)
+    engine = create(db_url)
+    migrate.run_upgrade(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, origin, trust FROM tuning_record ORDER BY id")).all()
+        best = conn.execute(text("SELECT record_id, tier, n_records FROM best_record")).one()
+        own = conn.execute(text("SELECT registry_id FROM registry_info")).scalar_one()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [(1, "tvm-log", "imported"), (2, own, "measured")]
+    assert tuple(best) == (2, 0, 2)

@@ -1,0 +1,235 @@
+"""Sharing between registries: bundles and sync keep provenance, keep every origin's measurement, are incremental,
+and refuse bad input in one line with both registries left as they were. Real TVM logs, real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+from sqlalchemy import func, select
+
+from registry import tvmlog
+from registry.store.models import RegistryInfo, TuningRecord
+from registry.store.rows import RecordIn
+from registry.store.store import Store
+from tests.rows import rows_of
+
+pytestmark = pytest.mark.tvm
+
+
+def run(*args: str):
+    result = CliRunner().invoke(cli, list(args))
+    return result
+
+
+def ok(*args: str) -> dict:
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{") :])
+
+
+def refused(*args: str) -> str:
+    """The one line a refused command prints; asserts there is exactly one and no traceback."""
+    result = CliRunner().invoke(cli, list(args))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def measured_here(store: Store, logs: Path, team: str, keep=lambda i: True) -> int:
+    """Write the logs' records into ``store`` as if it had tuned them itself (origin: its own id)."""
+    from registry.tvm_side.log_import import checked_workload
+    from registry.tvm_side.target import device_spec
+
+    pair = tvmlog.find_logs(logs)[0]
+    workloads = [checked_workload(w.where, w.mod_json) for w in tvmlog.read_workloads(pair.workload_file)]
+    records = [
+        RecordIn(
+            workload=workloads[r.workload_index].ident,
+            device=device_spec(r.target),
+            trace=r.trace,
+            run_secs=r.run_secs,
+            source="tuned",
+            tool_version="test",
+            team=team,
+            model="tiny",
+            host=f"{team}-host",
+        )
+        for i, r in enumerate(tvmlog.read_records(pair.record_file))
+        if keep(i)
+    ]
+    return store.ingest(workloads, records).records_new
+
+
+def counts(url: str) -> dict[str, int]:
+    with Store(url) as store, store.read() as s:
+        rows = s.execute(select(TuningRecord.origin, TuningRecord.trust, func.count()).group_by(
+            TuningRecord.origin, TuningRecord.trust)).all()  # fmt: skip
+    return {f"{o}:{t}": n for o, t, n in rows}
+
+
+def registry_id(url: str) -> str:
+    with Store(url) as store, store.read() as s:
+        return s.execute(select(RegistryInfo.registry_id)).scalar_one()
+
+
+@pytest.fixture
+def team_a(tuned_logs, tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with Store(url) as store:
+        assert measured_here(store, tuned_logs.work_dir, "a", keep=lambda i: i % 2 == 0) > 0
+    return url
+
+
+@pytest.fixture
+def team_b(tuned_logs, tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    with Store(url) as store:
+        assert measured_here(store, tuned_logs.work_dir, "b", keep=lambda i: i % 2 == 1) > 0
+    return url
+
+
+def test_bundle_round_trip_keeps_provenance_and_is_idempotent(team_a, tmp_path):
+    bundle = tmp_path / "a.bundle"
+    info = ok("--db", team_a, "export", "--bundle", str(bundle))
+    assert info["records"] > 0 and info["origin"] == registry_id(team_a)
+    dst = f"sqlite:///{tmp_path / 'c.db'}"
+    first = ok("--db", dst, "import", str(bundle))
+    assert first["records_new"] == info["records"]
+    again = ok("--db", dst, "import", str(bundle))
+    assert again["records_new"] == 0 and again["records_present"] == info["records"]
+    assert counts(dst) == {f"{registry_id(team_a)}:imported": info["records"]}
+    rows = ok("--db", dst, "lookup", "--top-k", "100")["rows"]
+    assert {r["team"] for r in rows} == {"a"} and {r["trust"] for r in rows} == {"imported"}
+    src_rows = ok("--db", team_a, "lookup", "--top-k", "100")["rows"]
+    # the same measurements, taken at the same times, on the same device
+    key = lambda r: (r["workload"], r["latency_us"], r["created_at"][:19], r["device"])  # noqa: E731
+    assert sorted(map(key, rows)) == sorted(map(key, src_rows))
+    assert {r["trust"] for r in src_rows} == {"measured"}
+
+
+def test_a_record_back_home_is_measured_again_not_imported(team_a, tmp_path):
+    bundle = tmp_path / "a.bundle"
+    ok("--db", team_a, "export", "--bundle", str(bundle))
+    before = counts(team_a)
+    assert ok("--db", team_a, "import", str(bundle))["records_new"] == 0
+    assert counts(team_a) == before
+
+
+def test_two_teams_sync_into_one_registry_exactly_the_union(team_a, team_b, db_url, tuned_logs):
+    total = sum(1 for _ in tvmlog.read_records(tvmlog.find_logs(tuned_logs.work_dir)[0].record_file))
+    a = ok("sync", team_a, db_url)
+    b = ok("sync", team_b, db_url)
+    assert a["records_new"] + b["records_new"] == total and not a["incremental"]
+    assert counts(db_url) == {
+        f"{registry_id(team_a)}:imported": a["records_new"],
+        f"{registry_id(team_b)}:imported": b["records_new"],
+    }
+    teams = {r["team"] for r in ok("--db", db_url, "lookup", "--top-k", "100")["rows"]}
+    assert teams == {"a", "b"}
+    # re-syncing adds nothing, and reads nothing: the destination remembers how far it got
+    again = ok("sync", team_a, db_url)
+    assert again["incremental"] and again["records_read"] == 0 and again["records_new"] == 0
+    assert ok("sync", team_a, db_url, "--full")["records_new"] == 0
+
+
+def test_incremental_sync_reads_only_what_is_new(tuned_logs, tmp_path, db_url):
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    with Store(src) as store:
+        first = measured_here(store, tuned_logs.work_dir, "a", keep=lambda i: i < 8)
+    assert ok("sync", src, db_url)["records_new"] == first
+    with Store(src) as store:
+        more = measured_here(store, tuned_logs.work_dir, "a", keep=lambda i: i >= 8)
+    result = ok("sync", src, db_url)
+    assert result["incremental"] and result["records_read"] == more and result["records_new"] == more
+
+
+def test_the_same_schedule_measured_by_two_registries_is_kept_twice(tuned_logs, tmp_path, db_url):
+    one, two = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+    for url, team in ((one, "a"), (two, "b")):
+        with Store(url) as store:
+            n = measured_here(store, tuned_logs.work_dir, team)
+    ok("sync", one, db_url)
+    ok("sync", two, db_url)
+    assert counts(db_url) == {f"{registry_id(one)}:imported": n, f"{registry_id(two)}:imported": n}
+    # one best per (workload, device) all the same
+    rows = ok("--db", db_url, "lookup")["rows"]
+    assert len(rows) == len({r["workload"] for r in rows}) and rows[0]["records"] == 2 * n
+
+
+def test_sync_filters(team_a, tmp_path):
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    assert ok("sync", team_a, dst, "--team", "nobody")["records_read"] == 0
+    assert ok("sync", team_a, dst, "--model", "tiny")["records_new"] > 0
+    assert ok("sync", team_a, dst, "--since", "2999-01-01")["records_read"] == 0
+
+
+def test_a_registry_does_not_sync_into_itself(team_a):
+    assert "same registry" in refused("sync", team_a, team_a)
+
+
+def _tamper(bundle: Path, out: Path, member: str, edit) -> Path:
+    with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            dst.writestr(item.filename, edit(data) if item.filename == member else data)
+    return out
+
+
+@pytest.mark.parametrize(
+    "member, edit, says",
+    [
+        ("records.jsonl", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:], "checksum"),
+        ("records.jsonl", lambda d: d[: len(d) // 2], "checksum"),
+        ("manifest.json", lambda d: d.replace(b'"version": 1', b'"version": 7'), "newer"),
+        ("manifest.json", lambda d: b"{", "manifest"),
+    ],
+    ids=["altered", "truncated-member", "newer-format", "bad-manifest"],
+)
+def test_a_bad_bundle_is_one_line_and_changes_nothing(team_a, tmp_path, db_url, member, edit, says):
+    bundle = tmp_path / "a.bundle"
+    ok("--db", team_a, "export", "--bundle", str(bundle))
+    Store(db_url).close()
+    before = rows_of(db_url)
+    bad = _tamper(bundle, tmp_path / "bad.bundle", member, edit)
+    assert says in refused("--db", db_url, "import", str(bad)).lower()
+    assert rows_of(db_url) == before
+
+
+def test_a_truncated_bundle_file_is_one_line(team_a, tmp_path, sqlite_url):
+    bundle = tmp_path / "a.bundle"
+    ok("--db", team_a, "export", "--bundle", str(bundle))
+    cut = tmp_path / "cut.bundle"
+    cut.write_bytes(bundle.read_bytes()[:-200])
+    Store(sqlite_url).close()
+    before = rows_of(sqlite_url)
+    # without its central directory a cut zip is no zip: it is refused as a log that is not JSON instead
+    assert refused("--db", sqlite_url, "import", str(cut))
+    assert rows_of(sqlite_url) == before
+
+
+def test_sync_from_a_missing_or_unreachable_registry_is_one_line(tmp_path, sqlite_url):
+    assert refused("sync", f"sqlite:///{tmp_path / 'missing.db'}", sqlite_url)
+    assert refused("sync", "postgresql://nobody@127.0.0.1:1/none", sqlite_url)
+    assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()
+
+
+def test_sync_between_schema_revisions_is_refused(team_a, tmp_path):
+    from sqlalchemy import text
+
+    from registry.store import schema
+    from registry.store.engine import create
+
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    Store(old).close()
+    engine = create(old)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0002'"))
+    engine.dispose()
+    before = rows_of(old)
+    assert "registry db upgrade" in refused("sync", team_a, old)
+    assert rows_of(old) == before
