@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tvm
-from sqlalchemy import Connection
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
-from registry.perf import paused_gc
-from registry.store import ingest
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
-from registry.store.store import Store
+from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.rows import canonical_json
 from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
@@ -25,7 +22,7 @@ BATCH = 5000
 
 
 def import_logs(
-    store: Store,
+    store: RegistryStorage,
     path: Path,
     *,
     team: str | None = None,
@@ -64,13 +61,14 @@ def import_logs(
         logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
     mod_json = {w.ident: w.mod_json for w in unique}
-    devices = _Devices(threads, host_model)  # like the checker, outside write(): what they learned survives a retry
+    devices = _Devices(threads, host_model)  # like the checker, outside batches(): what they learned survives a retry
 
-    def write(conn: Connection) -> IngestResult:
-        # Runs again from the files' start if it loses a lock race, so nothing here may depend on an earlier try.
-        result, refusals, total = IngestResult(), Refusals(), 0
-        ids = ingest.upsert_workloads(conn, unique, result)
-        device_ids: dict[str, int] = {}
+    refusals = Refusals()
+
+    def batches() -> Iterator[list[RecordIn]]:
+        # Called again from the files' start if the import loses a lock race: nothing here may depend on an earlier try.
+        nonlocal refusals
+        refusals, total = Refusals(), 0
         for pair, workloads in logged:
             idents = [w.ident for w in workloads]
             records = tvmlog.read_records(pair.record_file)
@@ -87,19 +85,13 @@ def import_logs(
                         refusals.add(raw.where, r)
                 if refusals.count and not skip_invalid:
                     continue  # nothing more is written; the rest is read to count what is wrong
-                recs = [r for r in read if isinstance(r, RecordIn)]
-                new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
-                device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
-                ingest.insert_records(conn, recs, ids, device_ids, result)
+                yield [r for r in read if isinstance(r, RecordIn)]
                 progress(min(total, lines), lines, f"{total} records read")
-        if refusals.count and not skip_invalid:
+        if refusals.count and not skip_invalid:  # raised inside the transaction: nothing is written
             raise BadInputError(f"{refusals.message(total)}; nothing was imported (--skip-invalid imports the rest)")
-        result.records_skipped, result.first_skipped = refusals.count, refusals.first
-        return result
 
-    with paused_gc():
-        result = store.transact(write)
-    store.after_bulk_write(result.records_new)
+    result = store.ingest_batches(unique, batches)
+    result.records_skipped, result.first_skipped = refusals.count, refusals.first
     return result
 
 
