@@ -4,14 +4,16 @@ side's business (``registry.tvm_side.predictor``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, insert, select
 
 from registry.errors import UnknownDeviceError
 from registry.store.models import Device, Predictor
-from registry.store.store import Store
 from registry.store.values import PredictorInfo, StoredPredictor
+
+if TYPE_CHECKING:  # Store serves these functions as its methods, so it imports this module
+    from registry.store.store import Store
 
 
 def save_predictor(

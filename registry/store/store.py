@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -12,24 +12,9 @@ from sqlalchemy.orm import Session
 from registry.config import resolve_database_url
 from registry.errors import BadInputError, NoRegistryError
 from registry.perf import paused_gc
-from registry.store import lookup, model_history, queries, schema, sqlite_file
+from registry.store import lookup, model_history, predictors, queries, schema, sqlite_file, values
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
-from registry.store.values import (
-    DeviceRecords,
-    DonorRecord,
-    DonorRow,
-    IndexedSet,
-    ModelRow,
-    PredictorInfo,
-    RecordPoint,
-    RecordProvenance,
-    StoredPredictor,
-    StoredRecord,
-    StoredWorkload,
-    TaskRow,
-    TuningState,
-)
 from registry.validation import Problem, Refusals, record_problems
 
 T = TypeVar("T")
@@ -39,7 +24,7 @@ BULK = 1000
 
 
 class Store:
-    """A registry database.
+    """A registry database: the SQL implementation of ``registry.store.interface.RegistryStorage``.
 
     ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty
     database is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming
@@ -222,7 +207,7 @@ class Store:
         with self.read() as conn:
             return queries.devices(conn)
 
-    def record_provenance(self, record_id: int) -> RecordProvenance:
+    def record_provenance(self, record_id: int) -> values.RecordProvenance:
         """A record with its trace, workload module and provenance (source, donor, team, model, host, time)."""
         with self.read() as conn:
             return queries.record_provenance(conn, record_id)
@@ -245,13 +230,13 @@ class Store:
         with self.read() as conn:
             return ingest.workload_ids(conn, idents)
 
-    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, StoredWorkload]:
+    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, values.StoredWorkload]:
         if not ids:
             return {}
         with self.read() as conn:
             return queries.workloads_by_id(conn, list(ids))
 
-    def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
+    def top_k(self, workload_id: int, device_id: int, k: int) -> list[values.StoredRecord]:
         with self.read() as conn:
             return queries.top_k(conn, workload_id, device_id, k)
 
@@ -260,19 +245,19 @@ class Store:
             return queries.count_records(conn, device_id)
 
     @contextlib.contextmanager
-    def device_records(self, device_id: int, *, best_only: bool = False) -> Iterator[DeviceRecords]:
+    def device_records(self, device_id: int, *, best_only: bool = False) -> Iterator[values.DeviceRecords]:
         """The records stream from an open snapshot: use them inside the ``with`` block."""
         with self.read(snapshot=True) as conn:
             ids = queries.device_workload_ids(conn, device_id, best_only=best_only)
             found = queries.workloads_by_id(conn, ids) if ids else {}
             records = queries.device_records(conn, device_id, best_only=best_only)
-            yield DeviceRecords({i: found[i] for i in ids}, records)
+            yield values.DeviceRecords({i: found[i] for i in ids}, records)
 
-    def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
+    def tuning_state(self, workload_id: int, device_id: int) -> values.TuningState:
         with self.read() as conn:
             return queries.tuning_state(conn, workload_id, device_id)
 
-    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[values.DonorRecord]:
         with self.read() as conn:
             return queries.donor_records(conn, list(workload_ids), per_device, target_kind)
 
@@ -281,35 +266,15 @@ class Store:
             return queries.ok_record_counts(conn, device_id)
 
     # -- predictors (RegistryStorage) ----------------------------------------------------------------------------
-    # registry.store.predictors holds the SQL; it imports this module, hence the imports inside.
+    # registry.store.predictors holds their SQL; its functions take the store first, so they serve as methods as is.
 
-    def save_predictor(
-        self,
-        device_id: int,
-        kind: str,
-        blob: bytes,
-        metrics: dict[str, Any],
-        n_workloads: int,
-        n_records: int,
-        tvm_version: str,
-    ) -> int:
-        from registry.store import predictors
-
-        return predictors.save_predictor(self, device_id, kind, blob, metrics, n_workloads, n_records, tvm_version)
-
-    def latest_predictor(self, device_id: int, kind: str | None = None) -> StoredPredictor | None:
-        from registry.store import predictors
-
-        return predictors.latest_predictor(self, device_id, kind)
-
-    def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
-        from registry.store import predictors
-
-        return predictors.list_predictors(self, device_id)
+    save_predictor = predictors.save_predictor
+    latest_predictor = predictors.latest_predictor
+    list_predictors = predictors.list_predictors
 
     # -- the similarity index (RegistryStorage) ------------------------------------------------------------------
 
-    def indexed_set(self) -> IndexedSet:
+    def indexed_set(self) -> values.IndexedSet:
         with self.read() as conn:
             return queries.indexed_set(conn)
 
@@ -319,7 +284,7 @@ class Store:
 
     # -- models and their history (RegistryStorage) --------------------------------------------------------------
 
-    def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
+    def find_models(self, selector: str, sha256: str | None = None) -> list[values.ModelRow]:
         with self.read() as conn:
             return model_history.find_models(conn, selector, sha256)
 
@@ -327,7 +292,7 @@ class Store:
         with self.read() as conn:
             return model_history.model_names(conn, limit)
 
-    def model_tasks(self, model_id: int) -> list[TaskRow]:
+    def model_tasks(self, model_id: int) -> list[values.TaskRow]:
         with self.read() as conn:
             return model_history.model_tasks(conn, model_id)
 
@@ -335,10 +300,10 @@ class Store:
         with self.read() as conn:
             return model_history.busiest_device(conn, workload_ids)
 
-    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
+    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[values.RecordPoint]:
         with self.read() as conn:
             return model_history.ok_records(conn, workload_ids, device_id)
 
-    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
+    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, values.DonorRow]:
         with self.read() as conn:
             return model_history.donors(conn, record_ids)
