@@ -32,22 +32,19 @@ def upgrade(ctx: Context, fmt: str) -> None:
     Example:
       registry --db postgresql://registry@db-host/registry db upgrade
     """
-    from registry.store import schema
-    from registry.store.engine import redact, translated_errors
-    from registry.store.store import Store
+    from registry.store.engine import redact
+    from registry.store.interface import open_storage
+    from registry.store.revision import HEAD
 
-    store = Store(ctx.url, check_schema=False)
+    store = open_storage(ctx.url, check_schema=False)
     try:
-        with translated_errors(store.url):
-            before, after = schema.upgrade(store.engine)
+        before, after = store.upgrade_schema()
     finally:
         store.close()
     if fmt == "json":
         from registry.cli.schemas import DbOutput
 
-        echo_model(
-            DbOutput(database=redact(store.url), before=before, revision=after, head=schema.HEAD, up_to_date=True)
-        )
+        echo_model(DbOutput(database=redact(store.url), before=before, revision=after, head=HEAD, up_to_date=True))
         return
     click.echo(
         f"{redact(store.url)}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}"
@@ -66,23 +63,22 @@ def current(ctx: Context, fmt: str) -> None:
     Example:
       registry db current
     """
-    from registry.store import schema
-    from registry.store.engine import redact, translated_errors
-    from registry.store.store import Store
+    from registry.store.engine import redact
+    from registry.store.interface import open_storage
+    from registry.store.revision import HEAD
 
-    store = Store(ctx.url, check_schema=False, create_new=False)
+    store = open_storage(ctx.url, check_schema=False, create_new=False)
     try:
-        with translated_errors(store.url), store.engine.connect() as conn:
-            rev = schema.current_revision(conn)
+        rev = store.schema_revision()
     finally:
         store.close()
     if fmt == "json":
         from registry.cli.schemas import DbOutput
 
-        echo_model(DbOutput(database=redact(store.url), revision=rev, head=schema.HEAD, up_to_date=rev == schema.HEAD))
+        echo_model(DbOutput(database=redact(store.url), revision=rev, head=HEAD, up_to_date=rev == HEAD))
         return
-    state = "up to date" if rev == schema.HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
-    click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {schema.HEAD}; {state})")
+    state = "up to date" if rev == HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
+    click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {HEAD}; {state})")
 
 
 @db.command()

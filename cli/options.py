@@ -23,7 +23,7 @@ _HANDLER_NAME = "registry-cli"  # a named handler: tune_relax rebuilds its loggi
 
 
 class Context:
-    """What every command shares: the database URL, the verbosity, and the Store opened on first use."""
+    """What every command shares: the database URL, the verbosity, and the storage opened on first use."""
 
     def __init__(self, url: str | None = None, verbosity: int = 0) -> None:
         self.url = url
@@ -35,9 +35,9 @@ class Context:
     def store(self):
         """The registry, created (and migrated) if it does not exist yet: for the commands that write."""
         if self._store is None:
-            from registry.store.store import Store
+            from registry.store.interface import open_storage
 
-            self._store = Store(self.url, trust=self.trust)
+            self._store = open_storage(self.url, trust=self.trust)
         return self._store
 
     @property
@@ -46,9 +46,9 @@ class Context:
         or a database without a registry, is one error line, and nothing is created (no file, folder, lock file or
         table)."""
         if self._store is None:
-            from registry.store.store import Store
+            from registry.store.interface import open_storage
 
-            self._store = Store(self.url, create_new=False, trust=self.trust)
+            self._store = open_storage(self.url, create_new=False, trust=self.trust)
         return self._store
 
     @property

@@ -94,11 +94,10 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
       registry predictor list --device host
     """
     from registry.predictor_blob import LEGACY_KIND
-    from registry.store.predictors import list_predictors
 
     store = ctx.existing_store
     device_id = store.resolve_one_device(device).id if device else None
-    rows = list_predictors(store, device_id)
+    rows = store.list_predictors(device_id)
     if fmt == "json":
         from registry.cli.schemas import PredictorListOutput
 

@@ -37,11 +37,11 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
       registry sync postgresql://registry@db-host/registry mine.db --model bert-base
     """
     from registry.export import exchange_filters
-    from registry.store.store import Store
+    from registry.store.interface import open_storage
     from registry.tvm_side.sync import sync as run_sync
 
-    src = Store(source, create_new=False)
-    dst = Store(destination)
+    src = open_storage(source, create_new=False)
+    dst = open_storage(destination)
     try:
         filters = exchange_filters(src, device, team, model, since)
         with Progress("sync") as progress:

@@ -31,14 +31,14 @@ if TYPE_CHECKING:
     from tvm.target import Target
 
     from registry.report import ModelReport
+    from registry.store.interface import RegistryStorage
     from registry.store.rows import DeviceSpec
-    from registry.store.store import Store
     from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.frontend import LoadedModel
 
     TargetLike = Union[Target, dict, str, None]  # noqa: UP007 - evaluated by type checkers only
     ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto, IRModule]  # noqa: UP007
-    StoreLike = Union[Store, str, os.PathLike, None]  # noqa: UP007
+    StoreLike = Union[RegistryStorage, str, os.PathLike, None]  # noqa: UP007
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -289,21 +289,22 @@ def _threads(threads: int | None) -> int | None:
 
 
 def _store(db: StoreLike):
-    from registry.store.store import Store
+    """An open storage for a URL or SQLite path; None and an open storage as they are."""
+    from registry.store.interface import open_storage
 
-    if db is None or isinstance(db, Store):
+    if db is None or not isinstance(db, (str, os.PathLike)):
         return db
     text = os.fspath(db)
-    return Store(text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}")
+    return open_storage(text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}")
 
 
 def _open(db: StoreLike):
-    """(store, whether this call opened it and must close it)."""
-    from registry.store.store import Store
+    """(storage, whether this call opened it and must close it)."""
+    from registry.store.interface import open_storage
 
-    if isinstance(db, Store):
+    if db is not None and not isinstance(db, (str, os.PathLike)):
         return db, False
-    return _store(db) or Store(None), True
+    return _store(db) or open_storage(None), True
 
 
 def _where(rpc: str | None, dop: int | None):

@@ -32,7 +32,7 @@ import orjson
 
 from registry import hostinfo
 from registry.errors import BadInputError
-from registry.store.exchange import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
+from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
 
 FORMAT = "tvm-registry-bundle"
 VERSION = 1

@@ -8,16 +8,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
-
 from registry import tvmlog
 from registry.bundle import BundleInfo, write_bundle
 from registry.errors import UnknownDeviceError
-from registry.store import queries
-from registry.store.exchange import ExchangeFilters, read_exchange
-from registry.store.lookup import DeviceRow
-from registry.store.models import BestRecord, TuningRecord
-from registry.store.store import Store
+from registry.store.interface import DeviceRow, RegistryStorage
+from registry.store.values import ExchangeFilters
 
 
 @dataclass
@@ -27,31 +22,28 @@ class ExportResult:
     records: int
 
 
-def export_database(store: Store, folder: Path, device: str | None, *, best_only: bool = False) -> ExportResult:
+def export_database(
+    store: RegistryStorage, folder: Path, device: str | None, *, best_only: bool = False
+) -> ExportResult:
     """Write ``folder/database_{workload,tuning_record}.json`` for one device.
 
     Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
     ``device`` may be omitted when the registry knows exactly one.
     """
     dev = _pick_device(store, device)
-    with store.read(snapshot=True) as conn:  # records committed meanwhile must not refer to unlisted workloads
-        target = json.loads(dev.target_json)
-        if best_only:
-            wl_ids = select(BestRecord.workload_id).where(BestRecord.device_id == dev.id)
-        else:
-            wl_ids = select(TuningRecord.workload_id).where(TuningRecord.device_id == dev.id).distinct()
-        ids = sorted(conn.execute(wl_ids).scalars())
-        workloads = queries.workloads_by_id(conn, ids) if ids else {}
-        index = {wid: i for i, wid in enumerate(ids)}
+    target = json.loads(dev.target_json)
+    with store.device_records(dev.id, best_only=best_only) as found:
+        workloads = found.workloads
+        index = {wid: i for i, wid in enumerate(workloads)}
         records = (
             (index[r.workload_id], [json.loads(r.trace_json), r.run_secs, target, workloads[r.workload_id].args_info])
-            for r in queries.device_records(conn, dev.id, best_only=best_only)
+            for r in found.records
         )
-        n = tvmlog.write_database(folder, [(workloads[i].shash, workloads[i].mod_json) for i in ids], records)
-    return ExportResult(device=f"{dev.id}:{dev.name}", workloads=len(ids), records=n)
+        n = tvmlog.write_database(folder, [(w.shash, w.mod_json) for w in workloads.values()], records)
+    return ExportResult(device=f"{dev.id}:{dev.name}", workloads=len(workloads), records=n)
 
 
-def _pick_device(store: Store, selector: str | None) -> DeviceRow:
+def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:
     if selector is not None:
         return store.resolve_one_device(selector)
     all_devices = store.all_devices()
@@ -64,7 +56,7 @@ def _pick_device(store: Store, selector: str | None) -> DeviceRow:
 
 
 def exchange_filters(
-    store: Store, device: str | None, team: str | None, model: str | None, since: dt.datetime | None
+    store: RegistryStorage, device: str | None, team: str | None, model: str | None, since: dt.datetime | None
 ) -> ExchangeFilters:
     """The filters of a bundle export or a sync, ``device`` resolved to device keys (None: every device)."""
     keys = None
@@ -73,10 +65,9 @@ def exchange_filters(
     return ExchangeFilters(device_keys=keys, team=team, model=model, since=since)
 
 
-def export_bundle(store: Store, path: Path, filters: ExchangeFilters) -> BundleInfo:
+def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) -> BundleInfo:
     """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``."""
-    with store.read(snapshot=True) as conn:
-        exchange = read_exchange(conn.connection(), filters)
+    with store.read_exchange(filters) as exchange:
         described = {k: v for k, v in dataclasses.asdict(filters).items() if v is not None}
         if filters.since is not None:
             described["since"] = filters.since.isoformat()

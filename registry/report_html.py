@@ -23,8 +23,7 @@ import numpy as np
 from registry.errors import BadInputError
 from registry.report import ModelReport
 from registry.report_svg import PALETTE, Series, step_chart
-from registry.store import model_history as mh
-from registry.store.store import Store
+from registry.store.interface import RecordPoint, RegistryStorage
 
 
 @dataclass
@@ -73,7 +72,7 @@ def _distance(a: bytes, b: bytes) -> float | None:
 
 
 def collect(
-    store: Store,
+    store: RegistryStorage,
     model: str,
     device: str | None = None,
     run: ModelReport | None = None,
@@ -82,34 +81,30 @@ def collect(
     """The report's content: ``model`` is a model name (or id); ``device`` a selector as `registry lookup` takes
     (default: the device with the most records of the model's tasks); ``run`` the report of the run that just ended."""
     notes: list[str] = []
-    with store.read() as conn:
-        models = mh.find_models(conn, model, sha256)
-        if not models:
-            known = ", ".join(mh.model_names(conn)) or "none yet"
-            raise BadInputError(f"no model {model!r} in the registry (known: {known})")
-        row = models[0]
-        if len(models) > 1:
-            notes.append(
-                f"{len(models)} models match {model!r}; this is the newest (id {row.id}); give another's id to see it"
-            )
-        tasks = mh.model_tasks(conn, row.id)
-        wids = [t.workload_id for t in tasks]
-        if run is not None and run.device_id is not None:
-            dev: tuple[int, str] | None = (run.device_id, run.device)
-        elif device is not None:
-            dev = None
-        else:
-            dev = mh.busiest_device(conn, wids)
-    if run is None and device is not None:
+    models = store.find_models(model, sha256)
+    if not models:
+        known = ", ".join(store.model_names()) or "none yet"
+        raise BadInputError(f"no model {model!r} in the registry (known: {known})")
+    row = models[0]
+    if len(models) > 1:
+        notes.append(
+            f"{len(models)} models match {model!r}; this is the newest (id {row.id}); give another's id to see it"
+        )
+    tasks = store.model_tasks(row.id)
+    wids = [t.workload_id for t in tasks]
+    if run is not None and run.device_id is not None:
+        dev: tuple[int, str] | None = (run.device_id, run.device)
+    elif device is not None:
         found = store.resolve_one_device(device)
         dev = (found.id, found.name)
-    with store.read() as conn:
-        records = mh.ok_records(conn, wids, dev[0]) if dev else []
-        by_wid: dict[int, list[mh.RecordPoint]] = {}
-        for r in records:
-            by_wid.setdefault(r.workload_id, []).append(r)
-        bests = {w: min(rs, key=lambda r: (r.mean_s, r.created_at, r.id)) for w, rs in by_wid.items()}
-        donor_rows = mh.donors(conn, [b.donor_record_id for b in bests.values() if b.donor_record_id is not None])
+    else:
+        dev = store.busiest_device(wids)
+    records = store.ok_records(wids, dev[0]) if dev else []
+    by_wid: dict[int, list[RecordPoint]] = {}
+    for r in records:
+        by_wid.setdefault(r.workload_id, []).append(r)
+    bests = {w: min(rs, key=lambda r: (r.mean_s, r.created_at, r.id)) for w, rs in by_wid.items()}
+    donor_rows = store.donor_rows([b.donor_record_id for b in bests.values() if b.donor_record_id is not None])
     start = min((_utc(r.created_at) for r in records), default=None)
     end = max((_utc(r.created_at) for r in records), default=None)
     span = (end - start).total_seconds() if start and end else 0.0
@@ -359,7 +354,7 @@ def write(path: Path, page: str) -> None:
 
 
 def write_report(
-    store: Store,
+    store: RegistryStorage,
     model: str,
     path: Path,
     *,

@@ -8,7 +8,7 @@ import numpy as np
 
 from registry.similarity.embedding import OP_WEIGHT
 from registry.similarity.index import SimilarityIndex
-from registry.store import queries
+from registry.store.interface import StoredRecord
 
 # Workloads of different operator kinds are at least 2 * OP_WEIGHT**2 apart (squared L2 over the one-hot block),
 # and no shape difference of one kind comes near OP_WEIGHT**2: a donor must be closer than that.
@@ -17,7 +17,7 @@ MAX_DISTANCE = OP_WEIGHT**2
 
 @dataclass
 class Donor:
-    record: queries.StoredRecord
+    record: StoredRecord
     workload_id: int
     task_name: str
     distance: float  # squared L2 between the embeddings
@@ -45,8 +45,7 @@ def find_donors(
     if not near:
         return []
     distance = dict(near)
-    with index.store.read() as conn:
-        found = queries.donor_records(conn, list(distance), per_device, target_kind)
+    found = index.store.donor_records(list(distance), per_device, target_kind)
     donors = [
         Donor(
             r.record,

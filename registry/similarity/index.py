@@ -17,14 +17,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from registry.config import registry_home
 from registry.similarity.embedding import DIM
 from registry.store.engine import redact
-from registry.store.models import BestRecord, Workload
-from registry.store.store import Store
+from registry.store.interface import RegistryStorage
 
 # Bump when embed() changes: an index built by another version is rebuilt.
 EMBEDDING_VERSION = 1
@@ -49,7 +47,7 @@ def index_path(url: str) -> Path:
 
 
 class SimilarityIndex:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RegistryStorage) -> None:
         self.store = store
         self.path = index_path(store.url)
         self.manifest_path = self.path.with_suffix(".faiss.json")
@@ -57,12 +55,14 @@ class SimilarityIndex:
 
     def _sql_state(self) -> dict[str, int]:
         """What the index must reflect: the set of workloads with good records, summarized."""
-        ids = select(BestRecord.workload_id.label("id")).distinct().subquery()
-        with self.store.read() as s:
-            n, total, top = s.execute(
-                select(func.count(), func.coalesce(func.sum(ids.c.id), 0), func.coalesce(func.max(ids.c.id), 0))
-            ).one()
-        return {"count": int(n), "id_sum": int(total), "max_id": int(top), "dim": DIM, "version": EMBEDDING_VERSION}
+        found = self.store.indexed_set()
+        return {
+            "count": found.count,
+            "id_sum": found.id_sum,
+            "max_id": found.max_id,
+            "dim": DIM,
+            "version": EMBEDDING_VERSION,
+        }
 
     def _manifest(self) -> dict | None:
         try:
@@ -87,13 +87,10 @@ class SimilarityIndex:
     def rebuild(self) -> IndexStatus:
         """Build the index from SQL and save it with its manifest (written last, so a crash leaves it stale)."""
         state = self._sql_state()
-        good = select(BestRecord.workload_id).distinct()
-        with self.store.read() as s:
-            rows = s.execute(select(Workload.id, Workload.embedding).where(Workload.id.in_(good)).order_by(Workload.id))
-            ids, vectors = [], []
-            for wid, blob in rows:
-                ids.append(wid)
-                vectors.append(np.frombuffer(blob, dtype=np.float32))
+        ids, vectors = [], []
+        for wid, blob in self.store.indexed_embeddings():
+            ids.append(wid)
+            vectors.append(np.frombuffer(blob, dtype=np.float32))
         index = faiss.IndexIDMap2(faiss.IndexFlatL2(DIM))
         if ids:
             index.add_with_ids(np.vstack(vectors), np.asarray(ids, dtype=np.int64))

@@ -1,8 +1,9 @@
 """What one registry hands another: its records with full provenance, by stable identities instead of local ids.
 
 ``registry export --bundle`` writes this stream to a file (``registry/bundle.py``), ``registry sync`` hands it
-straight to the other registry; both read it with ``read_exchange`` and write it with
-``registry.tvm_side.exchange_import``. Nothing here imports TVM.
+straight to the other registry; both read it with ``read_exchange`` (``Store.read_exchange``) and write it through
+``registry.tvm_side.exchange_import`` (checks, with TVM) and ``Store.ingest_batches`` (``write_extras``: models,
+donors, sync progress). Nothing here imports TVM.
 
 Identities that travel: a device by its key (sha256 of target, threads, hardware and TVM release), a workload by its
 structural hash and module-equality mode plus its module (the receiver recomputes the hash), a trace by its skeleton's
@@ -11,102 +12,18 @@ hash and decisions, a record by (workload, device, trace hash, origin), a model 
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
-from registry.store.ingest import registry_id
-from registry.store.models import Device, Model, ModelTask, TraceSkeleton, TuningRecord, Workload
-from registry.store.rows import canonical_json
-
-# Records read per round trip: memory stays flat for registries of millions.
-CHUNK = 5000
-
-
-@dataclass(frozen=True)
-class ExchangeFilters:
-    """Which records travel. ``device_keys`` None: every device."""
-
-    device_keys: tuple[str, ...] | None = None
-    team: str | None = None
-    model: str | None = None
-    since: dt.datetime | None = None  # measured at or after
-
-    def key(self) -> str:
-        """Identifies the filter set in ``sync_state``: a sync with other filters keeps its own progress."""
-        value = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in asdict(self).items()}
-        return hashlib.sha256(canonical_json(value).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ExDevice:
-    key: str
-    target: dict[str, Any]
-    num_threads: int
-    host_model: str
-    tvm_version: str
-
-
-@dataclass(frozen=True)
-class ExWorkload:
-    shash: str
-    module_equality: str
-    mod_json: str
-
-    @property
-    def ident(self) -> tuple[str, str]:
-        return (self.shash, self.module_equality)
-
-
-@dataclass(frozen=True)
-class ExRecord:
-    """A record; ``workload`` and ``donor`` name the sender's workloads by (shash, module_equality)."""
-
-    source_id: int  # its id in the sending registry: how far an incremental sync has got
-    workload: tuple[str, str]
-    device_key: str
-    skeleton: str  # hash of its instruction list (ExchangeSet.skeletons)
-    decisions_json: str
-    run_secs: list[float]
-    source: str
-    origin: str
-    team: str | None
-    model: str | None
-    host: str | None
-    tool_version: str
-    created_at: dt.datetime
-    # (workload, device key, trace hash, origin) of the record it was transferred from
-    donor: tuple[tuple[str, str], str, str, str] | None = None
-
-
-@dataclass(frozen=True)
-class ExModel:
-    name: str
-    sha256: str
-    input_shapes: dict[str, list[int]]
-    tasks: list[tuple[tuple[str, str], str, int]]  # (workload, task name, weight)
-
-
-@dataclass
-class ExchangeSet:
-    """Everything but the records, which stream (``records``): small enough to hold, needed before any record."""
-
-    origin: str  # the sending registry's id
-    devices: list[ExDevice] = field(default_factory=list)
-    workloads: list[ExWorkload] = field(default_factory=list)
-    skeletons: dict[str, str] = field(default_factory=dict)  # hash -> instructions' canonical JSON
-    models: list[ExModel] = field(default_factory=list)
-    n_records: int = 0
-    last_record_id: int = 0  # the highest record id in the set: where the next incremental sync starts
-    # The records in batches, read from the start on each call (a write that lost a lock race starts over).
-    records: Callable[[], Iterator[list[ExRecord]]] = lambda: iter(())
+from registry.store.ingest import insert, registry_id, trace_hash, upsert_model
+from registry.store.models import Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
+from registry.store.rows import IngestExtras, canonical_json
+from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
 
 
 def _record_filter(f: ExchangeFilters, after_id: int, device_ids: list[int] | None) -> list[Any]:
@@ -236,3 +153,59 @@ def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> It
             batch = []
     if batch:
         yield batch
+
+
+# -- the write side: what a bundle or a sync adds besides records, in the records' transaction --------------------
+
+
+def write_extras(conn: Connection, extras: IngestExtras, ids: dict[tuple[str, str], int]) -> None:
+    """Models, donor links and sync progress (``IngestExtras``); ``ids``: local workload ids by local ident."""
+    local = {sent: ids[mine] for sent, mine in extras.local.items() if mine in ids}
+    for name, sha256, shapes, tasks in extras.models:
+        by_id = {local[sent]: (task, weight) for sent, task, weight in tasks if sent in local}
+        upsert_model(conn, name, sha256, shapes, by_id)
+    if extras.donors:
+        _link_donors(conn, extras.donors, local, {mine: ids[mine] for mine in extras.local.values() if mine in ids})
+    if extras.sync_mark is not None:
+        source_id, key, last = extras.sync_mark
+        stmt = insert(conn, SyncState).values(source_id=source_id, filters_key=key, last_record_id=last)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["source_id", "filters_key"],
+                set_=dict(last_record_id=stmt.excluded.last_record_id, synced_at=func.current_timestamp()),
+            )
+        )
+
+
+def last_synced(conn: Connection, source_id: str, key: str) -> int:
+    """The highest record id of ``source_id`` copied here by a sync with filters ``key`` (0: none yet)."""
+    stmt = select(SyncState.last_record_id).where(SyncState.source_id == source_id, SyncState.filters_key == key)
+    return conn.execute(stmt).scalar() or 0
+
+
+def _link_donors(conn: Connection, donors: list, by_sent: dict, by_mine: dict) -> None:
+    """Point transferred records at their donors, found by identity, where both are stored here."""
+    here = registry_id(conn)
+    keys = {r.device.key for r, _ in donors} | {d[1] for _, d in donors}
+    device_ids = dict(conn.execute(select(Device.key, Device.id).where(Device.key.in_(keys))).all())
+    links = []
+    for rec, (d_workload, d_device, d_hash, d_origin) in donors:
+        wid, did = by_mine.get(rec.workload), device_ids.get(rec.device.key)
+        d_wid, d_did = by_sent.get(d_workload), device_ids.get(d_device)
+        if None in (wid, did, d_wid, d_did):
+            continue  # the donor's workload or device is not stored here: the record keeps its provenance only
+        trace = trace_hash(f"[{rec.insts_json},{canonical_json(rec.trace[1])}]")
+        links.append(((wid, did, trace, rec.origin or here), (d_wid, d_did, d_hash, d_origin)))
+    key = tuple_(TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.trace_hash, TuningRecord.origin)
+    for start in range(0, len(links), 200):
+        chunk = links[start : start + 200]
+        wanted = list({k for pair in chunk for k in pair})
+        cols = (TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.trace_hash, TuningRecord.origin)
+        found = {tuple(row[1:]): row[0] for row in conn.execute(select(TuningRecord.id, *cols).where(key.in_(wanted)))}
+        for rec, donor in chunk:
+            if rec in found and donor in found:
+                conn.execute(
+                    update(TuningRecord)
+                    .where(TuningRecord.id == found[rec], TuningRecord.donor_record_id.is_(None))
+                    .values(donor_record_id=found[donor])
+                )

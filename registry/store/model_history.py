@@ -5,53 +5,13 @@ No TVM here: a report is written from the store alone.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.store.models import Device, Model, ModelTask, TuningRecord, Workload
-
-
-@dataclass
-class ModelRow:
-    id: int
-    name: str
-    sha256: str
-    input_shapes_json: str
-    created_at: dt.datetime | None
-
-
-@dataclass
-class TaskRow:
-    workload_id: int
-    task_name: str
-    weight: int
-    op_kind: str
-    embedding: bytes
-
-
-@dataclass
-class RecordPoint:
-    """One ok record: when it was written and how fast it ran."""
-
-    id: int
-    workload_id: int
-    created_at: dt.datetime
-    mean_s: float
-    source: str
-    donor_record_id: int | None
-
-
-@dataclass
-class DonorRow:
-    record_id: int
-    workload_id: int
-    device_id: int
-    task_name: str
-    embedding: bytes
+from registry.store.values import DonorRow, ModelRow, RecordPoint, TaskRow
 
 
 def find_models(conn: Session, selector: str, sha256: str | None = None) -> list[ModelRow]:

@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from registry.store.rows import LOG_ORIGIN  # noqa: F401 - the origin column's value for TVM logs, named here too
+
 # Stable constraint names, so that Alembic's batch mode (SQLite) and PostgreSQL agree on what to alter.
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -46,8 +48,6 @@ TRUST_LEVELS = ("measured", "imported", "verified", "disputed")
 # The order in which records are preferred: a measured or verified record beats any imported one, whatever it
 # claims; a disputed record is never used (it stays stored, with its re-measured latency beside the claim).
 TRUST_TIER = {"measured": 0, "verified": 0, "imported": 1}
-# The origin of records read from a TVM log, which says nothing of where it was measured.
-LOG_ORIGIN = "tvm-log"
 
 
 # Times are set by the database (CURRENT_TIMESTAMP, UTC on SQLite), not per row in Python: cheaper on bulk import.

@@ -3,43 +3,17 @@ side's business (``registry.tvm_side.predictor``)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, insert, select
 
 from registry.errors import UnknownDeviceError
 from registry.store.models import Device, Predictor
-from registry.store.store import Store
+from registry.store.values import PredictorInfo, StoredPredictor
 
-
-@dataclass
-class PredictorInfo:
-    """One stored predictor, without its blob: what ``registry predictor list`` shows."""
-
-    id: int
-    device_id: int
-    device: str
-    version: int
-    kind: str
-    tvm_version: str
-    n_workloads: int
-    n_records: int
-    metrics: dict[str, Any]
-    blob_bytes: int
-    created_at: dt.datetime
-
-    def as_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["created_at"] = self.created_at.isoformat() if self.created_at else None
-        return d
-
-
-@dataclass
-class StoredPredictor(PredictorInfo):
-    blob: bytes = b""
+if TYPE_CHECKING:  # Store serves these functions as its methods, so it imports this module
+    from registry.store.store import Store
 
 
 def save_predictor(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -20,6 +19,14 @@ from registry.store.models import (
     Workload,
 )
 from registry.store.trust import DEFAULT_TRUST, TIER, accepted
+from registry.store.values import (
+    DonorRecord,
+    IndexedSet,
+    RecordProvenance,
+    StoredRecord,
+    StoredWorkload,
+    TuningState,
+)
 
 
 def stats(conn: Session) -> dict[str, Any]:
@@ -72,17 +79,6 @@ def devices(conn: Session) -> list[dict[str, Any]]:
         }
         for d, n in conn.execute(stmt)
     ]
-
-
-@dataclass
-class StoredRecord:
-    """A record as TVM needs it back: enough to rebuild a ``TuningRecord`` (see registry.tvm_side)."""
-
-    id: int
-    workload_id: int
-    trace_json: str
-    run_secs: list[float]
-    mean_s: float | None
 
 
 class _Skeletons:
@@ -150,15 +146,6 @@ def count_records(conn: Session, device_id: int) -> int:
     return conn.execute(stmt).scalar() or 0
 
 
-@dataclass
-class StoredWorkload:
-    id: int
-    shash: str
-    module_equality: str
-    mod_json: str
-    args_info: list[Any]
-
-
 def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
     stmt = select(
         Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z, Workload.args_info_json
@@ -171,16 +158,6 @@ def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
 def workload_id(conn: Session, shash: str, module_equality: str) -> int | None:
     stmt = select(Workload.id).where(Workload.shash == shash, Workload.module_equality == module_equality)
     return conn.execute(stmt).scalar()
-
-
-@dataclass
-class DonorRecord:
-    """One of the best records of a workload, on some device: a candidate schedule for a similar workload."""
-
-    record: StoredRecord
-    device_id: int
-    rank: int  # 1 for the workload's best record on that device
-    task_name: str
 
 
 def donor_records(conn: Session, workload_ids: list[int], per_device: int, target_kind: str) -> list[DonorRecord]:
@@ -214,14 +191,6 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
     return out
 
 
-@dataclass
-class TuningState:
-    """What earlier runs left for one workload on one device: what ``registry tune`` resumes from."""
-
-    tuned: int  # records of source "tuned"
-    traces: dict[str, list[float]]  # trace hash -> run_secs, for every record (failed ones too)
-
-
 def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState:
     stmt = select(TuningRecord.trace_hash, TuningRecord.run_secs_json, TuningRecord.source).where(
         TuningRecord.workload_id == workload_id, TuningRecord.device_id == device_id
@@ -231,23 +200,6 @@ def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState
         tuned=sum(1 for _, _, source in rows if source == "tuned"),
         traces={h: json.loads(secs) for h, secs, _ in rows},
     )
-
-
-@dataclass
-class RecordProvenance:
-    """One record with where it came from: what ``registry show`` prints beside its schedule."""
-
-    record: StoredRecord
-    workload: str  # structural hash
-    mod_json: str
-    source: str
-    donor_record_id: int | None
-    donor: str | None  # "workload hash on device name" of the donor record, if it is still stored
-    team: str | None
-    model: str | None
-    host: str | None
-    tvm_version: str
-    created_at: str
 
 
 def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
@@ -290,3 +242,43 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
         tvm_version,
         created.isoformat() if created is not None else "",
     )
+
+
+# -- what export, predictor training and the similarity index read -----------------------------------------------
+
+
+def device_workload_ids(conn: Session, device_id: int, *, best_only: bool = False) -> list[int]:
+    """The workloads a device has records of (with ``best_only``: ok records), in id order."""
+    if best_only:
+        stmt = select(BestRecord.workload_id).where(BestRecord.device_id == device_id)
+    else:
+        stmt = select(TuningRecord.workload_id).where(TuningRecord.device_id == device_id).distinct()
+    return sorted(conn.execute(stmt).scalars())
+
+
+def ok_record_counts(conn: Session, device_id: int) -> dict[int, tuple[str, int]]:
+    """Workload id -> (task name, ok records) of every workload with ok records on a device, in id order."""
+    stmt = (
+        select(TuningRecord.workload_id, Workload.task_name, func.count())
+        .join(Workload, Workload.id == TuningRecord.workload_id)
+        .where(TuningRecord.device_id == device_id, TuningRecord.mean_s.is_not(None))
+        .group_by(TuningRecord.workload_id, Workload.task_name)
+        .order_by(TuningRecord.workload_id)
+    )
+    return {w: (t, n) for w, t, n in conn.execute(stmt)}
+
+
+def indexed_set(conn: Session) -> IndexedSet:
+    """The summary of the workloads with good records (a ``best_record`` on some device)."""
+    ids = select(BestRecord.workload_id.label("id")).distinct().subquery()
+    n, total, top = conn.execute(
+        select(func.count(), func.coalesce(func.sum(ids.c.id), 0), func.coalesce(func.max(ids.c.id), 0))
+    ).one()
+    return IndexedSet(int(n), int(total), int(top))
+
+
+def indexed_embeddings(conn: Session) -> list[tuple[int, bytes]]:
+    """(workload id, embedding as float32 bytes) of every workload with good records, in id order."""
+    good = select(BestRecord.workload_id).distinct()
+    stmt = select(Workload.id, Workload.embedding).where(Workload.id.in_(good)).order_by(Workload.id)
+    return [(i, bytes(e)) for i, e in conn.execute(stmt)]

@@ -13,6 +13,9 @@ from typing import Any
 
 import orjson
 
+# The origin of records read from a TVM log, which says nothing of where it was measured.
+LOG_ORIGIN = "tvm-log"
+
 # MetaSchedule writes this many seconds for a candidate that failed to build or run.
 FAILED_RUN_SECS = 1e9
 
@@ -157,3 +160,21 @@ class IngestResult:
     records_present: int = 0
     records_skipped: int = 0  # invalid records left out (``registry import --skip-invalid``)
     first_skipped: str | None = None  # "where, why" of the first of them
+
+
+@dataclass
+class IngestExtras:
+    """What a bundle or a sync writes besides records, in the same transaction (``Store.ingest_batches``).
+
+    Workloads are named by the sender's (shash, module_equality); ``local`` maps them to this registry's, whose
+    hashes were recomputed here. ``donors`` may be filled while the batches are read: it is used after the last."""
+
+    local: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # (name, file sha256, input shapes, [(sender's workload, task name, weight)])
+    models: list[tuple[str, str, dict[str, list[int]], list[tuple[tuple[str, str], str, int]]]] = field(
+        default_factory=list
+    )
+    # (a transferred record, its donor as (sender's workload, device key, trace hash, origin))
+    donors: list[tuple[RecordIn, tuple[tuple[str, str], str, str, str]]] = field(default_factory=list)
+    # (source registry id, filters key, highest source record id read): how far a sync got
+    sync_mark: tuple[str, str, int] | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 from registry.config import resolve_database_url
 from registry.errors import BadInputError, NoRegistryError
 from registry.perf import paused_gc
-from registry.store import lookup, queries, schema, sqlite_file
+from registry.store import lookup, model_history, predictors, queries, schema, sqlite_file, values
 from registry.store.engine import WRITE, create, translated_errors, with_retries
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn
+from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, WorkloadIn
 from registry.store.trust import DEFAULT_TRUST, accepted
+from registry.store.values import ExchangeFilters, ExchangeSet
 from registry.validation import Problem, Refusals, record_problems
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ BULK = 1000
 
 
 class Store:
-    """A registry database.
+    """A registry database: the SQL implementation of ``registry.store.interface.RegistryStorage``.
 
     ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty
     database is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming
@@ -104,22 +105,44 @@ class Store:
         ``registry.tvm_side.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
         record refuses the whole call with BadInputError ("N of M records ...") before anything is written.
         """
-        from registry.store import ingest
-
         refusals = Refusals()
         for i, problem in enumerate((check or record_problems)(records)):
             if problem is not None:
                 refusals.add(f"record {i + 1}", problem)
         if refusals.count:
             raise BadInputError(refusals.message(len(records)))
+        return self.ingest_batches(workloads, lambda: [records])
+
+    def ingest_batches(
+        self,
+        workloads: Sequence[WorkloadIn],
+        batches: Callable[[], Iterable[Sequence[RecordIn]]],
+        extras: IngestExtras | None = None,
+    ) -> IngestResult:
+        """Add ``workloads``, then every batch of records ``batches()`` yields, in one transaction.
+
+        For ``registry import``: a log of millions of records streams through in little memory, and the caller checks
+        each batch itself as it reads it (these records are not checked here). Anything ``batches`` raises, such as
+        a refusal found in the last batch, leaves the database as it was. It is called again, from the start, when
+        the transaction lost a lock race, so each call must yield the same records.
+        """
+        from registry.store import ingest
 
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()
-            device_ids = ingest.upsert_devices(conn, (r.device for r in records))
             wl_ids = ingest.upsert_workloads(conn, workloads, result)
-            missing = {r.workload for r in records} - wl_ids.keys()
-            wl_ids.update(ingest.workload_ids(conn, list(missing)))
-            ingest.insert_records(conn, records, wl_ids, device_ids, result)
+            device_ids: dict[str, int] = {}
+            for records in batches():
+                new_devices = {r.device.key: r.device for r in records if r.device.key not in device_ids}
+                device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
+                missing = {r.workload for r in records} - wl_ids.keys()
+                if missing:
+                    wl_ids.update(ingest.workload_ids(conn, list(missing)))
+                ingest.insert_records(conn, records, wl_ids, device_ids, result)
+            if extras is not None:
+                from registry.store.exchange import write_extras
+
+                write_extras(conn, extras, wl_ids)
             return result
 
         with paused_gc():
@@ -166,6 +189,30 @@ class Store:
 
         return self.transact(lambda conn: ingest.upsert_devices(conn, [spec])[spec.key])
 
+    # -- sharing: identity, exchange sets, sync progress ---------------------------------------------------------
+
+    def registry_id(self) -> str:
+        """This registry's id: the origin stamped on what it measures."""
+        from registry.store.ingest import registry_id
+
+        with self.read() as conn:
+            return registry_id(conn.connection())
+
+    @contextlib.contextmanager
+    def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> Iterator[ExchangeSet]:
+        """The records matching ``filters`` above ``after_id``, with what they refer to, read in one snapshot that
+        stays open while the set's records are read."""
+        from registry.store.exchange import read_exchange
+
+        with self.read(snapshot=True) as conn:
+            yield read_exchange(conn.connection(), filters, after_id=after_id)
+
+    def last_synced(self, source_id: str, filters_key: str) -> int:
+        from registry.store.exchange import last_synced
+
+        with self.read() as conn:
+            return last_synced(conn.connection(), source_id, filters_key)
+
     # -- reads --------------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -199,7 +246,104 @@ class Store:
         with self.read() as conn:
             return queries.devices(conn)
 
-    def record_provenance(self, record_id: int) -> queries.RecordProvenance:
+    def record_provenance(self, record_id: int) -> values.RecordProvenance:
         """A record with its trace, workload module and provenance (source, donor, team, model, host, time)."""
         with self.read() as conn:
             return queries.record_provenance(conn, record_id)
+
+    # -- schema (RegistryStorage) -------------------------------------------------------------------------------
+
+    def schema_revision(self) -> str | None:
+        with translated_errors(self.url), self.engine.connect() as conn:
+            return schema.current_revision(conn)
+
+    def upgrade_schema(self) -> tuple[str | None, str | None]:
+        with translated_errors(self.url):
+            return schema.upgrade(self.engine)
+
+    # -- workloads and records, as TVM needs them back (RegistryStorage) ----------------------------------------
+
+    def workload_ids(self, idents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        from registry.store import ingest
+
+        with self.read() as conn:
+            return ingest.workload_ids(conn, idents)
+
+    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, values.StoredWorkload]:
+        if not ids:
+            return {}
+        with self.read() as conn:
+            return queries.workloads_by_id(conn, list(ids))
+
+    def top_k(self, workload_id: int, device_id: int, k: int) -> list[values.StoredRecord]:
+        """The ``k`` preferred records this store's ``trust`` accepts (measured here or verified first)."""
+        with self.read() as conn:
+            return queries.top_k(conn, workload_id, device_id, k, self.trust)
+
+    def count_records(self, device_id: int) -> int:
+        with self.read() as conn:
+            return queries.count_records(conn, device_id)
+
+    @contextlib.contextmanager
+    def device_records(self, device_id: int, *, best_only: bool = False) -> Iterator[values.DeviceRecords]:
+        """The records stream from an open snapshot: use them inside the ``with`` block."""
+        with self.read(snapshot=True) as conn:
+            ids = queries.device_workload_ids(conn, device_id, best_only=best_only)
+            found = queries.workloads_by_id(conn, ids) if ids else {}
+            records = queries.device_records(conn, device_id, best_only=best_only)
+            yield values.DeviceRecords({i: found[i] for i in ids}, records)
+
+    def tuning_state(self, workload_id: int, device_id: int) -> values.TuningState:
+        with self.read() as conn:
+            return queries.tuning_state(conn, workload_id, device_id)
+
+    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[values.DonorRecord]:
+        with self.read() as conn:
+            return queries.donor_records(conn, list(workload_ids), per_device, target_kind)
+
+    def ok_record_counts(self, device_id: int) -> dict[int, tuple[str, int]]:
+        with self.read() as conn:
+            return queries.ok_record_counts(conn, device_id)
+
+    # -- predictors (RegistryStorage) ----------------------------------------------------------------------------
+    # registry.store.predictors holds their SQL; its functions take the store first, so they serve as methods as is.
+
+    save_predictor = predictors.save_predictor
+    latest_predictor = predictors.latest_predictor
+    list_predictors = predictors.list_predictors
+
+    # -- the similarity index (RegistryStorage) ------------------------------------------------------------------
+
+    def indexed_set(self) -> values.IndexedSet:
+        with self.read() as conn:
+            return queries.indexed_set(conn)
+
+    def indexed_embeddings(self) -> list[tuple[int, bytes]]:
+        with self.read() as conn:
+            return queries.indexed_embeddings(conn)
+
+    # -- models and their history (RegistryStorage) --------------------------------------------------------------
+
+    def find_models(self, selector: str, sha256: str | None = None) -> list[values.ModelRow]:
+        with self.read() as conn:
+            return model_history.find_models(conn, selector, sha256)
+
+    def model_names(self, limit: int = 10) -> list[str]:
+        with self.read() as conn:
+            return model_history.model_names(conn, limit)
+
+    def model_tasks(self, model_id: int) -> list[values.TaskRow]:
+        with self.read() as conn:
+            return model_history.model_tasks(conn, model_id)
+
+    def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
+        with self.read() as conn:
+            return model_history.busiest_device(conn, workload_ids)
+
+    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[values.RecordPoint]:
+        with self.read() as conn:
+            return model_history.ok_records(conn, workload_ids, device_id)
+
+    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, values.DonorRow]:
+        with self.read() as conn:
+            return model_history.donors(conn, record_ids)

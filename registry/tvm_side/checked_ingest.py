@@ -1,22 +1,18 @@
 """Writing records from outside (TVM logs, bundles, another registry) in one transaction, every record checked.
 
-The shared loop of ``registry import`` and ``registry sync``: workloads first, then the records in batches, each batch
-checked by one ``RecordChecker`` before it is written. One invalid record refuses the whole write (BadInputError
-counting them and naming the first) unless ``skip_invalid``; nothing is half-written either way.
+The shared loop of ``registry import`` and ``registry sync``: each batch is checked by one ``RecordChecker`` as it is
+read, then handed to ``RegistryStorage.ingest_batches``, which writes it in the transaction that holds them all. One
+invalid record refuses the whole write (BadInputError counting them and naming the first) unless ``skip_invalid``;
+nothing is half-written either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
-
 from registry.errors import BadInputError
-from registry.perf import paused_gc
-from registry.store import ingest
-from registry.store.rows import IngestResult, RecordIn, WorkloadIn
-from registry.store.store import Store
+from registry.store.interface import IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.tvm_side.record_check import RecordChecker
 from registry.validation import Problem, Refusals
 
@@ -26,7 +22,7 @@ Progress = Callable[[int, int, str], None]
 
 
 def checked_write(
-    store: Store,
+    store: RegistryStorage,
     workloads: Sequence[WorkloadIn],
     batches: Callable[[], Iterable[Batch]],
     *,
@@ -34,21 +30,20 @@ def checked_write(
     skip_invalid: bool = False,
     progress: Progress | None = None,
     total: int = 0,
-    after: Callable[[Connection, dict[tuple[str, str], int], IngestResult], None] | None = None,
+    extras: IngestExtras | None = None,
 ) -> IngestResult:
-    """Write ``workloads`` and every batch of ``batches()`` into ``store`` in one transaction.
+    """Write ``workloads`` and every batch of ``batches()`` into ``store`` in one transaction, with ``extras``.
 
     ``batches`` is called again if the transaction loses a lock race and starts over, so it must read from the start
-    each time. ``after(conn, workload ids, result)`` runs last, in the same transaction (models, donors, sync state).
-    ``total``: records expected, for ``progress``.
+    each time. ``total``: records expected, for ``progress``.
     """
     mod_json = {w.ident: w.mod_json for w in workloads}
     progress = progress or (lambda _done, _total, _what: None)
+    refusals = Refusals()
 
-    def write(conn: Connection) -> IngestResult:
-        result, refusals, seen = IngestResult(), Refusals(), 0
-        ids = ingest.upsert_workloads(conn, workloads, result)
-        device_ids: dict[str, int] = {}
+    def checked() -> Iterator[list[RecordIn]]:
+        nonlocal refusals
+        refusals, seen = Refusals(), 0
         for batch in batches():
             seen += len(batch)
             read: list[Any] = [r for _, r in batch]
@@ -62,19 +57,11 @@ def checked_write(
                     refusals.add(where, r)
             if refusals.count and not skip_invalid:
                 continue  # nothing more is written; the rest is read to count what is wrong
-            recs = [r for r in read if isinstance(r, RecordIn)]
-            new_devices = {r.device.key: r.device for r in recs if r.device.key not in device_ids}
-            device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
-            ingest.insert_records(conn, recs, ids, device_ids, result)
+            yield [r for r in read if isinstance(r, RecordIn)]
             progress(min(seen, total) if total else seen, total, f"{seen} records read")
-        if refusals.count and not skip_invalid:
+        if refusals.count and not skip_invalid:  # raised inside the transaction: nothing is written
             raise BadInputError(f"{refusals.message(seen)}; nothing was written (--skip-invalid writes the rest)")
-        result.records_skipped, result.first_skipped = refusals.count, refusals.first
-        if after is not None:
-            after(conn, ids, result)
-        return result
 
-    with paused_gc():
-        result = store.transact(write)
-    store.after_bulk_write(result.records_new)
+    result = store.ingest_batches(workloads, checked, extras)
+    result.records_skipped, result.first_skipped = refusals.count, refusals.first
     return result

@@ -18,9 +18,7 @@ from tvm.target import Target
 
 from registry import hostinfo, tvmlog
 from registry.errors import RegistryError
-from registry.store import queries
-from registry.store.rows import DeviceSpec, RecordIn
-from registry.store.store import Store
+from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord, open_storage
 from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec
@@ -37,7 +35,7 @@ class RegistryDatabase(PyDatabase):
     target:
         The TVM target measured on; with ``num_threads`` and this machine's fingerprint it names the device.
     store:
-        A ``Store`` or database URL (default: the configured registry).
+        A ``RegistryStorage`` (such as a ``Store``) or a database URL (default: the configured registry).
     num_threads:
         The runtime thread count the records are measured with (default: ``$TVM_NUM_THREADS``, else TVM's).
     device:
@@ -52,7 +50,7 @@ class RegistryDatabase(PyDatabase):
     def __init__(
         self,
         target: Target | dict | str,
-        store: Store | str | None = None,
+        store: RegistryStorage | str | None = None,
         *,
         num_threads: int | None = None,
         device: DeviceSpec | None = None,
@@ -62,7 +60,7 @@ class RegistryDatabase(PyDatabase):
         task_names: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
-        self.store = store if isinstance(store, Store) else Store(store)
+        self.store = open_storage(store) if store is None or isinstance(store, str) else store
         self.device = device or device_spec(target, num_threads)
         self.device_id = self.store.device_id(self.device)
         self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
@@ -84,9 +82,8 @@ class RegistryDatabase(PyDatabase):
     def _known(self, mod: IRModule, shash: str) -> tuple[int, Workload, list[Any]] | None:
         if shash in self._workloads:
             return self._workloads[shash]
-        with self.store.read() as conn:
-            wid = queries.workload_id(conn, shash, _MODE)
-            stored = queries.workloads_by_id(conn, [wid])[wid] if wid is not None else None
+        wid = self.store.workload_ids([(shash, _MODE)]).get((shash, _MODE))
+        stored = self.store.workloads_by_id([wid]).get(wid) if wid is not None else None
         if stored is None:
             return None
         workload = Workload.from_json([shash, tvmlog.encode_module(stored.mod_json)])
@@ -154,22 +151,19 @@ class RegistryDatabase(PyDatabase):
         if known is None or top_k <= 0:
             return []
         wid, wl, args = known
-        with self.store.read() as conn:
-            stored = queries.top_k(conn, wid, self.device_id, top_k, self.store.trust)
+        stored = self.store.top_k(wid, self.device_id, top_k)
         return [self._record(r, wl, args) for r in stored]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
-        with self.store.read() as conn:
-            stored = list(queries.device_records(conn, self.device_id))
-            workloads = queries.workloads_by_id(conn, sorted({r.workload_id for r in stored}))
+        with self.store.device_records(self.device_id) as found:
+            stored, workloads = list(found.records), found.workloads
         tvm_workloads = {
             wid: Workload.from_json([w.shash, tvmlog.encode_module(w.mod_json)]) for wid, w in workloads.items()
         }
         return [self._record(r, tvm_workloads[r.workload_id], workloads[r.workload_id].args_info) for r in stored]
 
-    def _record(self, r: queries.StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord:
+    def _record(self, r: StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord:
         return TuningRecord.from_json([json.loads(r.trace_json), r.run_secs, self.device.target, args_info], workload)
 
     def __len__(self) -> int:
-        with self.store.read() as conn:
-            return queries.count_records(conn, self.device_id)
+        return self.store.count_records(self.device_id)

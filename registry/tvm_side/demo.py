@@ -16,7 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from registry.measure.jobs import time_model
 from registry.measure.measurer import Measurer
-from registry.store.store import Store
+from registry.store.interface import open_storage
 from registry.tvm_side import zoo
 from registry.tvm_side.builder import PersistentBuilder
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
@@ -37,7 +37,7 @@ def main() -> None:
     if not args.verbose:  # MetaSchedule logs every batch at INFO; a newcomer needs the outcome
         logging.getLogger(META_SCHEDULE_LOGGER).setLevel(logging.ERROR)
 
-    store = Store(args.db)
+    store = open_storage(args.db)
     loaded = load_onnx(zoo.mlp().SerializeToString(), {"x": [16, 128]}, name=MODEL)
     target = host_target()
     threads = runtime_threads()

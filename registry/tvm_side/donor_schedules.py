@@ -11,15 +11,14 @@ from tvm.s_tir.schedule import Schedule
 from tvm.target import Target
 
 from registry.similarity.donors import Donor
-from registry.store import queries
-from registry.store.store import Store
+from registry.store.interface import RegistryStorage
 from registry.tvm_side import apply_trace
 
 
 class DonorSchedules:
     """Applies donors' traces to tasks of one target; keeps each donor's workload module once loaded."""
 
-    def __init__(self, store: Store, target: Target) -> None:
+    def __init__(self, store: RegistryStorage, target: Target) -> None:
         self.store, self.target = store, target
         self._donor_mods: dict[int, IRModule] = {}
 
@@ -41,8 +40,7 @@ class DonorSchedules:
 
     def _donor_mod(self, workload_id: int) -> IRModule:
         if workload_id not in self._donor_mods:
-            with self.store.read() as conn:
-                stored = queries.workloads_by_id(conn, [workload_id])[workload_id]
+            stored = self.store.workloads_by_id([workload_id])[workload_id]
             self._donor_mods[workload_id] = tvm.ir.load_json(stored.mod_json)
         return self._donor_mods[workload_id]
 

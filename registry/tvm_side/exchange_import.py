@@ -8,22 +8,16 @@ two registries' measurements of one schedule are both kept; re-reading the same 
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-from sqlalchemy import Connection, select, tuple_, update
 
 from registry import hostinfo
 from registry.bundle import read_bundle
 from registry.errors import BadInputError
-from registry.store import ingest
-from registry.store.exchange import ExchangeSet, ExRecord
-from registry.store.ingest import trace_hash
-from registry.store.models import Device, TuningRecord
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
-from registry.store.store import Store
+from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.values import ExchangeSet, ExRecord
 from registry.tvm_side.checked_ingest import Batch, Progress, checked_write
 from registry.tvm_side.log_import import checked_workload
 from registry.tvm_side.record_check import RecordChecker
@@ -32,18 +26,16 @@ from registry.validation import Problem
 
 
 def import_exchange(
-    store: Store,
+    store: RegistryStorage,
     exchange: ExchangeSet,
     *,
     where: str,
     skip_invalid: bool = False,
     progress: Progress | None = None,
-    after: Callable[[Connection, IngestResult], None] | None = None,
+    sync_mark: tuple[str, str, int] | None = None,
 ) -> IngestResult:
-    """Write ``exchange`` into ``store`` in one transaction; ``where`` names its source in messages.
-
-    ``after(conn, result)`` runs last, in the same transaction.
-    """
+    """Write ``exchange`` into ``store`` in one transaction; ``where`` names its source in messages. ``sync_mark``:
+    the sync progress to record in the same transaction."""
     checker = RecordChecker()
     checker.pool.start()  # a replay worker's TVM import, overlapping the workload checks
     progress = progress or (lambda _done, _total, _what: None)
@@ -51,32 +43,26 @@ def import_exchange(
     workloads = {w.ident: checked_workload(f"{where}: workload {w.shash}", w.mod_json) for w in exchange.workloads}
     devices = {d.key: _device(d, where) for d in exchange.devices}
     insts = {h: (text, _json(text, f"{where}: skeleton {h}")) for h, text in exchange.skeletons.items()}
-    donors: list[tuple[RecordIn, tuple]] = []  # transferred records and their donors' identities
+    extras = IngestExtras(
+        local={sent: w.ident for sent, w in workloads.items()},
+        models=[(m.name, m.sha256, m.input_shapes, m.tasks) for m in exchange.models],
+        sync_mark=sync_mark,
+    )
 
     def batches() -> Iterator[Batch]:
-        donors.clear()
+        extras.donors.clear()  # read again from the start: a write that lost a lock race starts over
         for chunk in exchange.records():
             batch = [(f"{where}: record {r.source_id}", _record(r, workloads, devices, insts)) for r in chunk]
             for r, (_, rec) in zip(chunk, batch, strict=True):
                 if r.donor is not None and isinstance(rec, RecordIn):
-                    donors.append((rec, r.donor))
+                    extras.donors.append((rec, r.donor))
             yield batch
 
-    def finish(conn: Connection, ids: dict[tuple[str, str], int], result: IngestResult) -> None:
-        local = {ident: ids[w.ident] for ident, w in workloads.items()}
-        for m in exchange.models:
-            tasks = {local[ident]: (task, weight) for ident, task, weight in m.tasks if ident in local}
-            ingest.upsert_model(conn, m.name, m.sha256, m.input_shapes, tasks)
-        _link_donors(conn, donors, local)
-        if after is not None:
-            after(conn, result)
-
     unique = list({w.ident: w for w in workloads.values()}.values())
-    result = checked_write(
+    return checked_write(
         store, unique, batches, checker=checker, skip_invalid=skip_invalid, progress=progress,
-        total=exchange.n_records, after=finish,
+        total=exchange.n_records, extras=extras,
     )  # fmt: skip
-    return result
 
 
 def _json(text: str, where: str):
@@ -129,62 +115,8 @@ def _record(
     )
 
 
-def _chunks(iterable, n):
-    it = iter(iterable)
-    while chunk := list(itertools.islice(it, n)):
-        yield chunk
-
-
-def _link_donors(conn: Connection, donors: list[tuple[RecordIn, tuple]], local: dict[tuple[str, str], int]) -> None:
-    """Point transferred records at their donors, found by identity, where both are stored here."""
-    if not donors:
-        return
-    here = ingest.registry_id(conn)
-    keys = {r.device.key for r, _ in donors} | {d[1] for _, d in donors}
-    device_ids = dict(conn.execute(select(Device.key, Device.id).where(Device.key.in_(keys))).all())
-    links = []
-    for rec, (d_workload, d_device, d_hash, d_origin) in donors:
-        wid, did = local.get(rec.workload), device_ids.get(rec.device.key)
-        d_wid, d_did = local.get(d_workload), device_ids.get(d_device)
-        if None in (wid, did, d_wid, d_did):
-            continue  # the donor's workload or device is not stored here: the record keeps its provenance only
-        trace = trace_hash(f"[{rec.insts_json},{canonical_json(rec.trace[1])}]")
-        links.append(((wid, did, trace, rec.origin or here), (d_wid, d_did, d_hash, d_origin)))
-    _set_donors(conn, links)
-
-
-def _set_donors(conn: Connection, links: list[tuple[tuple, tuple]]) -> int:
-    """``links``: ((workload id, device id, trace hash, origin) of a record, the same of its donor), local ids.
-    Sets each record's donor where both are stored and it has none yet; returns how many were set."""
-    done = 0
-    key = tuple_(TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.trace_hash, TuningRecord.origin)
-    for chunk in _chunks(links, 200):
-        wanted = {k for pair in chunk for k in pair}
-        found = dict(
-            ((w, d, h, o), i)
-            for i, w, d, h, o in conn.execute(
-                select(
-                    TuningRecord.id,
-                    TuningRecord.workload_id,
-                    TuningRecord.device_id,
-                    TuningRecord.trace_hash,
-                    TuningRecord.origin,
-                ).where(key.in_(list(wanted)))
-            )
-        )
-        for rec, donor in chunk:
-            if rec in found and donor in found:
-                conn.execute(
-                    update(TuningRecord)
-                    .where(TuningRecord.id == found[rec], TuningRecord.donor_record_id.is_(None))
-                    .values(donor_record_id=found[donor])
-                )
-                done += 1
-    return done
-
-
 def import_bundle(
-    store: Store, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
+    store: RegistryStorage, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
 ) -> IngestResult:
     """``registry import BUNDLE``: checksums first, then everything as ``import_exchange`` checks it."""
     exchange, _manifest = read_bundle(path)

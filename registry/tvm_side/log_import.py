@@ -11,9 +11,8 @@ import tvm
 
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
-from registry.store.models import LOG_ORIGIN
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json
-from registry.store.store import Store
+from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.rows import LOG_ORIGIN, canonical_json
 from registry.tvm_side.checked_ingest import checked_write
 from registry.tvm_side.record_check import RecordChecker
 from registry.tvm_side.signature import workload_in
@@ -24,7 +23,7 @@ BATCH = 5000
 
 
 def import_logs(
-    store: Store,
+    store: RegistryStorage,
     path: Path,
     *,
     team: str | None = None,

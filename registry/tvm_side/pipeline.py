@@ -22,9 +22,8 @@ from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
 from registry.measure.types import Measurement
 from registry.report import ModelReport, TaskResult, Timings
-from registry.store import queries
+from registry.store.interface import RegistryStorage
 from registry.store.rows import DeviceSpec, Signature
-from registry.store.store import Store
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.defaults import default_schedule
@@ -71,7 +70,7 @@ class Clock:
             setattr(self.timings, attr, getattr(self.timings, attr) + time.perf_counter() - start)
 
 
-def extract(store: Store, loaded: LoadedModel, target: Target) -> list[Task]:
+def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list[Task]:
     """The model's tuning tasks, recorded in the store with their weights."""
     zero = relax.get_pipeline("zero")(loaded.mod)  # extract_tasks finds nothing in the raw module
     extracted = ms.relax_integration.extract_tasks(zero, target)
@@ -82,8 +81,7 @@ def extract(store: Store, loaded: LoadedModel, target: Target) -> list[Task]:
         loaded.input_shapes,
         [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
     )
-    with store.read() as conn:
-        ids = {w.ident: queries.workload_id(conn, *w.ident) for w in workloads}
+    ids = store.workload_ids([w.ident for w in workloads])
     return [
         Task(
             t.task_name,
@@ -103,7 +101,7 @@ class ModelRun:
     """One per-model command's run: the model's tasks, what measures them, and the registry database that files
     their records under the measurer's device."""
 
-    store: Store
+    store: RegistryStorage
     loaded: LoadedModel
     target: Target
     clock: Clock
@@ -118,7 +116,7 @@ class ModelRun:
 
 @contextlib.contextmanager
 def model_run(
-    store: Store,
+    store: RegistryStorage,
     loaded: LoadedModel,
     target: Target,
     threads: int | None,
@@ -142,7 +140,7 @@ def model_run(
         measurer.close()
 
 
-def registry_database(store: Store, device: DeviceSpec, tasks: list[Task], source: str, team, model):
+def registry_database(store: RegistryStorage, device: DeviceSpec, tasks: list[Task], source: str, team, model):
     return RegistryDatabase(
         device.target,
         store,

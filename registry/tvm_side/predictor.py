@@ -3,7 +3,7 @@
 MetaSchedule's XGBModel normally starts each tuning run knowing nothing and predicts at random for its first 100
 trials. Trained offline on every workload the registry has measured on a device, it ranks a new workload's candidates
 from the first trial. The model is stored in the registry as a versioned artifact of that device
-(``registry.store.predictors``).
+(``RegistryStorage.save_predictor``).
 
 Training set: each workload with ok records on the device is one XGBModel feature group. Its stored traces are
 replayed on the workload (``apply_trace.as_stored``), MetaSchedule extracts the features, and XGBModel normalises the
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
 from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup, XGBConfig, XGBModel
@@ -35,11 +34,8 @@ from tvm.s_tir.meta_schedule.utils import shash2hex
 from tvm.target import Target
 
 from registry import hostinfo, predictor_blob, tvmlog
-from registry.errors import BadInputError, RegistryError, RegistryWarning, UnknownDeviceError
-from registry.store import queries
-from registry.store.models import Device, TuningRecord, Workload
-from registry.store.predictors import latest_predictor, save_predictor
-from registry.store.store import Store
+from registry.errors import BadInputError, RegistryError, RegistryWarning
+from registry.store.interface import RegistryStorage
 from registry.tvm_side import ORIGINAL_AFFINITY
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
@@ -106,29 +102,18 @@ class _Group:
 class _Source:
     """Reads one device's workloads and records from the store and turns them into TVM objects."""
 
-    def __init__(self, store: Store, device_id: int) -> None:
+    def __init__(self, store: RegistryStorage, device_id: int) -> None:
         self.store, self.device_id = store, device_id
-        with store.read() as conn:
-            device = conn.get(Device, device_id)
-            if device is None:
-                raise UnknownDeviceError(f"no device {device_id} in the registry; see `registry devices`")
-            self.device_name = f"{device.id}:{device.name}"
-            self.target = Target(json.loads(device.target_json))
-            stmt = (
-                select(TuningRecord.workload_id, Workload.task_name, func.count())
-                .join(Workload, Workload.id == TuningRecord.workload_id)
-                .where(TuningRecord.device_id == device_id, TuningRecord.mean_s.is_not(None))
-                .group_by(TuningRecord.workload_id, Workload.task_name)
-                .order_by(TuningRecord.workload_id)
-            )
-            # workload id -> (task name, ok records)
-            self.counts: dict[int, tuple[str, int]] = {w: (t, n) for w, t, n in conn.execute(stmt)}
+        device = store.resolve_one_device(str(device_id))
+        self.device_name = f"{device.id}:{device.name}"
+        self.target = Target(json.loads(device.target_json))
+        # workload id -> (task name, ok records)
+        self.counts: dict[int, tuple[str, int]] = store.ok_record_counts(device_id)
 
     def group(self, workload_id: int, extractor) -> _Group:
         task, n = self.counts[workload_id]
-        with self.store.read() as conn:
-            stored = queries.workloads_by_id(conn, [workload_id])[workload_id]
-            records = queries.top_k(conn, workload_id, self.device_id, n)  # all ok records, fastest first
+        stored = self.store.workloads_by_id([workload_id])[workload_id]
+        records = self.store.top_k(workload_id, self.device_id, n)  # all ok records, fastest first
         mod = TvmWorkload.from_json([stored.shash, tvmlog.encode_module(stored.mod_json)]).mod
         args_info = [ArgInfo.from_json(a) for a in stored.args_info]
         context = TuneContext(mod=mod, target=self.target, task_name=task)
@@ -252,7 +237,7 @@ def _split(source: _Source, holdout: float, seed: int) -> tuple[list[int], list[
 
 
 def train(
-    store: Store,
+    store: RegistryStorage,
     device_id: int,
     *,
     holdout: float = 0.25,
@@ -353,12 +338,11 @@ def from_bytes(blob: bytes) -> XGBModel:
     return model
 
 
-def save(store: Store, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
+def save(store: RegistryStorage, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
     """Store ``model`` as the device's next predictor version; returns the version."""
     if model.booster is None:
         raise RegistryError("the model was never trained: there is nothing to store")
-    return save_predictor(
-        store,
+    return store.save_predictor(
         device_id,
         KIND,
         to_bytes(model),
@@ -369,7 +353,7 @@ def save(store: Store, device_id: int, model: XGBModel, metrics: dict[str, Any])
     )
 
 
-def load_predictor(store: Store, device_id: int) -> tuple[XGBModel, int] | None:
+def load_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, int] | None:
     """The device's newest XGBModel predictor and its version, ready to rank candidates; None when it has none.
 
     A predictor that cannot be used is not fatal: tuning goes on with a fresh model after one RegistryWarning, which
@@ -377,7 +361,7 @@ def load_predictor(store: Store, device_id: int) -> tuple[XGBModel, int] | None:
     machine: never opened) and one that does not decode. Use it as the cost model of a tuning run on the same
     device, e.g. ``ms.tune_tir(..., cost_model=load_predictor(store, device_id)[0])``.
     """
-    stored = latest_predictor(store, device_id)
+    stored = store.latest_predictor(device_id)
     if stored is None:
         return None
     if stored.kind == LEGACY_KIND:

@@ -30,9 +30,8 @@ from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
-from registry.store import queries
+from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
-from registry.store.store import Store
 from registry.tvm_side import apply_trace
 from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.donor_schedules import DonorSchedules
@@ -56,7 +55,7 @@ class TransferOptions:
 
 
 def transfer(
-    store: Store,
+    store: RegistryStorage,
     loaded: LoadedModel,
     target: Target,
     threads: int | None,
@@ -167,9 +166,8 @@ class _Resolver:
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
         return result
 
-    def _best_here(self, workload_id: int) -> queries.StoredRecord | None:
-        with self.store.read() as conn:
-            best = queries.top_k(conn, workload_id, self.db.device_id, 1)
+    def _best_here(self, workload_id: int) -> StoredRecord | None:
+        best = self.store.top_k(workload_id, self.db.device_id, 1)
         return best[0] if best else None
 
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):

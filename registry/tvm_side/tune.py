@@ -18,7 +18,7 @@ from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import find_donors
 from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
-from registry.store.store import Store
+from registry.store.interface import RegistryStorage
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run
@@ -60,7 +60,7 @@ class ModelTuneOptions:
 
 
 def tune(
-    store: Store,
+    store: RegistryStorage,
     loaded: LoadedModel,
     target: Target,
     threads: int | None,

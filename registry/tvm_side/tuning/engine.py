@@ -34,9 +34,8 @@ from registry import hostinfo
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
-from registry.store import queries
-from registry.store.ingest import record_trace_hash
-from registry.store.rows import FAILED_RUN_SECS, RecordIn
+from registry.store.interface import RecordIn, record_trace_hash
+from registry.store.rows import FAILED_RUN_SECS
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
@@ -183,9 +182,8 @@ class Engine:
         return sum(s.stored + s.measurements for s in states.values())
 
     def _state(self, t: EngineTask) -> TaskState:
-        with self.store.read() as conn:
-            stored = queries.tuning_state(conn, t.task.workload_id, self.db.device_id)
-            best = queries.top_k(conn, t.task.workload_id, self.db.device_id, 1)
+        stored = self.store.tuning_state(t.task.workload_id, self.db.device_id)
+        best = self.store.top_k(t.task.workload_id, self.db.device_id, 1)
         self._stored_traces[t.task.workload_id] = stored.traces  # what the task's tuner will not measure again
         return TaskState(
             t.task.name,

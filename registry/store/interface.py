@@ -1,0 +1,258 @@
+"""``RegistryStorage``: the one interface through which the rest of the registry reads and writes its data.
+
+The pipeline, tuning, similarity, export, report and CLI ask the storage questions, one method each, and get plain
+values back (``registry.store.values``, ``.rows``, ``.lookup``); none of them opens a session or imports the tables,
+queries or ingest code of ``registry.store`` (``tests/test_storage_interface.py`` holds them to it). ``Store``, over
+SQLite or PostgreSQL, is the implementation; ``open_storage`` picks it by URL.
+
+This module imports neither SQLAlchemy nor TVM, so naming the interface and its values costs nothing. The fastest
+read, ``registry lookup``, does not even open a ``Store``: it runs ``registry.store.lookup`` over a plain DB-API
+connection when it can (see ``lookup.connect``), the same code ``RegistryStorage.lookup`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from registry.config import resolve_database_url
+from registry.errors import DatabaseError
+from registry.store.lookup import DeviceRow, LookupFilter, LookupRow
+from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
+from registry.store.values import (
+    DeviceRecords,
+    DonorRecord,
+    DonorRow,
+    ExchangeFilters,
+    ExchangeSet,
+    IndexedSet,
+    ModelRow,
+    PredictorInfo,
+    RecordPoint,
+    RecordProvenance,
+    StoredPredictor,
+    StoredRecord,
+    StoredWorkload,
+    TaskRow,
+    TuningState,
+)
+from registry.validation import Problem
+
+__all__ = [
+    "DeviceRecords",
+    "DeviceRow",
+    "DeviceSpec",
+    "DonorRecord",
+    "DonorRow",
+    "IndexedSet",
+    "IngestResult",
+    "LookupFilter",
+    "LookupRow",
+    "ModelRow",
+    "PredictorInfo",
+    "RecordIn",
+    "RecordPoint",
+    "RecordProvenance",
+    "RegistryStorage",
+    "Signature",
+    "StoredPredictor",
+    "StoredRecord",
+    "StoredWorkload",
+    "TaskRow",
+    "TuningState",
+    "WorkloadIn",
+    "open_storage",
+    "record_trace_hash",
+]
+
+Ident = tuple[str, str]  # a workload's (structural hash, module equality)
+
+
+class RegistryStorage(Protocol):
+    """A registry database. Every write is one transaction, all of it or nothing; ids are the database's own."""
+
+    url: str  # the database URL, with its password: show it through ``registry.store.engine.redact``
+
+    trust: str  # which records reads for compilation and tuning accept (registry.store.trust)
+
+    def close(self) -> None:
+        """Release the connections."""
+
+    # -- sharing ------------------------------------------------------------------------------------------------
+
+    def registry_id(self) -> str:
+        """This registry's id: the origin stamped on the records it measures."""
+
+    def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> AbstractContextManager[ExchangeSet]:
+        """The records matching ``filters`` with ids above ``after_id``, with their workloads, devices, models and
+        instruction lists, read in one snapshot (``registry.store.exchange``)."""
+
+    def last_synced(self, source_id: str, filters_key: str) -> int:
+        """How far syncs from ``source_id`` with these filters have copied (its highest record id; 0: never)."""
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        workloads: Sequence[WorkloadIn],
+        records: Sequence[RecordIn],
+        *,
+        check: Callable[[Sequence[RecordIn]], list[Problem | None]] | None = None,
+    ) -> IngestResult:
+        """Add workloads and records, checked first (one invalid record refuses them all); those already present are
+        counted, not duplicated."""
+
+    def ingest_batches(
+        self,
+        workloads: Sequence[WorkloadIn],
+        batches: Callable[[], Iterable[Sequence[RecordIn]]],
+        extras: IngestExtras | None = None,
+    ) -> IngestResult:
+        """Add workloads and every batch of records ``batches()`` yields, unchecked, in one transaction, then
+        ``extras`` (a bundle's or a sync's models, donor links and progress); ``batches`` may be called again from
+        the start, and anything it raises leaves the database as it was."""
+
+    def record_model(
+        self, name: str, sha256: str, input_shapes: dict[str, list[int]], tasks: Sequence[tuple[WorkloadIn, str, int]]
+    ) -> int:
+        """Record a model and its tasks as (workload, task name, weight), adding new workloads; returns its id."""
+
+    def device_id(self, spec: DeviceSpec) -> int:
+        """The id of a device, added if new."""
+
+    def save_predictor(
+        self,
+        device_id: int,
+        kind: str,
+        blob: bytes,
+        metrics: dict[str, Any],
+        n_workloads: int,
+        n_records: int,
+        tvm_version: str,
+    ) -> int:
+        """Store a predictor as the device's next version; returns that version."""
+
+    # -- schema -------------------------------------------------------------------------------------------------
+
+    def schema_revision(self) -> str | None:
+        """The database's schema revision; None for an empty database."""
+
+    def upgrade_schema(self) -> tuple[str | None, str | None]:
+        """Migrate to this registry's schema; returns the revisions before and after."""
+
+    # -- devices and lookup (no TVM) -------------------------------------------------------------------------------
+
+    def all_devices(self) -> list[DeviceRow]:
+        """Every device, by id."""
+
+    def resolve_devices(self, selector: str) -> list[DeviceRow]:
+        """Devices matching ``host``, an id or a name; UnknownDeviceError when none does."""
+
+    def resolve_one_device(self, selector: str) -> DeviceRow:
+        """The one device a selector names; UnknownDeviceError when it names none or several."""
+
+    def devices(self) -> list[dict]:
+        """Every device with its target and record count, as ``registry devices`` prints them."""
+
+    def lookup(self, f: LookupFilter) -> list[LookupRow]:
+        """The best records of each (workload, device) matching the filter."""
+
+    def stats(self) -> dict:
+        """Counts of what the registry holds, as ``registry stats`` prints them."""
+
+    def record_provenance(self, record_id: int) -> RecordProvenance:
+        """A record with its trace, workload module and provenance."""
+
+    # -- workloads and records, as TVM needs them back --------------------------------------------------------------
+
+    def workload_ids(self, idents: Sequence[Ident]) -> dict[Ident, int]:
+        """The ids of those of these workloads that are stored."""
+
+    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, StoredWorkload]:
+        """These workloads, with their modules."""
+
+    def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
+        """The ``k`` fastest ok records of a workload on a device, fastest first."""
+
+    def count_records(self, device_id: int) -> int:
+        """How many records a device has, failed ones included."""
+
+    def device_records(self, device_id: int, *, best_only: bool = False) -> AbstractContextManager[DeviceRecords]:
+        """A device's records (or each workload's best) with their workloads, as of one moment."""
+
+    def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
+        """What earlier runs measured of a workload on a device: what tuning resumes from."""
+
+    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+        """The ``per_device`` best records of each workload on each device of a target kind."""
+
+    def ok_record_counts(self, device_id: int) -> dict[int, tuple[str, int]]:
+        """Workload id -> (task name, ok records) for every workload with ok records on a device."""
+
+    def latest_predictor(self, device_id: int, kind: str | None = None) -> StoredPredictor | None:
+        """The device's newest predictor (of ``kind``), blob included; None when it has none."""
+
+    def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
+        """Every predictor (of one device), without blobs, by device and version."""
+
+    # -- the similarity index ----------------------------------------------------------------------------------------
+
+    def indexed_set(self) -> IndexedSet:
+        """A summary of the workloads with good records: what the similarity index must hold."""
+
+    def indexed_embeddings(self) -> list[tuple[int, bytes]]:
+        """(workload id, float32 embedding bytes) of every workload with good records, by id."""
+
+    # -- models and their history (``registry report``) --------------------------------------------------------------
+
+    def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
+        """Models with this name (or id), and ``sha256`` if given, newest first."""
+
+    def model_names(self, limit: int = 10) -> list[str]:
+        """The names of the most recently recorded models."""
+
+    def model_tasks(self, model_id: int) -> list[TaskRow]:
+        """A model's tasks, with their workloads' operator kind and embedding."""
+
+    def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
+        """The device (id, name) with the most ok records of these workloads; None when none has any."""
+
+    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
+        """The ok records of these workloads on a device, in the order they were written."""
+
+    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
+        """Records by id, with their workload's task name and embedding: the donors a report names."""
+
+
+# The URL schemes (before any "+driver") of the databases the SQL implementation keeps a registry in.
+SQL_SCHEMES = ("sqlite", "postgresql")
+
+
+def open_storage(
+    url: str | None = None, *, check_schema: bool = True, create_new: bool = True, trust: str = "imported"
+) -> RegistryStorage:
+    """The storage at ``url`` (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file; a plain path is an
+    SQLite file), by its scheme. Raises DatabaseError, in one line, for a scheme no implementation speaks.
+
+    ``check_schema``, ``create_new`` and ``trust`` as ``Store`` takes them.
+    """
+    resolved = resolve_database_url(url)
+    scheme = resolved.split(":", 1)[0].split("+", 1)[0].lower()
+    if "://" in resolved and scheme not in SQL_SCHEMES:
+        from registry.store.engine import redact
+
+        raise DatabaseError(
+            f"cannot use database {redact(resolved)}: the registry keeps its data in SQLite (sqlite:///FILE) or "
+            f"PostgreSQL (postgresql://...), not {scheme}"
+        )
+    from registry.store.store import Store  # SQLAlchemy, only once a database is opened
+
+    return Store(resolved, check_schema=check_schema, create_new=create_new, trust=trust)
+
+
+def record_trace_hash(trace: Any) -> str:
+    """The key ``TuningState.traces`` files a record of this trace JSON (``[instructions, decisions]``) under."""
+    from registry.store.ingest import record_trace_hash as key  # SQLAlchemy: by now a storage is open anyway
+
+    return key(trace)

@@ -1,0 +1,248 @@
+"""Plain values that come out of the store: what ``RegistryStorage``'s reads return.
+
+They live apart from the queries that fill them so that callers (and other storage implementations) can name them
+without importing SQLAlchemy or the tables. Nothing here knows TVM or SQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from registry.store.rows import canonical_json
+
+# -- records and workloads, as TVM needs them back ------------------------------------------------------------
+
+
+@dataclass
+class StoredRecord:
+    """A record as TVM needs it back: enough to rebuild a ``TuningRecord`` (see registry.tvm_side)."""
+
+    id: int
+    workload_id: int
+    trace_json: str
+    run_secs: list[float]
+    mean_s: float | None
+
+
+@dataclass
+class StoredWorkload:
+    id: int
+    shash: str
+    module_equality: str
+    mod_json: str
+    args_info: list[Any]
+
+
+@dataclass
+class DeviceRecords:
+    """A device's records with the workloads they refer to, read at one moment: a record committed while ``records``
+    is streamed cannot refer to a workload missing from ``workloads``."""
+
+    workloads: dict[int, StoredWorkload]  # by id, in id order
+    records: Iterator[StoredRecord]  # in workload order; valid only while the read is open
+
+
+@dataclass
+class DonorRecord:
+    """One of the best records of a workload, on some device: a candidate schedule for a similar workload."""
+
+    record: StoredRecord
+    device_id: int
+    rank: int  # 1 for the workload's best record on that device
+    task_name: str
+
+
+@dataclass
+class TuningState:
+    """What earlier runs left for one workload on one device: what ``registry tune`` resumes from."""
+
+    tuned: int  # records of source "tuned"
+    traces: dict[str, list[float]]  # trace hash -> run_secs, for every record (failed ones too)
+
+
+@dataclass
+class RecordProvenance:
+    """One record with where it came from: what ``registry show`` prints beside its schedule."""
+
+    record: StoredRecord
+    workload: str  # structural hash
+    mod_json: str
+    source: str
+    donor_record_id: int | None
+    donor: str | None  # "workload hash on device name" of the donor record, if it is still stored
+    team: str | None
+    model: str | None
+    host: str | None
+    tvm_version: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class IndexedSet:
+    """A summary of the workloads that have good records: what the similarity index must hold. Two equal summaries
+    mean (in practice) the same set, since workloads are only ever added."""
+
+    count: int
+    id_sum: int
+    max_id: int
+
+
+# -- models and their history: what ``registry report`` draws --------------------------------------------------
+
+
+@dataclass
+class ModelRow:
+    id: int
+    name: str
+    sha256: str
+    input_shapes_json: str
+    created_at: dt.datetime | None
+
+
+@dataclass
+class TaskRow:
+    workload_id: int
+    task_name: str
+    weight: int
+    op_kind: str
+    embedding: bytes
+
+
+@dataclass
+class RecordPoint:
+    """One ok record: when it was written and how fast it ran."""
+
+    id: int
+    workload_id: int
+    created_at: dt.datetime
+    mean_s: float
+    source: str
+    donor_record_id: int | None
+
+
+@dataclass
+class DonorRow:
+    record_id: int
+    workload_id: int
+    device_id: int
+    task_name: str
+    embedding: bytes
+
+
+# -- predictors ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PredictorInfo:
+    """One stored predictor, without its blob: what ``registry predictor list`` shows."""
+
+    id: int
+    device_id: int
+    device: str
+    version: int
+    kind: str
+    tvm_version: str
+    n_workloads: int
+    n_records: int
+    metrics: dict[str, Any]
+    blob_bytes: int
+    created_at: dt.datetime
+
+    def as_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["created_at"] = self.created_at.isoformat() if self.created_at else None
+        return d
+
+
+@dataclass
+class StoredPredictor(PredictorInfo):
+    blob: bytes = b""
+
+
+# -- what one registry hands another (registry.store.exchange, registry.bundle) ------------------------------------
+
+# Records per batch of an exchange: memory stays flat for registries of millions.
+CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class ExchangeFilters:
+    """Which records travel. ``device_keys`` None: every device."""
+
+    device_keys: tuple[str, ...] | None = None
+    team: str | None = None
+    model: str | None = None
+    since: dt.datetime | None = None  # measured at or after
+
+    def key(self) -> str:
+        """Identifies the filter set in ``sync_state``: a sync with other filters keeps its own progress."""
+        value = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in asdict(self).items()}
+        return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ExDevice:
+    key: str
+    target: dict[str, Any]
+    num_threads: int
+    host_model: str
+    tvm_version: str
+
+
+@dataclass(frozen=True)
+class ExWorkload:
+    shash: str
+    module_equality: str
+    mod_json: str
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        return (self.shash, self.module_equality)
+
+
+@dataclass(frozen=True)
+class ExRecord:
+    """A record; ``workload`` and ``donor`` name the sender's workloads by (shash, module_equality)."""
+
+    source_id: int  # its id in the sending registry: how far an incremental sync has got
+    workload: tuple[str, str]
+    device_key: str
+    skeleton: str  # hash of its instruction list (ExchangeSet.skeletons)
+    decisions_json: str
+    run_secs: list[float]
+    source: str
+    origin: str
+    team: str | None
+    model: str | None
+    host: str | None
+    tool_version: str
+    created_at: dt.datetime
+    # (workload, device key, trace hash, origin) of the record it was transferred from
+    donor: tuple[tuple[str, str], str, str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ExModel:
+    name: str
+    sha256: str
+    input_shapes: dict[str, list[int]]
+    tasks: list[tuple[tuple[str, str], str, int]]  # (workload, task name, weight)
+
+
+@dataclass
+class ExchangeSet:
+    """Everything but the records, which stream (``records``): small enough to hold, needed before any record."""
+
+    origin: str  # the sending registry's id
+    devices: list[ExDevice] = field(default_factory=list)
+    workloads: list[ExWorkload] = field(default_factory=list)
+    skeletons: dict[str, str] = field(default_factory=dict)  # hash -> instructions' canonical JSON
+    models: list[ExModel] = field(default_factory=list)
+    n_records: int = 0
+    last_record_id: int = 0  # the highest record id in the set: where the next incremental sync starts
+    # The records in batches, read from the start on each call (a write that lost a lock race starts over).
+    records: Callable[[], Iterator[list[ExRecord]]] = lambda: iter(())
