@@ -124,3 +124,23 @@ def test_a_bulk_write_refreshes_planner_statistics(sqlite_url):
     fill(store, n_workloads=10, per=100)
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM sqlite_stat1").scalar() > 0
+
+
+def test_a_bulk_write_is_the_same_whichever_way_it_goes_in(store):
+    """Past ingest.COPY_ROWS records PostgreSQL takes COPY instead of INSERTs: same rows, same best, idempotent."""
+    from registry.store import ingest
+
+    n_workloads, per = 5, ingest.COPY_ROWS // 5 + 10
+    first, _, _ = fill(store, n_workloads, per)
+    assert first.records_new == n_workloads * per
+    again, _, _ = fill(store, n_workloads, per)
+    assert (again.records_new, again.records_present) == (0, n_workloads * per)
+    with store.read() as conn:
+        best = dict(conn.execute(select(BestRecord.workload_id, BestRecord.mean_s)).all())
+        fastest = dict(
+            conn.execute(
+                select(TuningRecord.workload_id, func.min(TuningRecord.mean_s)).group_by(TuningRecord.workload_id)
+            ).all()
+        )
+        trust = set(conn.execute(select(TuningRecord.trust).distinct()).scalars())
+    assert best == fastest and len(best) == n_workloads and trust == {"measured"}
