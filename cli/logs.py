@@ -100,7 +100,7 @@ def _print_import(result, fmt: str) -> None:
     "models and donors, checksummed; `registry import FILE` reads it.",
 )
 @device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several exist.")
-@click.option("--best-only", is_flag=True, help="Only each workload's best record.")
+@click.option("--best-only", is_flag=True, help="Only each workload's best record (per device).")
 @click.option("--team", help="Bundle: only records of this team.")
 @click.option("--model", help="Bundle: only records tuned for this model.")
 @click.option("--since", type=click.DateTime(), help="Bundle: only records measured at or after this time (UTC).")
@@ -123,9 +123,7 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
     if (folder is None) == (bundle is None):
         raise click.UsageError("give either -o FOLDER (TVM's log format) or --bundle FILE (a registry bundle)")
     if bundle is not None:
-        if best_only:
-            raise click.UsageError("--best-only is for logs; a bundle holds every matching record")
-        _export_bundle(ctx, bundle, device, team, model, since, fmt)
+        _export_bundle(ctx, bundle, device, team, model, since, best_only, fmt)
         return
     if any(v is not None for v in (team, model, since)):
         raise click.UsageError("--team, --model and --since filter bundles (--bundle FILE)")
@@ -140,11 +138,11 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
     click.echo(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
 
 
-def _export_bundle(ctx: Context, path: Path, device, team, model, since, fmt: str) -> None:
+def _export_bundle(ctx: Context, path: Path, device, team, model, since, best_only: bool, fmt: str) -> None:
     from registry.export import exchange_filters, export_bundle
 
     store = ctx.existing_store
-    info = export_bundle(store, path, exchange_filters(store, device, team, model, since))
+    info = export_bundle(store, path, exchange_filters(store, device, team, model, since, best_only))
     if fmt == "json":
         from registry.cli.schemas import BundleOutput
 

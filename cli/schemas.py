@@ -144,6 +144,21 @@ class BundleOutput(Output):
     bytes: int
 
 
+class ShippedBundle(BaseModel):
+    name: str
+    path: str
+    records: int
+    workloads: int
+    models: int
+    created_at: str
+    bytes: int
+
+
+class PullListOutput(Output):
+    command: ClassVar[str] = "pull --list"
+    rows: list[ShippedBundle]
+
+
 class SyncOutput(Output):
     command: ClassVar[str] = "sync"
     source: str = Field(description="The source registry's URL, password hidden.")
@@ -311,6 +326,7 @@ OUTPUTS: list[type[Output]] = [
     ExportOutput,
     BundleOutput,
     SyncOutput,
+    PullListOutput,
     DbOutput,
     GrantOutput,
     IndexStatusOutput,

@@ -56,19 +56,24 @@ def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:
 
 
 def exchange_filters(
-    store: RegistryStorage, device: str | None, team: str | None, model: str | None, since: dt.datetime | None
+    store: RegistryStorage,
+    device: str | None,
+    team: str | None,
+    model: str | None,
+    since: dt.datetime | None,
+    best_only: bool = False,
 ) -> ExchangeFilters:
     """The filters of a bundle export or a sync, ``device`` resolved to device keys (None: every device)."""
     keys = None
     if device is not None:
         keys = tuple(sorted(d.key for d in store.resolve_devices(device)))
-    return ExchangeFilters(device_keys=keys, team=team, model=model, since=since)
+    return ExchangeFilters(device_keys=keys, team=team, model=model, since=since, best_only=best_only)
 
 
 def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) -> BundleInfo:
     """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``."""
     with store.read_exchange(filters) as exchange:
-        described = {k: v for k, v in dataclasses.asdict(filters).items() if v is not None}
+        described = {k: v for k, v in dataclasses.asdict(filters).items() if v not in (None, False)}
         if filters.since is not None:
             described["since"] = filters.since.isoformat()
         return write_bundle(path, exchange, described)

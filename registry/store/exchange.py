@@ -21,7 +21,7 @@ from sqlalchemy import Connection, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
 from registry.store.ingest import insert, registry_id, trace_hash, upsert_model
-from registry.store.models import Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
+from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
 from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
 
@@ -36,6 +36,8 @@ def _record_filter(f: ExchangeFilters, after_id: int, device_ids: list[int] | No
         where.append(TuningRecord.model == f.model)
     if f.since is not None:
         where.append(TuningRecord.created_at >= f.since)
+    if f.best_only:
+        where.append(TuningRecord.id.in_(select(BestRecord.record_id)))
     return where
 
 

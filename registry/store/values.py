@@ -177,6 +177,7 @@ class ExchangeFilters:
     team: str | None = None
     model: str | None = None
     since: dt.datetime | None = None  # measured at or after
+    best_only: bool = False  # only the preferred record of each (workload, device)
 
     def key(self) -> str:
         """Identifies the filter set in ``sync_state``: a sync with other filters keeps its own progress."""

@@ -1,0 +1,53 @@
+"""Build the starter bundle (``registry pull starter``) from the corpus benchmark's tuned registries.
+
+    .venv/bin/python bench/corpus/starter.py [--work bench/work/corpus] [--out registry/bundles/starter.bundle]
+
+Every model's registry (``WORK/tune/MODEL.db``, written by ``bench/corpus/run.py``) is synced into one registry
+(a copy of each is upgraded first when it was written at an older schema), and the best record of each workload is
+exported as a bundle, with the models and their tasks. Prints what it holds and its size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = str(Path(sys.executable).with_name("registry"))
+
+
+def registry(*args: str) -> dict:
+    done = subprocess.run([REGISTRY, *args, "--json"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"registry {' '.join(args)}: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout[done.stdout.index("{") :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
+    parser.add_argument("--out", type=Path, default=ROOT / "registry" / "bundles" / "starter.bundle")
+    args = parser.parse_args()
+    tuned = sorted((args.work / "tune").glob("*.db"))
+    if not tuned:
+        raise SystemExit(f"no tuned registries under {args.work / 'tune'}: run bench/corpus/run.py first")
+    with tempfile.TemporaryDirectory() as tmp:
+        starter = f"sqlite:///{Path(tmp) / 'starter.db'}"
+        for db in tuned:
+            copy = Path(tmp) / db.name
+            copy.write_bytes(db.read_bytes())  # the benchmark's own file stays as it is
+            registry("--db", f"sqlite:///{copy}", "db", "upgrade")
+            result = registry("sync", f"sqlite:///{copy}", starter)
+            print(f"{db.stem}: {result['records_new']} records", flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        info = registry("--db", starter, "export", "--bundle", str(args.out), "--best-only")
+    print(f"{args.out}: {info['records']} records of {info['workloads']} workloads, {info['models']} models, "
+          f"{info['bytes'] / 1e6:.1f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
