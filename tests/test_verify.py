@@ -4,18 +4,15 @@ by 10 is disputed, honest ones are verified, and readers see the difference."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from registry.cli.main import cli
 from sqlalchemy import select
 
-from registry import tvmlog
 from registry.store.models import BestRecord, TuningRecord
 from registry.store.store import Store
-from registry.validation import FAILED_RUN_SECS
+from tests.tvm_env import plant_fast_claim
 
 # Gross on purpose: honest records of the tiny matmul measured here at 0.3-1x their claim (plain TVM timed them with
 # more overhead per run), the planted one at 3-10x; noise on a busy 2-core machine must not flip an honest one.
@@ -26,23 +23,10 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args))
 
 
-def _planted_logs(tuned_logs, tmp_path: Path) -> tuple[Path, float]:
-    """A copy of the tuned logs whose fastest record claims a tenth of its latency; and that claimed mean (s)."""
-    logs = tmp_path / "planted"
-    shutil.copytree(tuned_logs.work_dir, logs)
-    lines = (logs / tvmlog.RECORD_FILE).read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    ok = [i for i, r in enumerate(records) if max(r[1][1]) < FAILED_RUN_SECS]
-    fastest = min(ok, key=lambda i: sum(records[i][1][1]))
-    records[fastest][1][1] = [s / 10 for s in records[fastest][1][1]]
-    (logs / tvmlog.RECORD_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
-    secs = records[fastest][1][1]
-    return logs, sum(secs) / len(secs)
-
-
 @pytest.fixture
 def planted(sqlite_url, tuned_logs, tmp_path):
-    logs, claimed_s = _planted_logs(tuned_logs, tmp_path)
+    logs = tmp_path / "planted"
+    claimed_s = plant_fast_claim(tuned_logs.work_dir, logs)
     assert invoke("--db", sqlite_url, "import", str(logs), "-q").exit_code == 0
     return sqlite_url, claimed_s
 
