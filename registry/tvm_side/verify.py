@@ -3,11 +3,12 @@
 An imported record's latency is a claim (TVM's ``validate_database.py`` re-runs a database's records for the same
 reason). For each imported record of a device this machine can measure, best-first (``registry.store.verdicts``):
 
-1. its trace is applied to its workload and built, in the builder's worker processes (never here: a stored trace is
-   unvouched-for input to TVM, and a crash costs one worker and that record);
-2. the kernel is timed by the measurer, many at once where it offers it (a quick pass); a record the quick pass
-   finds slower than ``claimed x tolerance`` is timed again alone and precisely before it is judged, so that a
-   neighbour's noise does not dispute an honest record;
+1. its trace is applied to its workload and built, in the builder's worker processes, on every core (never here: a
+   stored trace is unvouched-for input to TVM, and a crash costs one worker and that record); the measurer then
+   times the kernels, many at once where it offers it (a quick pass);
+2. a record the quick pass finds slower than ``claimed x tolerance`` (or that failed to run) is timed again, alone
+   and precisely, up to ``RECHECKS`` times, and its fastest timing counts: interference only slows kernels down,
+   so a neighbour's noise does not dispute an honest record;
 3. it is "verified" when the measured mean is within ``claimed x tolerance``, else "disputed", as is a record that
    does not build or run. Trust, the measured mean and the time are written batch by batch, each batch in one
    transaction that also chooses its pairs' best records again.
@@ -32,7 +33,7 @@ from registry import hostinfo
 from registry.errors import RegistryError
 from registry.measure.jobs import artifact_job, kernel_arguments
 from registry.measure.measurer import Measurer
-from registry.measure.types import Measurement, failed
+from registry.measure.types import KernelJob, Measurement, failed
 from registry.store import verdicts
 from registry.store.lookup import DeviceRow
 from registry.store.models import Device
@@ -42,6 +43,7 @@ from registry.tvm_side.builder import PersistentBuilder
 
 TOLERANCE = 1.5  # measured up to 1.5x the claim is verified: timing noise and a busy machine stay below it
 BATCH = 64  # records built and measured together; each batch's verdicts are committed in one transaction
+RECHECKS = 2  # precise timings, at most, of a record the quick pass found slower than tolerated
 
 Progress = Callable[[int, int, str], None]
 
@@ -81,7 +83,9 @@ def judge(claimed_s: float, m: Measurement, tolerance: float) -> tuple[str, str 
     """The verdict on one record and, when disputed, why."""
     if not m.ok:
         what = m.error or "no timing came back"
-        if what.startswith(("failed to build", "its trace")):
+        if what.startswith("build failed: "):
+            return "disputed", "failed to build: " + what.removeprefix("build failed: ")
+        if what.startswith("its trace"):
             return "disputed", what
         return "disputed", "failed to run: " + what.removeprefix("run failed: ")
     ratio = m.mean_us / (claimed_s * 1e6)
@@ -148,13 +152,13 @@ class _Verifier:
     def __init__(self, store: Store, measurer: Measurer, tolerance: float, result: VerifyResult, progress) -> None:
         self.store, self.measurer, self.tolerance = store, measurer, tolerance
         self.result, self.progress = result, progress
-        self.builder = PersistentBuilder()
+        self.builder = PersistentBuilder()  # its workers start on the first batch
         self.workloads: dict[int, tuple[str, tuple]] = {}  # workload id -> (module JSON, kernel arguments)
 
     def run(self, ids: list[int]) -> None:
         try:
             for begin in range(0, len(ids), BATCH):
-                self.progress(begin, len(ids), f"{self.measurer.device.name}")
+                self.progress(begin, len(ids), self.measurer.device.name)
                 with self.store.read() as conn:
                     claims = verdicts.claims(conn, ids[begin : begin + BATCH])
                     self._load_workloads(conn, {c.workload_id for c in claims})
@@ -173,7 +177,7 @@ class _Verifier:
         built = self.builder.build_traced(
             [(self.workloads[c.workload_id][0], c.trace) for c in claims], self.measurer.target
         )
-        timings = [failed(_build_error(b.error_msg)) for b in built]
+        timings = [failed(b.error_msg.removeprefix("PersistentBuilder: ")) if b.error_msg else None for b in built]
         jobs = {
             i: artifact_job(b.artifact_path, self.workloads[c.workload_id][1])
             for i, (c, b) in enumerate(zip(claims, built, strict=True))
@@ -182,15 +186,24 @@ class _Verifier:
         try:
             for i, m in zip(jobs, self.measurer.measure(list(jobs.values())), strict=True):
                 timings[i] = m
-            # A quick timing over the tolerance is timed again alone and precisely: the one that counts.
-            suspects = [i for i in jobs if judge(claims[i].mean_s, timings[i], self.tolerance)[0] == "disputed"]
-            for i, m in zip(suspects, self.measurer.recheck([jobs[i] for i in suspects]), strict=True):
-                timings[i] = m
+            self._recheck(claims, timings, jobs)
         finally:
             for b in built:
                 if b.artifact_path:
                     shutil.rmtree(Path(b.artifact_path).parent, ignore_errors=True)
         self._commit(claims, timings)
+
+    def _recheck(self, claims: list[verdicts.Claim], timings: list, jobs: dict[int, KernelJob]) -> None:
+        """Interference only ever slows a kernel down: a built record over the tolerance (or whose run failed) is
+        timed again, alone and precisely, up to RECHECKS times, and its fastest timing counts. An honest record
+        then needs one quiet moment; a slow one stays slow."""
+        for _ in range(RECHECKS):
+            suspects = [i for i in jobs if judge(claims[i].mean_s, timings[i], self.tolerance)[0] == "disputed"]
+            if not suspects:
+                return
+            for i, m in zip(suspects, self.measurer.recheck([jobs[i] for i in suspects]), strict=True):
+                if m.ok and (not timings[i].ok or m.mean_us < timings[i].mean_us):
+                    timings[i] = m
 
     def _commit(self, claims: list[verdicts.Claim], timings: list[Measurement]) -> None:
         found, results = [], []
@@ -203,9 +216,3 @@ class _Verifier:
         at = dt.datetime.now(dt.timezone.utc)
         self.store.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
         self.result.records += results
-
-
-def _build_error(message: str | None) -> str:
-    """The builder's reason, without its own name: "failed to build: ..." or "its trace does not apply ..."."""
-    text = (message or "unknown error").removeprefix("PersistentBuilder: ")
-    return "failed to build: " + text.removeprefix("build failed: ") if text.startswith("build failed") else text
