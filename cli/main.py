@@ -95,7 +95,21 @@ def _one_line_warnings() -> None:
 
 
 def _register() -> None:
-    from registry.cli import db, index, info, logs, lookup, predictor, pull, report, show, sync, transfer, tune
+    from registry.cli import (
+        db,
+        index,
+        info,
+        logs,
+        lookup,
+        predictor,
+        pull,
+        report,
+        show,
+        sync,
+        transfer,
+        tune,
+        verify,
+    )
 
     cli.add_command(db.db)
     cli.add_command(index.index)
@@ -111,6 +125,7 @@ def _register() -> None:
     cli.add_command(show.show)
     cli.add_command(sync.sync)
     cli.add_command(pull.pull)
+    cli.add_command(verify.verify)
 
 
 _register()

@@ -173,6 +173,46 @@ class SyncOutput(Output):
     seconds: float
 
 
+class VerifyRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    record_id: int
+    workload: str = Field(description="Structural hash of the workload.")
+    task: str
+    claimed_us: float = Field(description="The record's claimed mean latency, microseconds.")
+    measured_us: float | None = Field(description="The mean measured here (null: it did not build or run).")
+    ratio: float | None = Field(description="measured_us / claimed_us.")
+    verdict: str = Field(description="verified or disputed: the record's trust now.")
+    reason: str | None = Field(description="Why disputed (slower than claimed, failed to build, failed to run).")
+
+
+class VerifyOutput(Output):
+    """What `registry verify` re-measured, one row per record, and how fast."""
+
+    command: ClassVar[str] = "verify"
+    devices: list[str] = Field(description="The devices verified here.")
+    tolerance: float = Field(description="Disputed when measured > claimed x tolerance.")
+    verified: int
+    disputed: int
+    left_elsewhere: dict[str, int] = Field(
+        description="Imported records of matching devices that this machine is not, by device name: not verified."
+    )
+    seconds: float
+    records_per_s: float
+    rows: list[VerifyRow]
+
+    @classmethod
+    def of(cls, result, tolerance: float) -> VerifyOutput:
+        """From a ``registry.tvm_side.verify.VerifyResult``."""
+        rows = [
+            VerifyRow(record_id=r.record_id, workload=r.workload, task=r.task, claimed_us=r.claimed_us,
+                      measured_us=r.measured_us, ratio=r.ratio, verdict=r.verdict, reason=r.reason)
+            for r in result.records
+        ]  # fmt: skip
+        return cls(devices=result.devices, tolerance=tolerance, verified=result.count("verified"),
+                   disputed=result.count("disputed"), left_elsewhere=result.left_elsewhere, seconds=result.seconds,
+                   records_per_s=result.records_per_s, rows=rows)  # fmt: skip
+
+
 class DbOutput(Output):
     command: ClassVar[str] = "db upgrade, db current"
     database: str = Field(description="The database URL, password hidden.")
@@ -327,6 +367,7 @@ OUTPUTS: list[type[Output]] = [
     BundleOutput,
     SyncOutput,
     PullListOutput,
+    VerifyOutput,
     DbOutput,
     GrantOutput,
     IndexStatusOutput,

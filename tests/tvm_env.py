@@ -59,3 +59,22 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
         # TVM's LocalBuilder re-imports every tensor intrinsic per batch, past its own timeout on slow machines
         builder=PersistentBuilder(),
     )
+
+
+def plant_fast_claim(logs: Path, dest: Path, factor: float = 10.0) -> float:
+    """A copy of the JSONDatabase in ``logs`` at ``dest`` whose fastest ok record claims 1/``factor`` of its measured
+    latency (what ``registry verify`` must catch). Returns that record's claimed mean, in seconds."""
+    import json
+    import shutil
+
+    from registry import tvmlog
+    from registry.store.rows import FAILED_RUN_SECS
+
+    shutil.copytree(logs, dest)
+    file = dest / tvmlog.RECORD_FILE
+    records = [json.loads(line) for line in file.read_text().splitlines()]
+    ok = [i for i, r in enumerate(records) if max(r[1][1]) < FAILED_RUN_SECS]
+    fastest = min(ok, key=lambda i: sum(records[i][1][1]))
+    secs = records[fastest][1][1] = [s / factor for s in records[fastest][1][1]]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return sum(secs) / len(secs)

@@ -5,7 +5,8 @@ reads one request at a time and answers each with one reply; a request it cannot
 Ops:
 
 - ``describe``: the device this worker measures on (its CPU or GPU, the runtime's threads, TVM's release).
-- ``build``: a scheduled module built for a target and linked into a shared library (the builder pool's job).
+- ``build``: a scheduled module built for a target and linked into a shared library (the builder pool's job); with
+  ``trace``, the module is a workload and a stored record's trace is applied to it here first (``registry verify``).
 - ``kernel``: a kernel (a built library, or a module built here first) timed on in-range inputs.
 - ``model``: a compiled model (a Relax executable's library) timed end to end.
 - ``replay``: an unchecked trace replayed on its workload (``registry.tvm_side.replay``), for record validation.
@@ -217,26 +218,48 @@ def _kernel_arrays(args: list, bounds: list) -> list[np.ndarray]:
 # -- building and timing -------------------------------------------------------------------------------------------
 
 
-def _compile(module_json: str, target_json: str):
-    """The scheduled module built for its target, in memory."""
+class TraceError(Exception):
+    """A stored trace that does not apply to its workload."""
+
+
+def _scheduled(module_json: str, trace: list | None):
+    """The module; with ``trace``, that trace (postprocessors included) applied to it as compilation applies a
+    stored record's. Here, not in the caller: a trace from a log or another registry is unvouched-for input to
+    TVM's C++, and a crash it causes must cost this worker only."""
     import tvm
+
+    mod = tvm.ir.load_json(module_json)
+    if trace is None:
+        return mod
+    from registry.tvm_side.apply_trace import as_stored
+
+    sch = as_stored(mod, trace)
+    if sch is None:
+        raise TraceError("its trace does not apply to its workload")
+    return sch.mod
+
+
+def _compile(module_json: str, target_json: str, trace: list | None = None):
+    """The scheduled module built for its target, in memory."""
     from tvm.target import Target
 
     from registry.tvm_side.builder import build_module
 
-    return build_module(tvm.ir.load_json(module_json), Target(orjson.loads(target_json)))
+    return build_module(_scheduled(module_json, trace), Target(orjson.loads(target_json)))
 
 
-def _build(module_json: str, target_json: str) -> str:
+def _build(module_json: str, target_json: str, trace: list | None = None) -> str:
     """The module built and linked into a shared library in a fresh temporary directory."""
     path = os.path.join(tempfile.mkdtemp(prefix="registry-build-"), "kernel.so")
-    _compile(module_json, target_json).export_library(path)
+    _compile(module_json, target_json, trace).export_library(path)
     return path
 
 
 def build(request: dict[str, Any]) -> dict[str, Any]:
     try:
-        return {"artifact": _build(request["module"], request["target"])}
+        return {"artifact": _build(request["module"], request["target"], request.get("trace"))}
+    except TraceError as e:
+        return {"error": str(e)}
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
         return {"error": f"build failed: {_last_line(e)}"}
 

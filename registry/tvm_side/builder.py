@@ -57,9 +57,22 @@ class PersistentBuilder(PyBuilder):
         self._pool: WorkerPool | None = None
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        return self._run(
+            [{"op": "build", "module": tvm.ir.save_json(b.mod), "target": str(b.target)} for b in build_inputs]
+        )
+
+    def build_traced(self, items: list[tuple[str, list]], target: Target) -> list[BuilderResult]:
+        """Stored records rebuilt: each (workload module JSON, trace) has its trace applied to the workload and
+        is built, both in the pool's workers. A stored trace never runs in this process (see the worker's
+        ``_scheduled``)."""
+        target_json = str(target)
+        return self._run(
+            [{"op": "build", "module": mod_json, "target": target_json, "trace": trace} for mod_json, trace in items]
+        )
+
+    def _run(self, requests: list[dict]) -> list[BuilderResult]:
         if self._pool is None:
             self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses)
-        requests = [{"op": "build", "module": tvm.ir.save_json(b.mod), "target": str(b.target)} for b in build_inputs]
         replies = self._pool.run(requests, at_once=self.max_workers, timeout=self.timeout_sec)
         return [
             BuilderResult(r["artifact"], None)

@@ -1,0 +1,218 @@
+"""``registry verify``: re-measure imported records on this machine, and mark each verified or disputed.
+
+An imported record's latency is a claim (TVM's ``validate_database.py`` re-runs a database's records for the same
+reason). For each imported record of a device this machine can measure, best-first (``registry.store.verdicts``):
+
+1. its trace is applied to its workload and built, in the builder's worker processes, on every core (never here: a
+   stored trace is unvouched-for input to TVM, and a crash costs one worker and that record); the measurer then
+   times the kernels, many at once where it offers it (a quick pass);
+2. a record the quick pass finds slower than ``claimed x tolerance`` (or that failed to run) is timed again, alone
+   and precisely, up to ``RECHECKS`` times, and its fastest timing counts: interference only slows kernels down,
+   so a neighbour's noise does not dispute an honest record;
+3. it is "verified" when the measured mean is within ``claimed x tolerance``, else "disputed", as is a record that
+   does not build or run. Trust, the measured mean and the time are written batch by batch, each batch in one
+   transaction that also chooses its pairs' best records again.
+
+Records of devices this machine cannot measure (another CPU, thread count or TVM release) are left, and counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+from tvm.target import Target
+
+from registry import hostinfo
+from registry.errors import RegistryError
+from registry.measure.jobs import artifact_job, kernel_arguments
+from registry.measure.measurer import Measurer
+from registry.measure.types import KernelJob, Measurement, failed
+from registry.store import verdicts
+from registry.store.lookup import DeviceRow
+from registry.store.models import Device
+from registry.store.queries import workloads_by_id
+from registry.store.store import Store
+from registry.tvm_side.builder import PersistentBuilder
+
+TOLERANCE = 1.5  # measured up to 1.5x the claim is verified: timing noise and a busy machine stay below it
+BATCH = 64  # records built and measured together; each batch's verdicts are committed in one transaction
+RECHECKS = 2  # precise timings, at most, of a record the quick pass found slower than tolerated
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class RecordResult:
+    record_id: int
+    workload: str  # structural hash
+    task: str
+    claimed_us: float
+    measured_us: float | None
+    verdict: str  # "verified" or "disputed"
+    reason: str | None  # why disputed
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured_us / self.claimed_us if self.measured_us is not None and self.claimed_us else None
+
+
+@dataclass
+class VerifyResult:
+    devices: list[str] = field(default_factory=list)  # the devices verified here
+    records: list[RecordResult] = field(default_factory=list)
+    # imported records of matching devices this machine cannot measure, by device name
+    left_elsewhere: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def count(self, verdict: str) -> int:
+        return sum(r.verdict == verdict for r in self.records)
+
+    @property
+    def records_per_s(self) -> float:
+        return len(self.records) / self.seconds if self.seconds > 0 else 0.0
+
+
+def judge(claimed_s: float, m: Measurement, tolerance: float) -> tuple[str, str | None]:
+    """The verdict on one record and, when disputed, why."""
+    if not m.ok:
+        what = m.error or "no timing came back"
+        if what.startswith("build failed: "):
+            return "disputed", "failed to build: " + what.removeprefix("build failed: ")
+        if what.startswith("its trace"):
+            return "disputed", what
+        return "disputed", "failed to run: " + what.removeprefix("run failed: ")
+    ratio = m.mean_us / (claimed_s * 1e6)
+    if ratio > tolerance:
+        return "disputed", f"{ratio:.1f}x slower than claimed"
+    return "verified", None
+
+
+def verify(
+    store: Store,
+    device: str = "host",
+    *,
+    model: str | None = None,
+    limit: int | None = None,
+    tolerance: float = TOLERANCE,
+    progress: Progress = lambda _done, _total, _what: None,
+) -> VerifyResult:
+    """Verify the imported records of the devices matching ``device`` (``host``, an id or a name); see the module
+    docstring. Raises UnknownDeviceError when no device matches."""
+    start = time.perf_counter()
+    result = VerifyResult()
+    left = limit
+    for row in store.resolve_devices(device):
+        with store.read() as conn:
+            threads = conn.get(Device, row.id).num_threads
+            n_imported = verdicts.count_imported(conn, row.id, model)
+        if not n_imported:
+            continue
+        measurer = _measurer_for(row, threads)
+        if measurer is None:
+            result.left_elsewhere[row.name] = n_imported
+            continue
+        with measurer:
+            result.devices.append(row.name)
+            with store.read() as conn:
+                ids = verdicts.imported_ids(conn, row.id, model, left)
+            _Verifier(store, measurer, tolerance, result, progress).run(ids)
+        if left is not None:
+            left -= len(ids)
+            if left <= 0:
+                break
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _measurer_for(row: DeviceRow, threads: int) -> Measurer | None:
+    """A measurer for the device when this machine is that device (same CPU or GPU, threads and TVM release), else
+    None."""
+    if row.tvm_version != hostinfo.tvm_version():
+        return None  # another TVM release: no need to start a worker to know
+    try:
+        measurer = Measurer(Target(json.loads(row.target_json)), threads or None)
+    except RegistryError:  # a target this machine cannot run, or a thread count its runtime cannot give
+        return None
+    if measurer.device.key != row.key:
+        measurer.close()
+        return None
+    return measurer
+
+
+class _Verifier:
+    """Verifies one device's records, batch by batch."""
+
+    def __init__(self, store: Store, measurer: Measurer, tolerance: float, result: VerifyResult, progress) -> None:
+        self.store, self.measurer, self.tolerance = store, measurer, tolerance
+        self.result, self.progress = result, progress
+        self.builder = PersistentBuilder()  # its workers start on the first batch
+        self.workloads: dict[int, tuple[str, tuple]] = {}  # workload id -> (module JSON, kernel arguments)
+
+    def run(self, ids: list[int]) -> None:
+        try:
+            for begin in range(0, len(ids), BATCH):
+                self.progress(begin, len(ids), self.measurer.device.name)
+                with self.store.read() as conn:
+                    claims = verdicts.claims(conn, ids[begin : begin + BATCH])
+                    self._load_workloads(conn, {c.workload_id for c in claims})
+                self._batch(claims)
+            self.progress(len(ids), len(ids), "done")
+        finally:
+            self.builder.shutdown()
+
+    def _load_workloads(self, conn, ids: set[int]) -> None:
+        todo = sorted(ids - self.workloads.keys())
+        for wid, w in workloads_by_id(conn, todo).items():
+            # Only the workload is parsed here (for its arguments); its schedule is made in the workers.
+            self.workloads[wid] = (w.mod_json, kernel_arguments(tvm.ir.load_json(w.mod_json)))
+
+    def _batch(self, claims: list[verdicts.Claim]) -> None:
+        built = self.builder.build_traced(
+            [(self.workloads[c.workload_id][0], c.trace) for c in claims], self.measurer.target
+        )
+        timings = [failed(b.error_msg.removeprefix("PersistentBuilder: ")) if b.error_msg else None for b in built]
+        jobs = {
+            i: artifact_job(b.artifact_path, self.workloads[c.workload_id][1])
+            for i, (c, b) in enumerate(zip(claims, built, strict=True))
+            if not b.error_msg
+        }
+        try:
+            for i, m in zip(jobs, self.measurer.measure(list(jobs.values())), strict=True):
+                timings[i] = m
+            self._recheck(claims, timings, jobs)
+        finally:
+            for b in built:
+                if b.artifact_path:
+                    shutil.rmtree(Path(b.artifact_path).parent, ignore_errors=True)
+        self._commit(claims, timings)
+
+    def _recheck(self, claims: list[verdicts.Claim], timings: list, jobs: dict[int, KernelJob]) -> None:
+        """Interference only ever slows a kernel down: a built record over the tolerance (or whose run failed) is
+        timed again, alone and precisely, up to RECHECKS times, and its fastest timing counts. An honest record
+        then needs one quiet moment; a slow one stays slow."""
+        for _ in range(RECHECKS):
+            suspects = [i for i in jobs if judge(claims[i].mean_s, timings[i], self.tolerance)[0] == "disputed"]
+            if not suspects:
+                return
+            for i, m in zip(suspects, self.measurer.recheck([jobs[i] for i in suspects]), strict=True):
+                if m.ok and (not timings[i].ok or m.mean_us < timings[i].mean_us):
+                    timings[i] = m
+
+    def _commit(self, claims: list[verdicts.Claim], timings: list[Measurement]) -> None:
+        found, results = [], []
+        for c, m in zip(claims, timings, strict=True):
+            verdict, reason = judge(c.mean_s, m, self.tolerance)
+            measured = m.mean_us if m.ok else None
+            found.append(verdicts.Verdict(c.record_id, c.workload_id, c.device_id, verdict,
+                                          measured / 1e6 if measured is not None else None))  # fmt: skip
+            results.append(RecordResult(c.record_id, c.shash, c.task_name, c.mean_s * 1e6, measured, verdict, reason))
+        at = dt.datetime.now(dt.timezone.utc)
+        self.store.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
+        self.result.records += results
