@@ -16,9 +16,10 @@ reason. What needs the workload (do the instructions apply to it, do tile sizes 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from registry.store.rows import FAILED_RUN_SECS, RecordIn, canonical_json
@@ -116,8 +117,11 @@ class Skeleton:
     n_insts: int
     samplers: dict[int, Sampler]  # by instruction index
     prefix: int  # instructions before EnterPostproc: all sampling happens there
+    # (instruction index, decision) -> what is wrong with it: the records of one design space repeat few values per
+    # instruction, and a registry's import or sync checks millions of decisions
+    verdicts: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def locations(self) -> tuple[int, ...]:
         """The SampleComputeLocation indices: their decisions change loop structure, not only loop sizes."""
         return tuple(i for i, s in self.samplers.items() if s.kind == LOCATION)
@@ -203,13 +207,29 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
             raise TraceProblem(f"a decision for instruction {index}, which samples nothing")
         if index in found:
             raise TraceProblem(f"two decisions for instruction {index}")
-        problem = _value_problem(sampler, value)
+        problem = remembered(skeleton.verdicts, (index, value), lambda s=sampler, v=value: _value_problem(s, v))
         if problem:
             raise TraceProblem(f"instruction {index} ({sampler.kind}): {problem}")
         found[index] = value
     missing = [i for i in skeleton.samplers if i not in found]
     if missing:
         raise TraceProblem(f"instruction {missing[0]} ({skeleton.samplers[missing[0]].kind}) has no decision")
+    return found
+
+
+_UNSEEN = object()
+
+
+def remembered(verdicts: dict, key: tuple, judge) -> str | None:
+    """``judge()``, remembered under ``key`` (whose list values count as tuples); a key that cannot be hashed (nested
+    lists: a malformed decision) is judged every time."""
+    try:
+        key = (key[0], tuple(key[1]) if type(key[1]) is list else key[1])
+        found = verdicts.get(key, _UNSEEN)
+    except TypeError:
+        return judge()
+    if found is _UNSEEN:
+        found = verdicts[key] = judge()
     return found
 
 

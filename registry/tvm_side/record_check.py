@@ -27,7 +27,7 @@ from typing import Any
 
 from registry.store.rows import RecordIn, canonical_json
 from registry.tvm_side.replay_pool import Job, ReplayPool, shared_pool
-from registry.validation import Problem, SkeletonCache, read_record, tile_problem
+from registry.validation import Problem, SkeletonCache, read_record, remembered, tile_problem
 
 MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
 
@@ -36,6 +36,7 @@ MAX_TRIES = 3  # records of one instruction list replayed before the list is jud
 class _Facts:
     extents: dict[int, int | None]
     dependent: frozenset[int]
+    verdicts: dict = field(default_factory=dict)  # (instruction, tile sizes) -> tile_problem, remembered
 
 
 @dataclass
@@ -145,7 +146,10 @@ class RecordChecker:
         """What the known extents say about the item's tiles (None: nothing wrong, or nothing they can tell)."""
         for index, sampler in item.samplers.items():
             if sampler.is_tile and index not in facts.dependent:
-                problem = tile_problem(sampler, item.decisions[index], facts.extents.get(index))
+                value, extent = item.decisions[index], facts.extents.get(index)
+                problem = remembered(
+                    facts.verdicts, (index, value), lambda s=sampler, v=value, e=extent: tile_problem(s, v, e)
+                )
                 if problem:
                     return f"instruction {index} ({sampler.kind}): {problem}"
         return None
