@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import click
-from registry.cli.options import common_options, output_options, trust_option
+from registry.cli.options import common_options, output_options, overlay_option, trust_option
 from registry.cli.output import Progress, echo_model, echo_table
 
 THREADS_ENV = "TVM_NUM_THREADS"
@@ -59,6 +59,7 @@ def model_options(command):
             "with --rpc, one per free server].",
         ),
         trust_option("compilation and tuning start from"),
+        overlay_option,
         output_options("table", "json"),
         common_options,
     ]

@@ -29,12 +29,18 @@ class Context:
         self.url = url
         self.verbosity = verbosity  # -1: -q (errors only); 0: default; 1: -v (INFO); 2: -vv (DEBUG)
         self.trust = "imported"  # --trust: the least trusted records read (registry.store.trust)
+        self.overlay: str | None = None  # --overlay: the SQLite file that takes the writes; --db is then only read
         self._store = None
 
     @property
     def store(self):
-        """The registry, created (and migrated) if it does not exist yet: for the commands that write."""
-        if self._store is None:
+        """The registry, created (and migrated) if it does not exist yet: for the commands that write. With
+        --overlay, the registry must exist and is only read; the writes go to the overlay file."""
+        if self._store is None and self.overlay is not None:
+            from registry.store.overlay import open_overlay
+
+            self._store = open_overlay(self.url, self.overlay, trust=self.trust)
+        elif self._store is None:
             from registry.store.interface import open_storage
 
             self._store = open_storage(self.url, trust=self.trust)
@@ -242,6 +248,26 @@ def trust_option(what: str) -> Callable:
     )
 
 
+def overlay_option(command: Callable) -> Callable:
+    """``--overlay FILE``: read the --db registry without writing to it; write to this SQLite file instead."""
+
+    def remember(ctx: click.Context, _param, value: str | None) -> str | None:
+        if value is not None:
+            ctx.ensure_object(Context).overlay = value
+        return value
+
+    return click.option(
+        "--overlay",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=remember,
+        help="Write everything this run records (the model, its tasks, the records measured) to this SQLite file, "
+        "created if missing, and only read the --db registry, preferring the overlay's records: for a read-only "
+        "role on a shared registry. `registry sync FILE SHARED` pushes the overlay later.",
+    )(command)
+
+
 __all__: Sequence[str] = [
     "Context",
     "common_options",
@@ -251,6 +277,7 @@ __all__: Sequence[str] = [
     "db_option",
     "device_option",
     "output_options",
+    "overlay_option",
     "pass_ctx",
     "trust_option",
 ]

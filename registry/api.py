@@ -97,6 +97,7 @@ def transfer(
     target: TargetLike = None,
     threads: int | None = None,
     db: StoreLike = None,
+    overlay: str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
     candidates: int = 3,
     neighbours: int = 5,
@@ -114,7 +115,8 @@ def transfer(
     (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
-    ``output``: where to export the compiled library. The rest is as the CLI's options of the same names.
+    ``output``: where to export the compiled library; ``overlay``: an SQLite file that takes every write, ``db`` (a
+    URL or path) then being only read (``registry.store.overlay``). The rest is as the CLI's options of the same names.
     """
     from registry.tvm_side.transfer import TransferOptions
     from registry.tvm_side.transfer import transfer as run
@@ -127,7 +129,7 @@ def transfer(
         tune_trials=tune_trials,
         where=_where(rpc, dop),
     )
-    return _run(run, options, model, input_shapes, params, name, target, threads, db, progress)
+    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
 
 
 def tune(
@@ -139,6 +141,7 @@ def tune(
     target: TargetLike = None,
     threads: int | None = None,
     db: StoreLike = None,
+    overlay: str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
     trials: int | None = None,
     seconds: float | None = None,
@@ -166,20 +169,20 @@ def tune(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
         predictor=predictor, team=team, output=Path(output) if output is not None else None, where=_where(rpc, dop),
     )  # fmt: skip
-    return _run(run, options, model, input_shapes, params, name, target, threads, db, progress)
+    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
 
 
 # -- shared ---------------------------------------------------------------------------------------------------------
 
 
-def _run(run, options, model, input_shapes, params, name, target, threads, db, progress) -> ModelReport:
+def _run(run, options, model, input_shapes, params, name, target, threads, where_to, progress) -> ModelReport:
     import time
 
     start = time.perf_counter()
     tvm_target = _target(target)
     loaded = load_model(model, input_shapes, params, name)
     import_s = time.perf_counter() - start
-    store, owned = _open(db)
+    store, owned = _open(*where_to)
     try:
         return run(
             store,
@@ -294,14 +297,25 @@ def _store(db: StoreLike):
 
     if db is None or not isinstance(db, (str, os.PathLike)):
         return db
+    return open_storage(_url(db))
+
+
+def _url(db: str | os.PathLike) -> str:
+    """A database URL, or an SQLite file's path made one."""
     text = os.fspath(db)
-    return open_storage(text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}")
+    return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
-def _open(db: StoreLike):
-    """(storage, whether this call opened it and must close it)."""
+def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
+    """(storage, whether this call opened it and must close it). With ``overlay``, ``db`` is read only."""
     from registry.store.interface import open_storage
 
+    if overlay is not None:
+        if db is not None and not isinstance(db, (str, os.PathLike)):
+            raise BadInputError("overlay= needs db as a URL or path (the registry is opened read-only), not a storage")
+        from registry.store.overlay import open_overlay
+
+        return open_overlay(None if db is None else _url(db), _url(overlay)), True
     if db is not None and not isinstance(db, (str, os.PathLike)):
         return db, False
     return _store(db) or open_storage(None), True

@@ -3,8 +3,6 @@ role may run, and every write it may not, each refused in one line with the data
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -12,14 +10,13 @@ from click.testing import CliRunner
 from registry.cli.main import cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
 
 from registry import testing, tvmlog
 from registry.errors import AccessDeniedError, BadInputError
 from registry.store import predictors, roles
 from registry.store.revision import HEAD, VERSION_TABLE
 from registry.store.store import Store
-from tests.conftest import PG_ENV
+from tests.pg_roles import empty, granted_roles, require_postgresql
 from tests.rows import rows_of
 
 H100_LOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "ms_bert_src_cuda_h100"
@@ -43,39 +40,15 @@ def refused(result, fragment: str) -> str:
 def shared(request):
     """The run's PostgreSQL scratch database holding a small registry owned by the admin role, a read-only role and a
     writer role granted on it (names unique to this run, dropped after); skips when PostgreSQL is unset or down."""
-    admin = os.environ.get(PG_ENV)
-    if not admin:
-        pytest.skip(f"{PG_ENV} is not set")
-    probe = create_engine(make_url(admin).set(drivername="postgresql+psycopg"), connect_args={"connect_timeout": 3})
-    try:
-        probe.connect().close()
-    except OperationalError as e:
-        pytest.skip(f"PostgreSQL at {admin} does not answer: {e.orig}")
-    finally:
-        probe.dispose()
+    require_postgresql()
     owner_url = request.getfixturevalue("pg_server_url")
-    engine = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
+    empty(owner_url)
     store = Store(owner_url)
     dev = testing.device()
     store.ingest([testing.workload(i) for i in range(3)], [testing.record(i, j, dev) for i in range(3) for j in (0, 1)])
     store.close()
-    suffix = uuid.uuid4().hex[:8]
-    reader, writer = f"reader_{suffix}", f"writer-{suffix}"  # a dash: the names must be quoted to work
-    with engine.connect() as conn:
-        for role in (reader, writer):
-            conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
-    for role, flag in ((reader, "--read-only"), (writer, "--writer")):
-        result = run(owner_url, "db", "grant", role, flag)
-        assert result.exit_code == 0 and role in result.stdout, result.output
-    as_role = {r: make_url(owner_url).set(username=r).render_as_string(hide_password=False) for r in (reader, writer)}
-    yield {"owner": owner_url, "reader": as_role[reader], "writer": as_role[writer], "names": (reader, writer)}
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP OWNED BY "{reader}", "{writer}"'))
-        conn.execute(text(f'DROP ROLE "{reader}", "{writer}"'))
-    engine.dispose()
+    with granted_roles(owner_url) as roles:
+        yield roles
 
 
 def _privilege(owner_url: str, role: str, table: str, right: str) -> bool:

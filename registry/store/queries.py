@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import func, select
@@ -117,14 +118,14 @@ def top_k(conn: Session, workload_id: int, device_id: int, k: int, trust: str = 
     """The ``k`` preferred ok records of one workload on one device that ``trust`` accepts: those measured here or
     verified first, fastest first."""
     stmt = (
-        select(*_RECORD_COLS)
+        select(*_RECORD_COLS, TIER)
         .where(TuningRecord.workload_id == workload_id, TuningRecord.device_id == device_id)
         .where(TuningRecord.mean_s.is_not(None), TuningRecord.trust.in_(accepted(trust)))
         .order_by(TIER, TuningRecord.mean_s, TuningRecord.id)
         .limit(k)
     )
     insts = _Skeletons(conn)
-    return [_stored(r, insts) for r in conn.execute(stmt)]
+    return [replace(_stored(r[:-1], insts), tier=r[-1]) for r in conn.execute(stmt)]
 
 
 def device_records(conn: Session, device_id: int, *, best_only: bool = False) -> Iterator[StoredRecord]:

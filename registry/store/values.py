@@ -26,6 +26,9 @@ class StoredRecord:
     trace_json: str
     run_secs: list[float]
     mean_s: float | None
+    # 0: measured by its registry or verified there; 1: imported as claimed. Filled in by ``top_k``, whose order it
+    # is the first key of, so that the answers of two registries can be merged in the same order.
+    tier: int = 0
 
 
 @dataclass
