@@ -195,3 +195,16 @@ def test_a_kernel_whose_buffers_exceed_memory_fails_alone():
     with Measurer(host_target()) as measurer:
         too_big, fine = measurer.kernels([_job(huge), _job(take)])
     assert not too_big.ok and fine.ok, (too_big, fine)
+
+
+def test_prestarting_never_grows_a_pool_past_its_size():
+    """A process that imports many times prestarts its shared replay pool each time: that must not add a worker (each
+    holds a TVM import, about 200 MB) per import. It did, and a test session grew to 100 idle workers."""
+    with WorkerPool(2) as pool:
+        for _ in range(6):
+            pool.prestart({"op": "warm"})
+        workers = [w.proc for w in pool._all]
+        assert len(workers) == 2
+        assert all(r.get("error") is None for r in pool.run([{"op": "warm"}] * 4, at_once=2))
+        assert len(pool._all) == 2
+    assert all(p.poll() is not None for p in workers)  # closed with the pool

@@ -155,7 +155,11 @@ class WorkerPool:
 
     def prestart(self, request: dict[str, Any], timeout: float = 60.0) -> None:
         """Start a worker now on ``request`` (one that imports what later requests need), without waiting: its start
-        overlaps whatever the caller does before its first ``run``."""
+        overlaps whatever the caller does before its first ``run``. Nothing happens when the pool already has its
+        ``size`` workers: a long-lived pool (the shared replay pool of a process that imports many times) would
+        otherwise gain a worker per call, each holding a TVM import's memory until the process exits."""
+        if len(self._all) >= self.size:
+            return
         worker = Worker(self.env, self.stderr)
         self._all.append(worker)
         worker.send(request, timeout)

@@ -1,0 +1,115 @@
+"""What the starter bundle gives on models outside it: a new registry's first `registry transfer`, with and without
+`registry pull`.
+
+    .venv/bin/python bench/starter_bench.py [--rounds 3]
+
+The bundle holds the corpus's records (bench/corpus); the models here are the ones this project builds in code
+(registry/tvm_side/zoo.py: a ResNet, a MobileNetV2, a BERT encoder, an MLP), none of them in the corpus. Per model:
+`registry transfer --tune-trials 0` into a registry that pulled the starter bundle (an empty registry has no donor:
+its transfer compiles the untuned model), then the untuned build, the transferred build and onnxruntime are timed in
+one process, interleaved, ``rounds`` times (medians), as bench/corpus/run.py times the corpus. Also: how long the
+pull takes. Results: bench/results/starter.json, docs/BENCHMARKS.md ("The starter bundle").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.ort_reference import reference_ms  # noqa: E402
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
+from registry.tvm_side import zoo  # noqa: E402
+
+REGISTRY = str(Path(sys.executable).with_name("registry"))
+MODELS = {
+    "zoo-resnet-64px": (lambda: zoo.resnet(), {"x": [1, 3, 64, 64]}),
+    "zoo-mobilenetv2-64px": (lambda: zoo.mobilenet_v2(), {"x": [1, 3, 64, 64]}),
+    "zoo-bert-l2-h128": (lambda: zoo.bert(), None),
+    "zoo-mlp-32x96": (lambda: zoo.mlp(batch=32, sizes=(96, 192, 48)), {"x": [32, 96]}),
+}
+
+
+def registry(db: Path, *args: str) -> dict:
+    done = subprocess.run([REGISTRY, "--db", f"sqlite:///{db}", *args, "--json"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"registry {' '.join(args)}: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout[done.stdout.index("{") :])
+
+
+def shapes_of(model: onnx.ModelProto, given) -> dict[str, list[int]]:
+    if given is not None:
+        return given
+    init = {i.name for i in model.graph.initializer}
+    return {
+        i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input if i.name not in init
+    }
+
+
+def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.measure.jobs import interleaved_model_ms
+    from registry.measure.measurer import Measurer
+    from registry.store.interface import open_storage
+    from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    target = host_target()
+    with Measurer(target) as measurer:
+        loaded = load_onnx(path, shapes, name=path.stem)
+        starter = RegistryDatabase(target, open_storage(f"sqlite:///{db}"), device=measurer.device)
+        dbs = {"untuned": ms.database.MemoryDatabase(), "starter": starter}
+        built = {k: ms.relax_integration.compile_relax(d, loaded.mod, target, None) for k, d in dbs.items()}
+        tvm, ort = {k: [] for k in built}, []
+        for _ in range(rounds):
+            for k, v in interleaved_model_ms(measurer, built, loaded.inputs, rounds=1).items():
+                if v is not None:
+                    tvm[k].append(v)
+            ort.append(reference_ms(path, shapes, samples=7)["ms"])
+    out = {k: statistics.median(v) if v else None for k, v in tvm.items()}
+    out["onnxruntime"] = statistics.median(ort)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "starter.json")
+    args = parser.parse_args()
+    results: dict = {"models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "starter.db"
+        start = time.perf_counter()
+        pulled = registry(base, "pull")
+        results["pull_s"], results["pulled_records"] = time.perf_counter() - start, pulled["records_new"]
+        print(f"pull: {pulled['records_new']} records in {results['pull_s']:.0f} s", flush=True)
+        for name, (build, given) in MODELS.items():
+            model = build()
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save_model(model, path)
+            shapes = shapes_of(model, given)
+            db = Path(tmp) / f"{name}.db"
+            copy_sqlite(base, db)
+            shape_args = [a for k, v in shapes.items() for a in ("--input-shape", f"{k}={','.join(map(str, v))}")]
+            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", "0")
+            row = {"tasks": len(report["tasks"]), "transferred": report["sources"].get("transferred", 0),
+                   "search_s": report["search_s"], "ms": time_model(path, shapes, db, args.rounds)}  # fmt: skip
+            results["models"][name] = row
+            print(name, json.dumps(row), flush=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The starter bundle shipped with the package: listed, pulled whole into a new registry, idempotent, and what a
+first transfer finds afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from registry.cli.main import cli
+
+from registry.starter import shipped
+
+pytestmark = pytest.mark.tvm
+
+
+def run_json(*args: str) -> dict:
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{") :])
+
+
+def test_the_starter_bundle_is_shipped_and_listed():
+    rows = run_json("pull", "--list")["rows"]
+    starter = next(r for r in rows if r["name"] == "starter")
+    assert starter["records"] > 100 and starter["models"] >= 20
+
+
+def test_pull_imports_the_starter_bundle_once(sqlite_url):
+    expected = next(s for s in shipped() if s.name == "starter").records
+    first = run_json("--db", sqlite_url, "pull")
+    assert first["records_new"] == expected and first["records_skipped"] == 0
+    again = run_json("--db", sqlite_url, "pull")
+    assert again["records_new"] == 0 and again["records_present"] == expected
+    stats = run_json("--db", sqlite_url, "stats")
+    assert stats["models"] >= 20 and stats["records_by_source"]
+    rows = run_json("--db", sqlite_url, "lookup", "--limit", "10000")["rows"]
+    assert {r["trust"] for r in rows} == {"imported"}
+
+
+def test_an_unknown_shipped_bundle_is_one_line(sqlite_url):
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "pull", "nothing-of-that-name"])
+    assert result.exit_code == 1 and "pull --list" in result.output and "Traceback" not in result.output
