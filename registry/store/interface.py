@@ -21,6 +21,7 @@ from registry.errors import DatabaseError
 from registry.store.lookup import DeviceRow, LookupFilter, LookupRow
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
 from registry.store.values import (
+    Claim,
     DeviceRecords,
     DonorRecord,
     DonorRow,
@@ -36,6 +37,7 @@ from registry.store.values import (
     StoredWorkload,
     TaskRow,
     TuningState,
+    Verdict,
 )
 from registry.validation import Problem
 
@@ -132,6 +134,20 @@ class RegistryStorage(Protocol):
         tvm_version: str,
     ) -> int:
         """Store a predictor as the device's next version; returns that version."""
+
+    # -- registry verify ----------------------------------------------------------------------------------------
+
+    def count_imported(self, device_id: int, model: str | None = None) -> int:
+        """The imported ok records of a device (and model)."""
+
+    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
+        """Ids of a device's imported records to re-measure, each pair's best first, then the fastest."""
+
+    def claims(self, record_ids: Sequence[int]) -> list[Claim]:
+        """What those records claim, with their traces."""
+
+    def record_verdicts(self, found: Sequence[Verdict], at: Any) -> None:
+        """Mark records verified or disputed with the latency measured here; their pairs' best records follow."""
 
     # -- schema -------------------------------------------------------------------------------------------------
 

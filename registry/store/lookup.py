@@ -80,9 +80,10 @@ class DeviceRow:
     tvm_version: str
     target_json: str
     key: str
+    num_threads: int
 
 
-_DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json, key FROM device"
+_DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json, key, num_threads FROM device"
 
 
 def all_devices(sql: Sql) -> list[DeviceRow]:

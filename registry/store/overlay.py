@@ -167,6 +167,19 @@ class OverlayStorage:
     def last_synced(self, source_id: str, filters_key: str) -> int:
         return self.overlay.last_synced(source_id, filters_key)
 
+    # verify re-measures what the overlay imported: the shared registry is never written
+    def count_imported(self, device_id: int, model: str | None = None) -> int:
+        return self.overlay.count_imported(device_id, model)
+
+    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
+        return self.overlay.imported_ids(device_id, model, limit)
+
+    def claims(self, record_ids: Sequence[int]) -> list:
+        return self.overlay.claims(record_ids)
+
+    def record_verdicts(self, found: Sequence, at) -> None:
+        self.overlay.record_verdicts(found, at)
+
     def ingest(
         self,
         workloads: Sequence[WorkloadIn],

@@ -213,6 +213,33 @@ class Store:
         with self.read() as conn:
             return last_synced(conn.connection(), source_id, filters_key)
 
+    # -- registry verify ----------------------------------------------------------------------------------------
+
+    def count_imported(self, device_id: int, model: str | None = None) -> int:
+        """The imported ok records of a device (and model): what ``registry verify`` may re-measure."""
+        from registry.store import verdicts
+
+        with self.read() as conn:
+            return verdicts.count_imported(conn, device_id, model)
+
+    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
+        from registry.store import verdicts
+
+        with self.read() as conn:
+            return verdicts.imported_ids(conn, device_id, model, limit)
+
+    def claims(self, record_ids: Sequence[int]) -> list[values.Claim]:
+        from registry.store import verdicts
+
+        with self.read() as conn:
+            return verdicts.claims(conn, record_ids)
+
+    def record_verdicts(self, found: Sequence[values.Verdict], at) -> None:
+        """Mark records verified or disputed, with what was measured, and choose their pairs' best records again."""
+        from registry.store import verdicts
+
+        self.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
+
     # -- reads --------------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager

@@ -250,3 +250,29 @@ class ExchangeSet:
     last_record_id: int = 0  # the highest record id in the set: where the next incremental sync starts
     # The records in batches, read from the start on each call (a write that lost a lock race starts over).
     records: Callable[[], Iterator[list[ExRecord]]] = lambda: iter(())
+
+
+# -- registry verify (registry.store.verdicts) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An imported record as verify needs it: what it claims, and the trace to rebuild it from."""
+
+    record_id: int
+    workload_id: int
+    device_id: int
+    shash: str
+    task_name: str
+    trace: list
+    mean_s: float  # the claimed mean latency
+    best: bool  # whether it is its pair's best_record now
+
+
+@dataclass(frozen=True)
+class Verdict:
+    record_id: int
+    workload_id: int
+    device_id: int
+    trust: str  # "verified" or "disputed"
+    measured_s: float | None  # the mean measured here; None when it did not build or run

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -17,29 +16,7 @@ from sqlalchemy.orm import Session
 from registry.store.ingest import recompute_best
 from registry.store.models import BestRecord, Model, ModelTask, TuningRecord, Workload
 from registry.store.queries import _Skeletons
-
-
-@dataclass(frozen=True)
-class Claim:
-    """An imported record as verify needs it: what it claims, and the trace to rebuild it from."""
-
-    record_id: int
-    workload_id: int
-    device_id: int
-    shash: str
-    task_name: str
-    trace: list
-    mean_s: float  # the claimed mean latency
-    best: bool  # whether it is its pair's best_record now
-
-
-@dataclass(frozen=True)
-class Verdict:
-    record_id: int
-    workload_id: int
-    device_id: int
-    trust: str  # "verified" or "disputed"
-    measured_s: float | None  # the mean measured here; None when it did not build or run
+from registry.store.values import Claim, Verdict
 
 
 def _imported(device_id: int, model: str | None):

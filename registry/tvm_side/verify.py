@@ -34,11 +34,8 @@ from registry.errors import RegistryError
 from registry.measure.jobs import artifact_job, kernel_arguments
 from registry.measure.measurer import Measurer
 from registry.measure.types import KernelJob, Measurement, failed
-from registry.store import verdicts
-from registry.store.lookup import DeviceRow
-from registry.store.models import Device
-from registry.store.queries import workloads_by_id
-from registry.store.store import Store
+from registry.store.interface import DeviceRow, RegistryStorage
+from registry.store.values import Claim, Verdict
 from registry.tvm_side.builder import PersistentBuilder
 
 TOLERANCE = 1.5  # measured up to 1.5x the claim is verified: timing noise and a busy machine stay below it
@@ -95,7 +92,7 @@ def judge(claimed_s: float, m: Measurement, tolerance: float) -> tuple[str, str 
 
 
 def verify(
-    store: Store,
+    store: RegistryStorage,
     device: str = "host",
     *,
     model: str | None = None,
@@ -109,9 +106,7 @@ def verify(
     result = VerifyResult()
     left = limit
     for row in store.resolve_devices(device):
-        with store.read() as conn:
-            threads = conn.get(Device, row.id).num_threads
-            n_imported = verdicts.count_imported(conn, row.id, model)
+        threads, n_imported = row.num_threads, store.count_imported(row.id, model)
         if not n_imported:
             continue
         measurer = _measurer_for(row, threads)
@@ -120,8 +115,7 @@ def verify(
             continue
         with measurer:
             result.devices.append(row.name)
-            with store.read() as conn:
-                ids = verdicts.imported_ids(conn, row.id, model, left)
+            ids = store.imported_ids(row.id, model, left)
             _Verifier(store, measurer, tolerance, result, progress).run(ids)
         if left is not None:
             left -= len(ids)
@@ -149,7 +143,9 @@ def _measurer_for(row: DeviceRow, threads: int) -> Measurer | None:
 class _Verifier:
     """Verifies one device's records, batch by batch."""
 
-    def __init__(self, store: Store, measurer: Measurer, tolerance: float, result: VerifyResult, progress) -> None:
+    def __init__(
+        self, store: RegistryStorage, measurer: Measurer, tolerance: float, result: VerifyResult, progress
+    ) -> None:
         self.store, self.measurer, self.tolerance = store, measurer, tolerance
         self.result, self.progress = result, progress
         self.builder = PersistentBuilder()  # its workers start on the first batch
@@ -159,21 +155,20 @@ class _Verifier:
         try:
             for begin in range(0, len(ids), BATCH):
                 self.progress(begin, len(ids), self.measurer.device.name)
-                with self.store.read() as conn:
-                    claims = verdicts.claims(conn, ids[begin : begin + BATCH])
-                    self._load_workloads(conn, {c.workload_id for c in claims})
+                claims = self.store.claims(ids[begin : begin + BATCH])
+                self._load_workloads({c.workload_id for c in claims})
                 self._batch(claims)
             self.progress(len(ids), len(ids), "done")
         finally:
             self.builder.shutdown()
 
-    def _load_workloads(self, conn, ids: set[int]) -> None:
+    def _load_workloads(self, ids: set[int]) -> None:
         todo = sorted(ids - self.workloads.keys())
-        for wid, w in workloads_by_id(conn, todo).items():
+        for wid, w in self.store.workloads_by_id(todo).items():
             # Only the workload is parsed here (for its arguments); its schedule is made in the workers.
             self.workloads[wid] = (w.mod_json, kernel_arguments(tvm.ir.load_json(w.mod_json)))
 
-    def _batch(self, claims: list[verdicts.Claim]) -> None:
+    def _batch(self, claims: list[Claim]) -> None:
         built = self.builder.build_traced(
             [(self.workloads[c.workload_id][0], c.trace) for c in claims], self.measurer.target
         )
@@ -193,7 +188,7 @@ class _Verifier:
                     shutil.rmtree(Path(b.artifact_path).parent, ignore_errors=True)
         self._commit(claims, timings)
 
-    def _recheck(self, claims: list[verdicts.Claim], timings: list, jobs: dict[int, KernelJob]) -> None:
+    def _recheck(self, claims: list[Claim], timings: list, jobs: dict[int, KernelJob]) -> None:
         """Interference only ever slows a kernel down: a built record over the tolerance (or whose run failed) is
         timed again, alone and precisely, up to RECHECKS times, and its fastest timing counts. An honest record
         then needs one quiet moment; a slow one stays slow."""
@@ -205,14 +200,14 @@ class _Verifier:
                 if m.ok and (not timings[i].ok or m.mean_us < timings[i].mean_us):
                     timings[i] = m
 
-    def _commit(self, claims: list[verdicts.Claim], timings: list[Measurement]) -> None:
+    def _commit(self, claims: list[Claim], timings: list[Measurement]) -> None:
         found, results = [], []
         for c, m in zip(claims, timings, strict=True):
             verdict, reason = judge(c.mean_s, m, self.tolerance)
             measured = m.mean_us if m.ok else None
-            found.append(verdicts.Verdict(c.record_id, c.workload_id, c.device_id, verdict,
+            found.append(Verdict(c.record_id, c.workload_id, c.device_id, verdict,
                                           measured / 1e6 if measured is not None else None))  # fmt: skip
             results.append(RecordResult(c.record_id, c.shash, c.task_name, c.mean_s * 1e6, measured, verdict, reason))
         at = dt.datetime.now(dt.timezone.utc)
-        self.store.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
+        self.store.record_verdicts(found, at)
         self.result.records += results
