@@ -160,14 +160,14 @@ def test_an_interrupted_run_resumes_without_measuring_anything_twice(sqlite_url,
 
 @pytest.mark.tvm
 def test_a_stored_predictor_ranks_and_trims_from_the_first_batch(sqlite_url, mlp, tmp_path):
-    first = _tune(sqlite_url, str(mlp), "--trials", "32", "--no-predictor")
+    first = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
     assert first["tuning"]["predictor_version"] is None
     trained = CliRunner().invoke(cli, ["--db", sqlite_url, "predictor", "train", "--holdout", "0"])
     assert trained.exit_code == 0, trained.output
 
     sibling = tmp_path / "sibling.onnx"
     onnx.save(zoo.mlp(16, (96, 192, 48), seed=5), sibling)
-    report = _tune(sqlite_url, str(sibling), "--trials", "24", "--batch", "16", "--keep", "0.5")
+    report = _tune(sqlite_url, str(sibling), "--trials", "16", "--batch", "16", "--keep", "0.5")
     assert report["tuning"]["predictor_version"] == 1
     # with the predictor, the very first batch of each task is trimmed to half: more proposed than measured
     assert all(t["proposed"] > t["trials"] for t in report["tasks"] if t["trials"]), report["tasks"]
