@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -166,7 +167,7 @@ def test_check_never_raises_on_odd_input():
     cache = SkeletonCache()
     for trace in (None, 5, "x", [], [1, 2], [[], []], [[None], []], [[["A", [], [], []]], [[0]]], {"a": 1}):
         record = testing.record(0, 0, testing.device())
-        record = record.__class__(**{**record.__dict__, "trace": trace})
+        record = dataclasses.replace(record, trace=trace)
         [problem] = record_problems([record])
         assert isinstance(problem, Problem), trace
     with pytest.raises(TraceProblem):
@@ -191,11 +192,11 @@ def test_store_ingest_refuses_a_batch_with_one_invalid_record_and_writes_nothing
     store.ingest([testing.workload(0)], [testing.record(0, 0, dev)])
     before = rows_of(db_url)
     bad = testing.record(0, 2, dev)
-    bad = bad.__class__(**{**bad.__dict__, "trace": [bad.trace[0], bad.trace[1] + [[100001, 0]]]})
+    bad = dataclasses.replace(bad, trace=[bad.trace[0], bad.trace[1] + [[100001, 0]]])
     with pytest.raises(BadInputError, match=r"1 of 3 records do not apply to their workload \(first: record 2, "):
         store.ingest([testing.workload(1)], [testing.record(0, 1, dev), bad, testing.record(1, 0, dev)])
     negative = testing.record(0, 3, dev)
-    negative = negative.__class__(**{**negative.__dict__, "run_secs": (-1.0,)})
+    negative = dataclasses.replace(negative, run_secs=(-1.0,))
     with pytest.raises(BadInputError, match="1 of 1 records are invalid"):
         store.ingest([], [negative])
     assert rows_of(db_url) == before

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
@@ -139,7 +140,7 @@ def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> It
                 keys[did],
                 skel,
                 decisions,
-                json.loads(secs),
+                orjson.loads(secs),
                 source,
                 origin,
                 team,

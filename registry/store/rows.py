@@ -143,13 +143,22 @@ class RecordIn:
     def trust_level(self) -> str:
         return self.trust or ("imported" if self.source == "imported" else "measured")
 
-    @functools.cached_property
-    def ok(self) -> bool:
-        return bool(self.run_secs) and all(math.isfinite(s) and 0 <= s < FAILED_RUN_SECS for s in self.run_secs)
+    def __post_init__(self) -> None:
+        # Computed once, as plain attributes: functools.cached_property takes a lock on first use (Python 3.11),
+        # which cost a sync of 10^6 records about 5% of its time.
+        # Odd latencies (not numbers, not a list) make a record that is not ok, not an exception: the checks that
+        # follow say what is wrong with it.
+        secs = self.run_secs
+        try:
+            ok = bool(secs) and all(math.isfinite(s) and 0 <= s < FAILED_RUN_SECS for s in secs)
+            mean = sum(secs) / len(secs) if ok else None
+        except (TypeError, ValueError, OverflowError):
+            ok, mean = False, None
+        object.__setattr__(self, "ok", ok)
+        object.__setattr__(self, "mean_s", mean)
 
-    @functools.cached_property
-    def mean_s(self) -> float | None:
-        return sum(self.run_secs) / len(self.run_secs) if self.ok else None
+    ok: bool = field(init=False, compare=False, repr=False)
+    mean_s: float | None = field(init=False, compare=False, repr=False)
 
 
 @dataclass
