@@ -8,6 +8,7 @@ REGISTRY := $(VENV)/bin/registry
 DEMO_TRIALS ?= 32
 
 .PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation \
+	bench-sync bench-verify starter bench-starter \
 	clean
 
 # The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
@@ -82,6 +83,20 @@ bench-corpus: corpus
 # in ../wt-old as bench/measure/isolation.py says).
 bench-isolation: install
 	$(PY) bench/measure/isolation.py --old-registry ../wt-old/.venv/bin/registry
+
+# Sharing (issue #12): `registry sync` of 10^6 records SQLite -> PostgreSQL and an incremental re-sync; `registry
+# verify` throughput; the starter bundle on models outside it (run after bench-corpus: it is built from its registries).
+bench-sync: install-dev
+	$(PY) bench/sync_bench.py --logs bench/work/sync_logs --records 1000000 --runs 3
+
+bench-verify: install-dev
+	$(PY) bench/verify_bench.py --logs bench/work/verify_logs
+
+starter: install
+	$(PY) bench/corpus/starter.py
+
+bench-starter: install
+	$(PY) bench/starter_bench.py --rounds 3
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache examples
