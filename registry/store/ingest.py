@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -158,10 +158,8 @@ def insert_records(
     workload_ids_: dict[tuple[str, str], int],
     device_ids: dict[str, int],
     result: IngestResult,
-) -> list[int]:
-    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs.
-
-    Returns the new records' ids."""
+) -> None:
+    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
     here = registry_id(conn)
     timed = bool(records) and records[0].created_at is not None
     if any((r.created_at is not None) != timed for r in records):
@@ -213,13 +211,10 @@ def insert_records(
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
     best: dict[tuple[int, int], dict[str, Any]] = {}
-    new_ids: list[int] = []
-    for chunk in _insert_batches(conn, ordered):
-        new = _insert_new(conn, chunk)
+    for chunk, new in _insert_new(conn, ordered):
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
         for rid, wid, did, mean_s, trust in new:
-            new_ids.append(rid)
             tier = TRUST_TIER.get(trust)
             if mean_s is None or tier is None:
                 continue
@@ -230,7 +225,6 @@ def insert_records(
             if (tier, mean_s) < (cur["tier"], cur["mean_s"]):
                 cur.update(record_id=rid, mean_s=mean_s, tier=tier)
     merge_best(conn, [best[k] for k in sorted(best)])
-    return new_ids
 
 
 # At least this many rows go through COPY on PostgreSQL: one round trip, no SQL text to build and parse per row
@@ -245,20 +239,17 @@ _RETURNING = (
 )
 
 
-def _insert_batches(conn: Connection, rows: list[dict[str, Any]]) -> Iterable[Sequence[dict[str, Any]]]:
+def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> Iterator[tuple[Sequence[dict[str, Any]], list]]:
+    """Insert the rows not present yet, in batches: each batch, with (id, workload, device, mean, trust) of the rows
+    of it that were inserted."""
     if conn.dialect.name == "postgresql" and len(rows) >= COPY_ROWS:
-        return [rows]
-    return _chunks(rows)
-
-
-def _insert_new(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[tuple]:
-    """Insert the rows not present yet; (id, workload, device, mean, trust) of those inserted."""
-    if conn.dialect.name == "postgresql" and len(rows) >= COPY_ROWS:
-        return _copy_new(conn, rows)
+        yield rows, _copy_new(conn, rows)
+        return
     stmt = insert(conn, TuningRecord).on_conflict_do_nothing(
         index_elements=["workload_id", "device_id", "trace_hash", "origin"]
     )
-    return [tuple(r) for r in conn.execute(stmt.returning(*_RETURNING), rows).all()]
+    for chunk in _chunks(rows):
+        yield chunk, [tuple(r) for r in conn.execute(stmt.returning(*_RETURNING), chunk).all()]
 
 
 def _copy_new(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[tuple]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import case
 
 from registry.errors import BadInputError
-from registry.store.models import TuningRecord
+from registry.store.models import TRUST_TIER, TuningRecord
 
 TRUST_CHOICES = ("imported", "verified")
 DEFAULT_TRUST = "imported"
@@ -31,5 +31,5 @@ def max_tier(trust: str) -> int:
     return 1 if "imported" in accepted(trust) else 0
 
 
-# 0 for records measured here or verified, 1 for imported ones: the first key of "best" (models.TRUST_TIER).
-TIER = case((TuningRecord.trust.in_(("measured", "verified")), 0), else_=1)
+# models.TRUST_TIER as SQL (0 for records measured here or verified, 1 for the rest): the first key of "best".
+TIER = case((TuningRecord.trust.in_([t for t, tier in TRUST_TIER.items() if tier == 0]), 0), else_=1)
