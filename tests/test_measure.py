@@ -208,3 +208,46 @@ def test_prestarting_never_grows_a_pool_past_its_size():
         assert all(r.get("error") is None for r in pool.run([{"op": "warm"}] * 4, at_once=2))
         assert len(pool._all) == 2
     assert all(p.poll() is not None for p in workers)  # closed with the pool
+
+
+@T.prim_func(s_tir=True)
+def medium(a: T.Buffer((128, 128), "float32"), b: T.Buffer((128, 128), "float32"), c: T.Buffer((128, 128), "float32")):
+    for i, j, k in T.grid(128, 128, 128):
+        with T.sblock("c"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                c[vi, vj] = T.float32(0)
+            c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_measurements_side_by_side_never_share_a_core(monkeypatch):
+    """Jobs of unequal length finish out of order: each one sent must get cores that no job in flight holds. Cores
+    fixed per job beforehand (job i on slot i mod 2) put two jobs on one core while the other idled."""
+    from registry.measure import pool as pool_module
+
+    in_flight: dict[int, tuple] = {}  # reply fd -> cores
+    clashes: list[tuple] = []
+    send, read = pool_module.Worker.send, pool_module.Worker.read
+
+    def spy_send(self, request, timeout):
+        cores = tuple(request.get("cores") or ())
+        if request["op"] == "kernel":
+            if cores in in_flight.values():
+                clashes.append(cores)
+            in_flight[self.fd] = cores
+        send(self, request, timeout)
+
+    def spy_read(self):
+        reply = read(self)
+        if reply is not None:
+            in_flight.pop(self.fd, None)
+        return reply
+
+    monkeypatch.setattr(pool_module.Worker, "send", spy_send)
+    monkeypatch.setattr(pool_module.Worker, "read", spy_read)
+    jobs = [_job(medium), _job(take), _job(take), _job(medium), _job(take), _job(take), _job(medium), _job(take)]
+    with Measurer(host_target(), threads=1) as measurer:
+        results = measurer.screen(jobs)
+    assert all(m.ok for m in results), results
+    assert not clashes, clashes

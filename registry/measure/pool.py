@@ -194,18 +194,34 @@ class WorkerPool:
         self._all.remove(worker)
         return worker.kill()
 
-    def run(self, requests: Iterable[dict[str, Any]], *, at_once: int = 1, timeout: float = 60.0) -> list[dict]:
+    def run(
+        self,
+        requests: Iterable[dict[str, Any]],
+        *,
+        at_once: int = 1,
+        timeout: float = 60.0,
+        slots: list[list[int]] | None = None,
+    ) -> list[dict]:
         """Replies in request order, at most ``at_once`` requests in flight. A request that outlives ``timeout``
-        seconds, or whose worker dies, gets ``{"error": reason}``; its worker is replaced."""
+        seconds, or whose worker dies, gets ``{"error": reason}``; its worker is replaced.
+
+        With ``slots`` (one list of cores per request in flight), each request is sent with ``"cores"``: those of a
+        slot no other request in flight holds. Chosen when it is sent, not beforehand: requests of unequal length
+        finish out of order, and a core list fixed per request would put two of them on one core."""
         pending = list(enumerate(requests))[::-1]
         replies: list[dict | None] = [None] * len(pending)
         busy: dict[int, tuple[Worker, int]] = {}  # reply fd -> (worker, request index)
-        limit = max(1, min(at_once, self.size))
+        limit = max(1, min(at_once, self.size, len(slots) if slots else at_once))
+        free_slots = list(range(limit))[::-1]
+        slot_of: dict[int, int] = {}  # reply fd -> slot
         try:
             while pending or busy:
                 while pending and len(busy) < limit:
                     index, request = pending.pop()
                     worker = self._worker()
+                    if slots:
+                        slot_of[worker.fd] = free_slots.pop()
+                        request = {**request, "cores": slots[slot_of[worker.fd]]}
                     worker.send(request, timeout)
                     busy[worker.fd] = (worker, index)
                 now = time.monotonic()
@@ -216,11 +232,11 @@ class WorkerPool:
                     try:
                         reply = worker.read()
                     except (EOFError, OSError):
-                        del busy[fd]
+                        self._release(busy, fd, slot_of, free_slots)
                         replies[index] = {"error": self._retire(worker)}
                         continue
                     if reply is not None:
-                        del busy[fd]
+                        self._release(busy, fd, slot_of, free_slots)
                         replies[index] = reply
                         worker.uses += 1
                         if self.max_uses and worker.uses >= self.max_uses:
@@ -231,7 +247,7 @@ class WorkerPool:
                 now = time.monotonic()
                 for fd, (worker, index) in list(busy.items()):
                     if worker.deadline is not None and now >= worker.deadline:
-                        del busy[fd]
+                        self._release(busy, fd, slot_of, free_slots)
                         self._retire(worker)
                         replies[index] = {"error": f"timeout: killed after {timeout:g} s"}
         except BaseException:
@@ -239,6 +255,13 @@ class WorkerPool:
                 self._retire(worker)
             raise
         return [r if r is not None else {"error": "no reply"} for r in replies]
+
+    @staticmethod
+    def _release(busy: dict, fd: int, slot_of: dict[int, int], free_slots: list[int]) -> None:
+        """A request's worker is done with it (answered, died or timed out): its slot is free again."""
+        del busy[fd]
+        if fd in slot_of:
+            free_slots.append(slot_of.pop(fd))
 
     def call(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         return self.run([request], timeout=timeout)[0]

@@ -7,7 +7,8 @@ Ops:
 - ``describe``: the device this worker measures on (its CPU or GPU, the runtime's threads, TVM's release).
 - ``build``: a scheduled module built for a target and linked into a shared library (the builder pool's job); with
   ``trace``, the module is a workload and a stored record's trace is applied to it here first (``registry verify``).
-- ``kernel``: a kernel (a built library, or a module built here first) timed on in-range inputs.
+- ``kernel``: a kernel (a built library, or a module built here first, a stored trace applied to it first where the
+  job has one) timed on in-range inputs.
 - ``model``: a compiled model (a Relax executable's library) timed end to end.
 - ``replay``: an unchecked trace replayed on its workload (``registry.tvm_side.replay``), for record validation.
 
@@ -264,10 +265,15 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"build failed: {_last_line(e)}"}
 
 
+_UNPINNED = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
 def _pin(request: dict[str, Any]) -> None:
-    cores = request.get("cores")
-    if cores:
-        os.sched_setaffinity(0, cores)
+    """Run on the request's cores; a request without cores (a model, a GPU kernel) gets every core this worker
+    started with again, not the last kernel's slot."""
+    if _UNPINNED is None:
+        return
+    os.sched_setaffinity(0, request.get("cores") or _UNPINNED)
 
 
 def _evaluate(func, dev, settings: dict[str, Any], args) -> list[float]:
@@ -291,9 +297,11 @@ def kernel(request: dict[str, Any]) -> dict[str, Any]:
     if artifact is None:
         try:
             if rpc is None:  # timed here, in memory: no library to link and load
-                rt_mod = _compile(job["module"], job["target"])
+                rt_mod = _compile(job["module"], job["target"], job.get("trace"))
             else:  # an RPC server needs the library file
-                artifact = _build(job["module"], job["target"])
+                artifact = _build(job["module"], job["target"], job.get("trace"))
+        except TraceError as e:
+            return {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
             return {"error": f"build failed: {_last_line(e)}"}
     try:
