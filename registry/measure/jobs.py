@@ -40,6 +40,12 @@ def module_job(mod: IRModule, target: Target, arguments: tuple | None = None) ->
     return KernelJob(args, bounds, module=tvm.ir.save_json(mod), target=str(target))
 
 
+def traced_job(workload_json: str, trace: list, target: Target, arguments: tuple) -> KernelJob:
+    """A stored record: its trace applied to its workload, then built and timed, all in the worker."""
+    args, bounds = arguments
+    return KernelJob(args, bounds, module=workload_json, target=str(target), trace=trace)
+
+
 def artifact_job(path: str, arguments: tuple) -> KernelJob:
     """A kernel already built into a shared library (by the builder pool)."""
     args, bounds = arguments

@@ -33,6 +33,7 @@ from registry.measure.types import (
     MODEL,
     PRECISE,
     QUICK,
+    SCREEN,
     DeviceDescription,
     KernelJob,
     Measurement,
@@ -86,6 +87,12 @@ class Measurer:
         if self.device_type == "cpu" and rpc is None:
             env[MEMORY_ENV] = str(_worker_memory_mb())
         self.pool = WorkerPool(1, env, verbose=verbose)
+        if rpc is None and self.device_type == "cpu" and threads and len(self._cores) // threads > 1:
+            # Measurements will run side by side: the second worker imports TVM now, beside the first, instead of
+            # in the middle of the first batch (about a second of a core).
+            self.pool.size = 2
+            for _ in range(2):
+                self.pool.prestart({"op": "warm"})
         try:
             self.description = self._describe(threads)
         except BaseException:
@@ -141,14 +148,12 @@ class Measurer:
         """Each job timed with ``settings``, ``at_once`` at a time (each on cores of its own, on this machine)."""
         at_once = max(1, min(at_once, self.pool.size))
         per_slot = max(1, len(self._cores) // at_once)
+        # Each measurement in flight keeps cores of its own: a process that the OS moves between cores runs from a
+        # cold cache, which read as 5-10% noise here.
         slots = [self._cores[k * per_slot : (k + 1) * per_slot] for k in range(at_once)]
-        requests = []
-        for i, job in enumerate(jobs):
-            # Each measurement in flight keeps cores of its own: a process that the OS moves between cores runs
-            # from a cold cache, which read as 5-10% noise here.
-            cores = slots[i % at_once] if self.rpc is None and self.device_type == "cpu" else None
-            requests.append(self._request("kernel", job=job.as_json(), settings=settings.as_json(), cores=cores))
-        replies = self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S)
+        local_cpu = self.rpc is None and self.device_type == "cpu"
+        requests = [self._request("kernel", job=job.as_json(), settings=settings.as_json()) for job in jobs]
+        replies = self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S, slots=slots if local_cpu else None)
         return [_measurement(r) for r in replies]
 
     def measure(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
@@ -156,6 +161,12 @@ class Measurer:
         if self._auto and len(jobs) >= 2:
             return self._calibrate_then_measure(jobs)
         return self.kernels(jobs, QUICK, self.dop)
+
+    def screen(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
+        """Short timings (``SCREEN``) with every slot busy, uncalibrated. Interference only slows a kernel down, so
+        each timing is an upper bound: fit for a one-sided test ("no slower than claimed", ``registry verify``) whose
+        failures are timed again with ``recheck``, not for ranking candidates."""
+        return self.kernels(jobs, SCREEN, self.pool.size)
 
     def recheck(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
         """Precise timings, one at a time: what a record that may become a task's best is filed with."""
