@@ -1,0 +1,39 @@
+"""Writing batches in a second thread while the caller produces the next one.
+
+An import or a sync spends its time in two places that can run at once: Python reading and checking a batch, and
+the database storing the one before (PostgreSQL in its own process, SQLite in C code that releases the GIL). Done in
+turn, each waits for the other: a third of a sync's time was spent blocked on PostgreSQL while the next batch could
+have been checked.
+
+One write in flight at most, so memory holds two batches. The writes run one after another on the caller's
+connection (never at the same time as anything else on it), and a failure on either side waits for the write in
+flight before it is raised, so the caller's rollback never races a statement.
+
+The producing side stays in the calling thread: it may start worker processes (record checks replay traces), and a
+worker's PR_SET_PDEATHSIG fires when the thread that started it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def write_behind(batches: Iterable[T], write: Callable[[T], None]) -> None:
+    """``write(batch)`` for every batch of ``batches``, each while the next is produced; raises what either raised."""
+    with ThreadPoolExecutor(1, thread_name_prefix="registry-write") as writer:
+        pending: Future | None = None
+        try:
+            for batch in batches:
+                if pending is not None:
+                    pending.result()  # the previous write is done (or its error is raised here)
+                pending = writer.submit(write, batch)
+            if pending is not None:
+                pending.result()
+        except BaseException:
+            if pending is not None and not pending.done():
+                pending.exception()  # waits: no statement in flight when the caller rolls back
+            raise
