@@ -65,10 +65,12 @@ corpus: install
 	$(PY) bench/corpus/check_import.py
 
 # On a machine with an NVIDIA GPU: registry tune against plain tune_relax (with PersistentBuilder, and with TVM's own
-# LocalBuilder as users get it) on two transformers and a conv net of the corpus, for the GPU present.
+# LocalBuilder as users get it) on two transformers and a conv net of the corpus, for the GPU present; each model is
+# also transferred from the next one's registry (bert-l4-h256 from bert-l2-h128: two BERT sizes).
 bench-gpu: corpus
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/tuning/run.py --target cuda --default-builder --trials-per-task 16 --work bench/work/gpu \
-		--out bench/results/gpu.json --models bert-l2-h128 vit-l2-h192-p8 resnet-basic-w32
+		--out bench/results/gpu.json --models bert-l4-h256 bert-l2-h128 vit-l2-h192-p8 resnet-basic-w32
 
 # The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime, then its table and
 # plot (about 2 hours on 2 cores; re-running resumes). The run in docs/BENCHMARKS.md: 1 trial per task, at least 64

@@ -70,21 +70,27 @@ def database(
     team: str | None = None,
     model: str | None = None,
     source: str = "tuned",
+    host_model: str | None = None,
 ) -> RegistryDatabase:
     """A MetaSchedule database over the registry, bound to the device the CLI uses for ``target`` on this machine.
 
     ``target``: None (this CPU, ``host_target()``), ``"host"``, ``"cuda"``, a TVM target as JSON text or dict (an llvm
     one without ``num-cores`` gets this machine's), or a ``tvm.target.Target``. ``db``: a ``Store``, a database URL or
     an SQLite file path (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). ``team``, ``model``,
-    ``source``: provenance written on every record it commits.
+    ``source``: provenance written on every record it commits. ``host_model``: the CPU or GPU the records are
+    measured on, where it is not this machine's (a GPU's as ``registry devices`` shows it where it was measured, e.g.
+    "NVIDIA H100 80GB HBM3 (driver 580.65.06, CUDA 13.0)"); a GPU target on a machine without that GPU needs it.
 
     Tune with ``db.target``, the target the device was made for: MetaSchedule writes the records through the
     database, and a record for another target is refused rather than filed under a second device.
     """
     from registry.tvm_side.database import RegistryDatabase
+    from registry.tvm_side.target import device_spec
 
+    target_, threads_ = _target(target), _threads(threads)
+    device = device_spec(target_, threads_, host_model) if host_model else None
     return RegistryDatabase(
-        _target(target), _store(db), num_threads=_threads(threads), source=source, team=team, model=model
+        target_, _store(db), num_threads=threads_, device=device, source=source, team=team, model=model
     )
 
 

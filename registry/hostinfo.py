@@ -67,6 +67,11 @@ def local_nvidia_driver() -> str | None:
         return None
 
 
+def cuda_arch(compute_version: str) -> str:
+    """The arch a CUDA target names for a GPU of this compute capability: "9.0" -> "sm_90"."""
+    return "sm_" + compute_version.replace(".", "")
+
+
 def gpu_identity(name: str, driver: str | None, cuda: str | None) -> str:
     """What a GPU device is filed under: its name, and the driver and CUDA versions its kernels ran with, e.g.
     "NVIDIA H100 80GB HBM3 (driver 580.65.06, CUDA 13.0)"."""

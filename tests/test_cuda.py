@@ -117,3 +117,47 @@ def test_measuring_for_cuda_without_a_gpu_is_one_line(sqlite_url, tmp_path):
     )
     assert result.exit_code == 1 and "no cuda device" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def _h100_description(**details):
+    """What a measuring worker on the H100 of ../shared/TVM_NOTES.md reported (worker.describe)."""
+    from registry.measure.types import DeviceDescription
+
+    driver, cuda = "580.65.06", "13.0"
+    return DeviceDescription(
+        kind="cuda",
+        model=hostinfo.gpu_identity(H100, driver, cuda),
+        threads=0,
+        tvm_version="0.27.0",
+        details={"compute_version": "9.0", "driver": driver, "cuda": cuda, **details},
+    )
+
+
+def test_the_device_a_recorded_gpu_description_files_records_under():
+    from registry.tvm_side.target import canonical_target
+
+    desc = _h100_description()
+    spec = DeviceSpec(canonical_target({"kind": "cuda", "arch": "sm_90"}), desc.threads, desc.model, desc.tvm_version)
+    assert spec.name == "cuda-sm_90-h100" and spec.num_threads == 0
+    assert "driver 580.65.06" in spec.host_model and "CUDA 13.0" in spec.host_model
+
+
+def test_a_target_for_an_arch_the_gpu_does_not_have_is_refused_in_one_line():
+    from registry.measure.measurer import target_mismatch
+
+    desc = _h100_description()
+    assert target_mismatch(Target({"kind": "cuda", "arch": "sm_90"}), desc, "this machine") is None
+    problem = target_mismatch(Target({"kind": "cuda", "arch": "sm_80"}), desc, "this machine")
+    assert problem is not None and "sm_80" in problem and "sm_90" in problem and "\n" not in problem
+
+
+def test_a_python_database_for_a_gpu_this_machine_lacks_names_it(sqlite_url):
+    import registry
+
+    identity = hostinfo.gpu_identity(H100, "580.65.06", "13.0")
+    db = registry.database({"kind": "cuda", "arch": "sm_90"}, sqlite_url, host_model=identity)
+    assert db.device.name == "cuda-sm_90-h100" and db.device.host_model == identity
+    assert db.target.kind.name == "cuda"
+    if NO_GPU:  # without the GPU and without its name, nothing is guessed
+        with pytest.raises(BadInputError, match="host-model"):
+            registry.database({"kind": "cuda", "arch": "sm_90"}, sqlite_url)

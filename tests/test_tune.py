@@ -302,3 +302,18 @@ def test_a_task_metaschedule_cannot_build_a_space_for_is_tuned_with_its_producer
             [space, *_] = ctx.generate_design_space()
             [timing] = measurer.kernels([module_job(space.mod, target)])
             assert timing.ok, (task.task_name, timing.error)
+
+
+@pytest.mark.tvm
+def test_an_rpc_key_with_no_free_server_is_one_line(sqlite_url, mlp):
+    from tvm.rpc.tracker import Tracker
+
+    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9290, silent=True)
+    try:
+        result = CliRunner().invoke(
+            cli, ["--db", sqlite_url, "tune", str(mlp), "--trials", "4", "--rpc", f"127.0.0.1:{tracker.port}:nokey"]
+        )
+    finally:
+        tracker.terminate()
+    assert result.exit_code != 0 and "no free server of key 'nokey'" in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1

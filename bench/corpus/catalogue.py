@@ -247,4 +247,11 @@ MODELS += [
                 {"input": (1, 512), "state": (2, 1, 128)}, "MIT (silero-vad)", "voice activity: If on the rate, LSTM"),
 ]  # fmt: skip
 
-BY_NAME = {m.name: m for m in MODELS}
+# Models outside the corpus table: the GPU benchmark's second BERT size (make bench-gpu transfers between the two),
+# the architecture of the BERT whose H100 log is in ../shared/data/ms_bert_src_cuda_h100 (4 layers, hidden 256).
+EXTRA: list[CorpusModel] = [
+    _tok("bert-l4-h256", "bert", "BertModel", "BertConfig", 32, 30522,
+         {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}),
+]  # fmt: skip
+
+BY_NAME = {m.name: m for m in MODELS + EXTRA}

@@ -193,6 +193,22 @@ def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
         return interleaved_model_ms(measurer, exes, loaded.inputs, rounds)
 
 
+def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, budget: int = 8) -> dict:
+    """``registry transfer`` of ``name`` (no fallback tuning) over a copy of ``donor``'s plain registry: the search
+    time, kept in the result, and the registry it wrote, which the end-to-end timing compiles with."""
+    from registry.store.store import Store
+    from registry.tvm_side.transfer import TransferOptions, transfer
+
+    db_path = work / f"transfer-{name}-from-{donor}.db"
+    copy_sqlite(work / f"plain-{donor}.db", db_path)
+    print(f"registry transfer {name} (registry of {donor}, {budget} candidates per task)", flush=True)
+    start = time.perf_counter()
+    report = transfer(Store(f"sqlite:///{db_path}"), load(name), target, threads,
+                      TransferOptions(budget=budget, tune_trials=0))  # fmt: skip
+    return {"donor": donor, "seconds": time.perf_counter() - start, "budget": budget, "db": str(db_path),
+            "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
+
+
 def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, default_builder: bool = False) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
@@ -236,6 +252,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
                        default_defaults)  # fmt: skip
         as_users_get_it = {"seconds": run["seconds"], "final_est_us": points[-1][1], "curve": points,
                            "time_to_target_s": time_to(points, target_us)}  # fmt: skip
+    sibling = sibling_transfer(name, donor, work, target, threads)
     e2e = end_to_end(
         loaded,
         target,
@@ -243,8 +260,17 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
             "untuned": ms.database.MemoryDatabase(),
             "plain": RegistryDatabase(target, plain_store, num_threads=threads),
             "registry": RegistryDatabase(target, our_store, num_threads=threads),
+            "transfer": RegistryDatabase(target, Store(f"sqlite:///{sibling['db']}"), num_threads=threads),
         },
     )
+    # Transfer against full tuning: the share of plain tuning's speed-up over the default ("untuned": DLight on a
+    # GPU) that transfer gets, and its search time against plain's.
+    sibling["speedup_share"] = (
+        (e2e["untuned"] / e2e["transfer"] - 1) / (e2e["untuned"] / e2e["plain"] - 1)
+        if (e2e["untuned"] and e2e["plain"] and e2e["transfer"] and e2e["untuned"] > e2e["plain"])
+        else None
+    )
+    sibling["time_share"] = sibling["seconds"] / base["seconds"]
     return {
         "model": name,
         "registry_of": donor,
@@ -263,6 +289,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
         "registry_curve": our_curve,
         "registry_report": ours["report"],
         "plain_default_builder": as_users_get_it,
+        "transfer_from_registry_of": sibling,
     }
 
 
@@ -296,11 +323,20 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _transfer_cell(r: dict, e: dict) -> str:
+    t = r.get("transfer_from_registry_of")
+    if not t or e.get("transfer") is None:
+        return "-"
+    share = f"{t['speedup_share']:.0%}" if t.get("speedup_share") is not None else "-"
+    return f"{e['transfer']:.3f}, {share}, {t['time_share']:.0%}"
+
+
 def table(results: list[dict]) -> str:
     lines = [
         "| model | registry holds | plain: final est. µs (s to reach) | registry tune: s to reach it | ratio "
-        "| ratio within 1% / 2% / 5% | registry tune: total s, final est. µs | e2e ms: untuned / plain / registry |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ratio within 1% / 2% / 5% | registry tune: total s, final est. µs | e2e ms: untuned / plain / registry "
+        "| transfer from it: e2e ms, share of plain's speed-up, share of plain's time |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratio = f"{r['time_ratio']:.2f}" if r["time_ratio"] is not None else "not reached"
@@ -313,12 +349,12 @@ def table(results: list[dict]) -> str:
         if default:  # what a user gets today, with TVM's own LocalBuilder
             lines.append(
                 f"| {r['model']} (plain with TVM's LocalBuilder) | - | {default['final_est_us']:.0f} "
-                f"({default['seconds']:.0f} s run) | - | - | - | - | - |"
+                f"({default['seconds']:.0f} s run) | - | - | - | - | - | - |"
             )
         lines.append(
             f"| {r['model']} | {r['registry_of']} | {r['plain_final_est_us']:.0f} ({r['plain_time_to_target_s']:.0f}) "
             f"| {reach} | {ratio} | {within} | {r['registry_s']:.0f}, {r['registry_final_est_us']:.0f} "
-            f"| {e['untuned']:.3f} / {e['plain']:.3f} / {e['registry']:.3f} |"
+            f"| {e['untuned']:.3f} / {e['plain']:.3f} / {e['registry']:.3f} | {_transfer_cell(r, e)} |"
         )
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from tvm.target import Target
 
+from registry import hostinfo
 from registry.errors import BadInputError, RegistryError
 from registry.measure.calibrate import SAMPLE, Calibration, calibrate
 from registry.measure.pool import WorkerPool
@@ -127,13 +128,9 @@ class Measurer:
                 f"TVM's runtime on {where} runs {desc.threads} thread(s), not {threads}: it reads "
                 f"{THREADS_ENV} once, when it starts" + (" (set it where the RPC server starts)" if self.rpc else "")
             )
-        wanted = self.target.attrs.get("mtriple")
-        triple = desc.details.get("triple")
-        if self.device_type == "cpu" and wanted and triple and str(wanted) != triple:
-            raise BadInputError(
-                f"the target is for {wanted}, but {where} is {triple}: its code cannot run there "
-                f'(give --target with "mtriple": "{triple}", or measure on a matching RPC server)'
-            )
+        problem = target_mismatch(self.target, desc, where)
+        if problem:
+            raise BadInputError(problem)
         return desc
 
     def _request(self, op: str, **fields) -> dict:
@@ -207,6 +204,26 @@ class Measurer:
     def summary(self) -> str:
         where = f"on the RPC servers of {self.rpc.address}" if self.rpc else "here"
         return f"measured {where} ({self.description.model}), {self.dop} at a time"
+
+
+def target_mismatch(target: Target, desc: DeviceDescription, where: str) -> str | None:
+    """Why code built for ``target`` cannot run on the device ``desc`` describes (None: it can): a CPU of another
+    triple, a GPU of another arch."""
+    if desc.kind == "cuda":
+        arch, capability = target.attrs.get("arch"), desc.details.get("compute_version")
+        if arch and capability and str(arch) != hostinfo.cuda_arch(capability):
+            return (
+                f"the target is for {arch}, but the GPU of {where} ({desc.model}) is {hostinfo.cuda_arch(capability)}: "
+                "its kernels cannot run there (--target cuda takes the GPU's arch)"
+            )
+        return None
+    wanted, triple = target.attrs.get("mtriple"), desc.details.get("triple")
+    if wanted and triple and str(wanted) != triple:
+        return (
+            f"the target is for {wanted}, but {where} is {triple}: its code cannot run there "
+            f'(give --target with "mtriple": "{triple}", or measure on a matching RPC server)'
+        )
+    return None
 
 
 def _worker_memory_mb() -> int:
