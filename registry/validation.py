@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,10 +104,11 @@ class Sampler:
     n: int = 0  # tile factors (SamplePerfectTile, SamplePartitionedTile)
     candidates: int = 0  # SampleCategorical
     partition: tuple[int, int] = (0, 1)  # SamplePartitionedTile's (partition_pos, innerpart_factor)
+    # An attribute, not a property: it is asked for every decision of every record a sync or an import reads.
+    is_tile: bool = field(init=False, compare=False)
 
-    @property
-    def is_tile(self) -> bool:
-        return self.kind in (TILE, PARTITIONED_TILE)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_tile", self.kind in (TILE, PARTITIONED_TILE))
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
             raise TraceProblem(f"a decision for instruction {index}, which samples nothing")
         if index in found:
             raise TraceProblem(f"two decisions for instruction {index}")
-        problem = remembered(skeleton.verdicts, (index, value), lambda s=sampler, v=value: _value_problem(s, v))
+        problem = remembered(skeleton.verdicts, index, value, _value_problem, sampler, value)
         if problem:
             raise TraceProblem(f"instruction {index} ({sampler.kind}): {problem}")
         found[index] = value
@@ -217,20 +218,18 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
     return found
 
 
-_UNSEEN = object()
-
-
-def remembered(verdicts: dict, key: tuple, judge) -> str | None:
-    """``judge()``, remembered under ``key`` (whose list values count as tuples); a key that cannot be hashed (nested
-    lists: a malformed decision) is judged every time."""
+def remembered(verdicts: dict, index: int, value: Any, judge: Callable[..., str | None], *args: Any) -> str | None:
+    """``judge(*args)``, remembered under ``(index, value)`` (a list value counts as a tuple); a value that cannot be
+    hashed (nested lists: a malformed decision) is judged every time. Called for every decision of every record a
+    sync or an import reads: the judge and its arguments are passed, not a closure made per call."""
+    key = (index, tuple(value) if type(value) is list else value)
     try:
-        key = (key[0], tuple(key[1]) if type(key[1]) is list else key[1])
-        found = verdicts.get(key, _UNSEEN)
+        return verdicts[key]
+    except KeyError:
+        found = verdicts[key] = judge(*args)
+        return found
     except TypeError:
-        return judge()
-    if found is _UNSEEN:
-        found = verdicts[key] = judge()
-    return found
+        return judge(*args)
 
 
 def _value_problem(sampler: Sampler, value: Any) -> str | None:

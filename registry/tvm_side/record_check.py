@@ -147,9 +147,7 @@ class RecordChecker:
         for index, sampler in item.samplers.items():
             if sampler.is_tile and index not in facts.dependent:
                 value, extent = item.decisions[index], facts.extents.get(index)
-                problem = remembered(
-                    facts.verdicts, (index, value), lambda s=sampler, v=value, e=extent: tile_problem(s, v, e)
-                )
+                problem = remembered(facts.verdicts, index, value, tile_problem, sampler, value, extent)
                 if problem:
                     return f"instruction {index} ({sampler.kind}): {problem}"
         return None
