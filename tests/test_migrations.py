@@ -127,3 +127,23 @@ def test_0003_gives_old_records_an_origin_and_a_trust_and_prefers_measured_ones(
     engine.dispose()
     assert [tuple(r) for r in rows] == [(1, "tvm-log", "imported"), (2, own, "measured")]
     assert tuple(best) == (2, 0, 2)
+
+
+def test_a_writer_waits_for_a_migration_in_progress_instead_of_refusing_its_midway_revision(sqlite_url):
+    """A fresh database another process is migrating shows 0002 for a while (SQLite commits each schema change): a
+    writer that starts then must wait for that migration, not refuse the database as outdated (it did, now and then,
+    in the concurrent-writers test)."""
+    import subprocess
+    import sys
+    import time
+
+    engine = create(sqlite_url)
+    code = f"from registry.store.store import Store; Store({sqlite_url!r}).close()"
+    with schema._migration_lock(engine):  # this process is "migrating"
+        migrate.run_upgrade(engine, "0002")
+        writer = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert writer.poll() is None, writer.communicate()[1]  # waiting for the lock, not refused
+        migrate.run_upgrade(engine)
+    _, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, err

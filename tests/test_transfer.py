@@ -66,7 +66,7 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
     second = transfer_json(db_url, str(sibling))
     assert [t["source"] for t in second["tasks"]] == ["exact"]
     assert second["timings"]["measure_s"] == 0  # nothing left to search for
-    assert second["final_ms"] < second["untuned_ms"] / 3, second
+    assert second["final_ms"] < second["untuned_ms"] / 2, second  # the same schedule: the same gross bound
     with store.read() as s:  # the exact hit wrote nothing
         transferred = s.execute(select(TuningRecord.id).where(TuningRecord.source == "transferred")).scalars()
         assert transferred.all() == [rec.id]

@@ -189,7 +189,10 @@ class Measurer:
 
     def model(self, job: ModelJob, settings: Settings = MODEL) -> Measurement:
         """A compiled model's end-to-end latency, alone."""
-        request = self._request("model", job=job.as_json(), settings=settings.as_json(), cores=None)
+        # On this CPU, cores of its own, as many as its threads: a thread the OS moves between cores runs from a
+        # cold cache (a one-thread model timed unpinned varied by several percent from run to run).
+        cores = self._cores[: max(1, self.threads)] if self.rpc is None and self.device_type == "cpu" else None
+        request = self._request("model", job=job.as_json(), settings=settings.as_json(), cores=cores)
         return _measurement(self.pool.run([request], timeout=MODEL_TIMEOUT_S)[0])
 
     def close(self) -> None:

@@ -40,9 +40,11 @@ def ensure_current(engine: Engine, *, create: bool = True) -> None:
         raise NoRegistryError(
             f"{engine.url.render_as_string(hide_password=True)} holds no registry yet; {NO_REGISTRY_HINT}"
         )
-    if revision is None:
+    if revision != HEAD and create:
+        # Under the lock: another process may have migrated it while this one waited, and a fresh database that
+        # another process is migrating shows its revisions one by one (SQLite commits each schema change), so an
+        # older revision seen without the lock may be a migration in progress, not an outdated registry.
         with _migration_lock(engine):
-            # Another process may have migrated it while this one waited for the lock.
             revision = _revision_of_ours(engine)
             if revision is None:
                 from registry.store.migrate import run_upgrade
