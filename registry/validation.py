@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from registry.store.rows import FAILED_RUN_SECS, RecordIn, canonical_json
 
 # MetaSchedule's stand-ins for a run that failed to build or run: this registry and TVM's validate_database write
@@ -219,17 +221,21 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
 
 
 def remembered(verdicts: dict, index: int, value: Any, judge: Callable[..., str | None], *args: Any) -> str | None:
-    """``judge(*args)``, remembered under ``(index, value)`` (a list value counts as a tuple); a value that cannot be
-    hashed (nested lists: a malformed decision) is judged every time. Called for every decision of every record a
-    sync or an import reads: the judge and its arguments are passed, not a closure made per call."""
-    key = (index, tuple(value) if type(value) is list else value)
+    """``judge(*args)``, remembered under ``index`` and the value's JSON: ``1``, ``true`` and ``1.0`` (equal as
+    Python values, and so one dict key) are judged apart, as the judges' exact type tests tell them apart. A value
+    JSON cannot hold is judged every time. Called for every decision of every record a sync or an import reads: the
+    judge and its arguments are passed, not a closure made per call."""
     try:
-        return verdicts[key]
-    except KeyError:
-        found = verdicts[key] = judge(*args)
-        return found
-    except TypeError:
+        key = (index, orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
         return judge(*args)
+    found = verdicts.get(key, _UNSEEN)
+    if found is _UNSEEN:
+        found = verdicts[key] = judge(*args)
+    return found
+
+
+_UNSEEN = object()
 
 
 def _value_problem(sampler: Sampler, value: Any) -> str | None:

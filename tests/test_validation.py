@@ -200,3 +200,15 @@ def test_store_ingest_refuses_a_batch_with_one_invalid_record_and_writes_nothing
     with pytest.raises(BadInputError, match="1 of 1 records are invalid"):
         store.ingest([], [negative])
     assert rows_of(db_url) == before
+
+
+@pytest.mark.parametrize(
+    "odd", [[[2, [2, 4, 1, 8]], [4, -1], [5, 3.0]], [[2, [2, 4, True, 8]], [4, -1], [5, 3]]], ids=["float", "bool"]
+)
+def test_a_remembered_verdict_is_not_handed_to_a_value_that_only_compares_equal(odd):
+    """A skeleton remembers each (instruction, value) verdict; ``true`` and ``3.0`` equal ``1`` and ``3`` in Python,
+    but they are not integer decisions, and the verdict an honest record earned must not pass them."""
+    skeleton = parse_skeleton(copy.deepcopy(INSTS))
+    assert read_decisions(skeleton, copy.deepcopy(DECISIONS))  # the honest record: verdicts remembered
+    with pytest.raises(TraceProblem, match="not"):
+        read_decisions(skeleton, odd)

@@ -269,11 +269,21 @@ _UNPINNED = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else Non
 
 
 def _pin(request: dict[str, Any]) -> None:
-    """Run on the request's cores; a request without cores (a model, a GPU kernel) gets every core this worker
-    started with again, not the last kernel's slot."""
+    """Run on the request's cores; a request without cores (a GPU kernel, an RPC job) gets every core this worker
+    started with again, not the last kernel's slot. Every thread of the process: affinity is per thread on Linux, and
+    TVM's pool threads, started under an earlier request, would stay on another slot's cores."""
     if _UNPINNED is None:
         return
-    os.sched_setaffinity(0, request.get("cores") or _UNPINNED)
+    cores = request.get("cores") or _UNPINNED
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:
+            pass  # a thread that ended meanwhile
 
 
 def _evaluate(func, dev, settings: dict[str, Any], args) -> list[float]:
@@ -294,6 +304,7 @@ def kernel(request: dict[str, Any]) -> dict[str, Any]:
 
     job, rpc = request["job"], request.get("rpc")
     artifact, rt_mod = job.get("artifact"), None
+    _pin(request)  # before a build too: the slot's cores are this job's, the previous slot may be another's now
     if artifact is None:
         try:
             if rpc is None:  # timed here, in memory: no library to link and load
@@ -305,7 +316,6 @@ def kernel(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
             return {"error": f"build failed: {_last_line(e)}"}
     try:
-        _pin(request)
         with _session(rpc) as remote:
             dev = _device(request.get("device", "cpu"), remote)
             if rt_mod is None:

@@ -62,8 +62,9 @@ def _sqlite_engine(url) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         url,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-        # An in-memory database lives only as long as its one connection.
+        # An in-memory database lives only as long as its one connection, which an import's write-behind thread
+        # (store/write_behind.py) uses too, one statement at a time.
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, **({"check_same_thread": False} if memory else {})},
         **({"poolclass": StaticPool} if memory else {}),
     )
 

@@ -15,6 +15,7 @@ worker's PR_SET_PDEATHSIG fires when the thread that started it ends.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -22,12 +23,24 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+_END = object()
+
+
 def write_behind(batches: Iterable[T], write: Callable[[T], None]) -> None:
-    """``write(batch)`` for every batch of ``batches``, each while the next is produced; raises what either raised."""
+    """``write(batch)`` for every batch of ``batches``, each while the next is produced; raises what either raised.
+    A single batch is written here, in the calling thread: most writes (a tuning record, a small import) are one."""
+    produced = iter(batches)
+    first = next(produced, _END)
+    if first is _END:
+        return
+    second = next(produced, _END)
+    if second is _END:
+        write(first)  # type: ignore[arg-type]
+        return
     with ThreadPoolExecutor(1, thread_name_prefix="registry-write") as writer:
-        pending: Future | None = None
+        pending: Future | None = writer.submit(write, first)
         try:
-            for batch in batches:
+            for batch in itertools.chain([second], produced):
                 if pending is not None:
                     pending.result()  # the previous write is done (or its error is raised here)
                 pending = writer.submit(write, batch)

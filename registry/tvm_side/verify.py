@@ -145,9 +145,11 @@ def _measurer_for(row: DeviceRow, threads: int) -> Measurer | None:
     return measurer
 
 
-def _built(m: Measurement) -> bool:
-    """Whether the record's schedule was made and built (a record that was not is not timed again)."""
-    return m.ok or not (m.error or "").startswith(("build failed: ", "its trace"))
+def _retimable(m: Measurement) -> bool:
+    """Whether a failed or slow screening may be a neighbour's doing, worth timing again alone: not a schedule that
+    was not made or built, nor a crash or a timeout (interference slows kernels down; it does not crash them, nor
+    make one run for a minute, and each retry of those costs a worker or that minute)."""
+    return m.ok or not (m.error or "").startswith(("build failed: ", "its trace", "crashed", "timeout"))
 
 
 class _Verifier:
@@ -193,7 +195,7 @@ class _Verifier:
             for i, c in enumerate(claims)
         }
         timings = self.measurer.screen(list(jobs.values()))
-        self._recheck(claims, timings, {i: j for i, j in jobs.items() if _built(timings[i])})
+        self._recheck(claims, timings, {i: j for i, j in jobs.items() if _retimable(timings[i])})
         self._commit(claims, timings)
 
     def _batch_prebuilt(self, claims: list[Claim]) -> None:
@@ -211,7 +213,7 @@ class _Verifier:
         try:
             for i, m in zip(jobs, self.measurer.screen(list(jobs.values())), strict=True):
                 timings[i] = m
-            self._recheck(claims, timings, jobs)
+            self._recheck(claims, timings, {i: j for i, j in jobs.items() if _retimable(timings[i])})
         finally:
             for b in built:
                 if b.artifact_path:
