@@ -92,7 +92,7 @@ bench-sync: install-dev
 	$(PY) bench/sync_bench.py --logs bench/work/sync_logs --records 1000000 --runs 3
 
 bench-verify: install-dev
-	$(PY) bench/verify_bench.py --logs bench/work/verify_logs
+	$(PY) bench/verify_bench.py --logs bench/work/verify_logs --runs 5
 
 starter: install
 	$(PY) bench/corpus/starter.py
