@@ -220,6 +220,9 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
     return found
 
 
+_UNSEEN = object()
+
+
 def remembered(verdicts: dict, index: int, value: Any, judge: Callable[..., str | None], *args: Any) -> str | None:
     """``judge(*args)``, remembered under ``index`` and the value's JSON: ``1``, ``true`` and ``1.0`` (equal as
     Python values, and so one dict key) are judged apart, as the judges' exact type tests tell them apart. A value
@@ -233,9 +236,6 @@ def remembered(verdicts: dict, index: int, value: Any, judge: Callable[..., str 
     if found is _UNSEEN:
         found = verdicts[key] = judge(*args)
     return found
-
-
-_UNSEEN = object()
 
 
 def _value_problem(sampler: Sampler, value: Any) -> str | None:

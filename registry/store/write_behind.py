@@ -21,8 +21,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
-
-
 _END = object()
 
 
@@ -38,15 +36,13 @@ def write_behind(batches: Iterable[T], write: Callable[[T], None]) -> None:
         write(first)  # type: ignore[arg-type]
         return
     with ThreadPoolExecutor(1, thread_name_prefix="registry-write") as writer:
-        pending: Future | None = writer.submit(write, first)
+        pending: Future = writer.submit(write, first)
         try:
             for batch in itertools.chain([second], produced):
-                if pending is not None:
-                    pending.result()  # the previous write is done (or its error is raised here)
+                pending.result()  # the previous write is done (or its error is raised here)
                 pending = writer.submit(write, batch)
-            if pending is not None:
-                pending.result()
+            pending.result()
         except BaseException:
-            if pending is not None and not pending.done():
+            if not pending.done():
                 pending.exception()  # waits: no statement in flight when the caller rolls back
             raise
