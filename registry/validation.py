@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,14 @@ class Refusals:
 def run_secs_problem(run_secs: Any) -> str | None:
     """None for measured latencies (each above 0 and at most MAX_RUN_SECS) or TVM's failed-run stand-in (an empty
     list counts as failed too: TVM writes null when nothing was measured); else what is wrong."""
+    if type(run_secs) in (list, tuple) and 0 < len(run_secs) <= MAX_RUNS:
+        # The common case, in one pass (every record of an import or a sync comes here): floats above 0 and at
+        # most MAX_RUN_SECS (NaN fails the comparison). Anything else takes the full checks below.
+        for s in run_secs:
+            if type(s) is not float or not 0.0 < s <= MAX_RUN_SECS:
+                break
+        else:
+            return None
     if not isinstance(run_secs, (list, tuple)):
         return f"run_secs {_short(run_secs)} is not a list of latencies"
     if len(run_secs) > MAX_RUNS:
@@ -198,44 +206,42 @@ def read_decisions(skeleton: Skeleton, decisions: Any) -> dict[int, Any]:
     as far as the instructions alone tell (see tile_problem for what the loop extents add)."""
     if not isinstance(decisions, list):
         raise TraceProblem("its decisions are not a list")
+    # Runs for every decision of every record an import or a sync reads, so verdicts are remembered per instruction
+    # and value, keyed by the value's JSON: ``1``, ``true`` and ``1.0`` (equal as Python values, and so one dict key)
+    # are judged apart, as the judges' exact type tests tell them apart; a value JSON cannot hold is judged every
+    # time. An index that has a sampler is in range, so the range is tested only to say what is wrong.
+    samplers, verdicts = skeleton.samplers, skeleton.verdicts
     found: dict[int, Any] = {}
     for entry in decisions:
         if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is int):  # type(): not bool either
             raise TraceProblem(f"decision {_short(entry)} is not [instruction index, value]")
         index, value = entry
-        if not 0 <= index < skeleton.n_insts:
-            raise TraceProblem(f"a decision for instruction {index}, but the trace has {skeleton.n_insts}")
-        sampler = skeleton.samplers.get(index)
+        sampler = samplers.get(index)
         if sampler is None:
+            if not 0 <= index < skeleton.n_insts:
+                raise TraceProblem(f"a decision for instruction {index}, but the trace has {skeleton.n_insts}")
             raise TraceProblem(f"a decision for instruction {index}, which samples nothing")
         if index in found:
             raise TraceProblem(f"two decisions for instruction {index}")
-        problem = remembered(skeleton.verdicts, index, value, _value_problem, sampler, value)
+        try:
+            key = (index, orjson.dumps(value))
+        except (TypeError, orjson.JSONEncodeError):
+            problem = _value_problem(sampler, value)
+        else:
+            problem = verdicts.get(key, UNSEEN)
+            if problem is UNSEEN:
+                problem = verdicts[key] = _value_problem(sampler, value)
         if problem:
             raise TraceProblem(f"instruction {index} ({sampler.kind}): {problem}")
         found[index] = value
-    missing = [i for i in skeleton.samplers if i not in found]
-    if missing:
-        raise TraceProblem(f"instruction {missing[0]} ({skeleton.samplers[missing[0]].kind}) has no decision")
+    if len(found) != len(samplers):  # every key of found is a sampler's
+        missing = next(i for i in samplers if i not in found)
+        raise TraceProblem(f"instruction {missing} ({samplers[missing].kind}) has no decision")
     return found
 
 
-_UNSEEN = object()
-
-
-def remembered(verdicts: dict, index: int, value: Any, judge: Callable[..., str | None], *args: Any) -> str | None:
-    """``judge(*args)``, remembered under ``index`` and the value's JSON: ``1``, ``true`` and ``1.0`` (equal as
-    Python values, and so one dict key) are judged apart, as the judges' exact type tests tell them apart. A value
-    JSON cannot hold is judged every time. Called for every decision of every record a sync or an import reads: the
-    judge and its arguments are passed, not a closure made per call."""
-    try:
-        key = (index, orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):
-        return judge(*args)
-    found = verdicts.get(key, _UNSEEN)
-    if found is _UNSEEN:
-        found = verdicts[key] = judge(*args)
-    return found
+# A verdict not known yet (a remembered verdict may be None: nothing wrong).
+UNSEEN = object()
 
 
 def _value_problem(sampler: Sampler, value: Any) -> str | None:
@@ -297,6 +303,8 @@ class SkeletonCache:
 
 
 def trace_parts(trace: Any) -> tuple[Any, Any]:
+    if type(trace) is list and len(trace) == 2 and type(trace[0]) is list and type(trace[1]) is list:
+        return trace[0], trace[1]  # what JSON parsing gives, without the general tests below
     if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(p, list) for p in trace)):
         raise TraceProblem("a trace must be [instructions, decisions]")
     return trace[0], trace[1]

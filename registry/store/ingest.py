@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import zlib
@@ -152,6 +153,20 @@ def registry_id(conn: Connection) -> str:
     return found
 
 
+# A record's row, in this order (the COPY's columns); ``created_at`` is left to the database for records measured
+# now (a write's records either all carry their time or none does).
+ROW_COLUMNS = (
+    "workload_id", "device_id", "trace_hash", "skeleton_id", "decisions_json", "run_secs_json", "mean_s", "ok",
+    "source", "donor_record_id", "team", "model", "host", "tvm_version", "tool_version", "origin", "trust",
+    "created_at",
+)  # fmt: skip
+# Their PostgreSQL types, for a binary COPY (which has psycopg's C dumpers write them, and PostgreSQL parse none).
+_COPY_TYPES = (
+    "int8", "int4", "text", "int8", "text", "text", "float8", "bool", "text", "int8", "text", "text", "text", "text",
+    "text", "text", "text", "timestamptz",
+)  # fmt: skip
+
+
 def insert_records(
     conn: Connection,
     records: Sequence[RecordIn],
@@ -164,8 +179,10 @@ def insert_records(
     timed = bool(records) and records[0].created_at is not None
     if any((r.created_at is not None) != timed for r in records):
         raise ValueError("records of one write either all carry their measurement time or none does")
-    rows: dict[tuple[int, int, str, str], dict[str, Any]] = {}
-    for r in records:
+    traces = [split_trace(r) for r in records]
+    skeleton_ids = _skeleton_ids(conn, {insts for insts, _ in traces})
+    rows: dict[tuple[int, int, str, str], tuple] = {}
+    for r, (insts, decisions) in zip(records, traces, strict=True):
         if r.source not in SOURCES:
             raise BadInputError(f"unknown record source {r.source!r}; expected one of {', '.join(SOURCES)}")
         trust = r.trust_level
@@ -175,43 +192,25 @@ def insert_records(
             wid = workload_ids_[r.workload]
         except KeyError:
             raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
-        insts, decisions = split_trace(r)
         did = device_ids[r.device.key]
         origin = r.origin or here
         # A record measured here, away and back, is this registry's own measurement again.
         trust = "measured" if origin == here and trust == "imported" else trust
         key = (wid, did, trace_hash(f"[{insts},{decisions}]"), origin)  # the canonical JSON of the whole trace
-        row = rows.setdefault(
-            key,
-            dict(
-                workload_id=wid,
-                device_id=did,
-                trace_hash=key[2],
-                skeleton_id=insts,  # resolved to an id below
-                decisions_json=decisions,
-                run_secs_json=orjson.dumps(r.run_secs).decode(),
-                mean_s=r.mean_s,
-                ok=r.ok,
-                source=r.source,
-                donor_record_id=r.donor_record_id,
-                team=r.team,
-                model=r.model,
-                host=r.host,
-                tvm_version=r.device.tvm_version,
-                tool_version=r.tool_version,
-                origin=origin,
-                trust=trust,
-            ),
-        )
-        if timed:
-            row["created_at"] = r.created_at
+        if key in rows:
+            continue
+        row = (
+            wid, did, key[2], skeleton_ids[insts], decisions, orjson.dumps(r.run_secs).decode(), r.mean_s, r.ok,
+            r.source, r.donor_record_id, r.team, r.model, r.host, r.device.tvm_version, r.tool_version, origin, trust,
+        )  # fmt: skip
+        rows[key] = (*row, _utc(r.created_at)) if timed else row
     result.records_present += len(records) - len(rows)
-    _resolve_skeletons(conn, rows.values())
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
+    columns = ROW_COLUMNS if timed else ROW_COLUMNS[:-1]
     best: dict[tuple[int, int], dict[str, Any]] = {}
-    for chunk, new in _insert_new(conn, ordered):
+    for chunk, new in _insert_new(conn, columns, ordered):
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
         for rid, wid, did, mean_s, trust in new:
@@ -227,6 +226,12 @@ def insert_records(
     merge_best(conn, [best[k] for k in sorted(best)])
 
 
+def _utc(at: dt.datetime) -> dt.datetime:
+    """A measurement time in UTC. One without a zone is UTC already (SQLite's CURRENT_TIMESTAMP, and what SQLAlchemy
+    reads back from SQLite), not whatever zone a PostgreSQL session is set to; SQLite keeps the time without it."""
+    return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at.astimezone(dt.timezone.utc)
+
+
 # At least this many rows go through COPY on PostgreSQL: one round trip, no SQL text to build and parse per row
 # (psycopg's parsing of a 1000-row INSERT ... VALUES took most of the time of a sync).
 COPY_ROWS = 2000
@@ -239,33 +244,35 @@ _RETURNING = (
 )
 
 
-def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> Iterator[tuple[Sequence[dict[str, Any]], list]]:
-    """Insert the rows not present yet, in batches: each batch, with (id, workload, device, mean, trust) of the rows
-    of it that were inserted."""
+def _insert_new(conn: Connection, columns: Sequence[str], rows: list[tuple]) -> Iterator[tuple[Sequence[tuple], list]]:
+    """Insert the rows (values of ``columns``) not present yet, in batches: each batch, with (id, workload, device,
+    mean, trust) of the rows of it that were inserted."""
     if conn.dialect.name == "postgresql" and len(rows) >= COPY_ROWS:
-        yield rows, _copy_new(conn, rows)
+        yield rows, _copy_new(conn, columns, rows)
         return
     stmt = insert(conn, TuningRecord).on_conflict_do_nothing(
         index_elements=["workload_id", "device_id", "trace_hash", "origin"]
     )
     for chunk in _chunks(rows):
-        yield chunk, [tuple(r) for r in conn.execute(stmt.returning(*_RETURNING), chunk).all()]
+        params = [dict(zip(columns, row, strict=True)) for row in chunk]
+        yield chunk, [tuple(r) for r in conn.execute(stmt.returning(*_RETURNING), params).all()]
 
 
-def _copy_new(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[tuple]:
-    """PostgreSQL: COPY into a temporary table of this transaction, then one INSERT ... SELECT ... ON CONFLICT."""
-    cols = list(rows[0])
-    names = ", ".join(cols)
+def _copy_new(conn: Connection, columns: Sequence[str], rows: Sequence[tuple]) -> list[tuple]:
+    """PostgreSQL: a binary COPY into a temporary table of this transaction, then one INSERT ... SELECT ... ON
+    CONFLICT."""
+    names = ", ".join(columns)
     raw = conn.connection.driver_connection  # the psycopg connection, inside this transaction
     with raw.cursor() as cur:
         cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS incoming_record ON COMMIT DROP AS SELECT {names} FROM tuning_record "
-            "WITH NO DATA"
+            f"CREATE TEMP TABLE IF NOT EXISTS incoming_record ON COMMIT DROP AS SELECT {', '.join(ROW_COLUMNS)} "
+            "FROM tuning_record WITH NO DATA"
         )
         cur.execute("TRUNCATE incoming_record")
-        with cur.copy(f"COPY incoming_record ({names}) FROM STDIN") as copy:
-            for r in rows:
-                copy.write_row([r[c] for c in cols])
+        with cur.copy(f"COPY incoming_record ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_COPY_TYPES[: len(columns)])
+            for row in rows:
+                copy.write_row(row)
         cur.execute(
             f"INSERT INTO tuning_record ({names}) SELECT {names} FROM incoming_record"
             " ORDER BY workload_id, device_id, trace_hash, origin"  # lock order, as for the INSERTs above
@@ -275,10 +282,9 @@ def _copy_new(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[tuple]:
         return cur.fetchall()
 
 
-def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
-    """Replace each row's instructions JSON by the id of its (possibly new) skeleton."""
-    rows = list(rows)
-    by_hash = {trace_hash(text): text for text in {r["skeleton_id"] for r in rows}}
+def _skeleton_ids(conn: Connection, texts: set[str]) -> dict[str, int]:
+    """Ids of these instruction lists (canonical JSON), adding the ones not stored yet."""
+    by_hash = {trace_hash(text): text for text in texts}
     new = [dict(hash=h, insts_json_z=zlib.compress(t.encode())) for h, t in sorted(by_hash.items())]
     if new:
         conn.execute(insert(conn, TraceSkeleton).on_conflict_do_nothing(index_elements=["hash"]), new)
@@ -286,8 +292,7 @@ def _resolve_skeletons(conn: Connection, rows: Iterable[dict[str, Any]]) -> None
     for chunk in _chunks(sorted(by_hash), 400):
         found = conn.execute(select(TraceSkeleton.hash, TraceSkeleton.id).where(TraceSkeleton.hash.in_(chunk)))
         ids.update({by_hash[h]: sid for h, sid in found})
-    for r in rows:
-        r["skeleton_id"] = ids[r["skeleton_id"]]
+    return ids
 
 
 def merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from registry.store.rows import RecordIn, canonical_json
 from registry.tvm_side.replay_pool import Job, ReplayPool, shared_pool
-from registry.validation import Problem, SkeletonCache, read_record, remembered, tile_problem
+from registry.validation import UNSEEN, Problem, SkeletonCache, read_record, tile_problem
 
 MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
 
@@ -37,6 +37,9 @@ class _Facts:
     extents: dict[int, int | None]
     dependent: frozenset[int]
     verdicts: dict = field(default_factory=dict)  # (instruction, tile sizes) -> tile_problem, remembered
+    # per instruction list: its tiles these extents settle as (index, sampler, extent), and whether it has a
+    # decision they depend on (its records are replayed one by one)
+    plans: dict[str, tuple[tuple, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class _Applies:
     failures: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     index: int
     record: RecordIn
@@ -90,7 +93,7 @@ class RecordChecker:
         prefix = self._prefix_json.get(insts_json)
         if prefix is None:
             prefix = self._prefix_json[insts_json] = canonical_json(record.trace[0][: skeleton.prefix])
-        locations = tuple(decisions[i] for i in skeleton.locations)  # checked integers: a key as they are
+        locations = tuple([decisions[i] for i in skeleton.locations])  # checked integers: a key as they are
         return _Item(
             i,
             record,
@@ -111,7 +114,9 @@ class RecordChecker:
         waiting = []
         for item in todo:
             facts = self._facts.get(item.facts_key)
-            applies = self._applies.setdefault(item.applies_key, _Applies())
+            applies = self._applies.get(item.applies_key)
+            if applies is None:
+                applies = self._applies[item.applies_key] = _Applies()
             if isinstance(facts, str):
                 reasons[item.index] = Problem(facts)
                 continue
@@ -142,18 +147,33 @@ class RecordChecker:
     def _job(self, item: _Item, facts: bool) -> Job:
         return Job(f"{item.record.workload[0]}:{item.record.workload[1]}", item.mod_json, item.record.trace, facts)
 
+    def _plan(self, item: _Item, facts: _Facts) -> tuple[tuple, bool]:
+        insts_json = item.applies_key[1]
+        plan = facts.plans.get(insts_json)
+        if plan is None:
+            tiles = tuple(
+                (index, sampler, facts.extents.get(index))
+                for index, sampler in item.samplers.items()
+                if sampler.is_tile and index not in facts.dependent
+            )
+            plan = facts.plans[insts_json] = (tiles, not facts.dependent.isdisjoint(item.samplers))
+        return plan
+
     def _against(self, item: _Item, facts: _Facts) -> str | None:
         """What the known extents say about the item's tiles (None: nothing wrong, or nothing they can tell)."""
-        for index, sampler in item.samplers.items():
-            if sampler.is_tile and index not in facts.dependent:
-                value, extent = item.decisions[index], facts.extents.get(index)
-                problem = remembered(facts.verdicts, index, value, tile_problem, sampler, value, extent)
-                if problem:
-                    return f"instruction {index} ({sampler.kind}): {problem}"
+        verdicts, decisions = facts.verdicts, item.decisions
+        for index, sampler, extent in self._plan(item, facts)[0]:
+            value = decisions[index]
+            key = (index, tuple(value))  # a list of ints (read_decisions checked): its tuple tells it apart
+            problem = verdicts.get(key, UNSEEN)
+            if problem is UNSEEN:
+                problem = verdicts[key] = tile_problem(sampler, value, extent)
+            if problem:
+                return f"instruction {index} ({sampler.kind}): {problem}"
         return None
 
     def _needs_replay(self, item: _Item, facts: _Facts) -> bool:
-        return any(index in facts.dependent for index in item.samplers)
+        return self._plan(item, facts)[1]
 
     def _settle(self, job: Job, items: list[_Item], role: str, reply: dict, reasons: list[Problem | None]) -> None:
         item = items[0]
