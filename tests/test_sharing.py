@@ -233,3 +233,30 @@ def test_sync_between_schema_revisions_is_refused(team_a, tmp_path):
     before = rows_of(old)
     assert "registry db upgrade" in refused("sync", team_a, old)
     assert rows_of(old) == before
+
+
+def test_sqlite_hands_over_the_records_the_generic_read_does(team_a, monkeypatch):
+    """A SQLite source is read a chunk at a time as one JSON aggregate (exchange._sqlite_chunks); what it hands over,
+    donors and times included, is what the row-by-row read of any other database gives."""
+    from sqlalchemy import text
+
+    from registry.store import exchange
+    from registry.store.values import ExchangeFilters
+
+    store = Store(team_a)
+    with store.engine.begin() as conn:  # some records transferred from the first one
+        conn.execute(
+            text("UPDATE tuning_record SET donor_record_id = (SELECT min(id) FROM tuning_record) WHERE id % 3 = 0")
+        )
+
+    def read_all() -> list:
+        with store.read_exchange(ExchangeFilters(), after_id=1) as ex:
+            return [r for chunk in ex.records() for r in chunk]
+
+    monkeypatch.setattr(exchange, "CHUNK", 3)  # several chunks
+    by_json = read_all()
+    monkeypatch.setattr(exchange, "_sqlite_chunks", exchange._row_chunks)
+    by_rows = read_all()
+    store.close()
+    assert by_json == by_rows
+    assert len(by_json) > 3 and any(r.donor for r in by_json) and all(r.created_at.year > 2000 for r in by_json)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, inspect, select
+from sqlalchemy import event, func, inspect, select
 
 from registry import testing
 from registry.errors import BadInputError, UnknownDeviceError
@@ -144,3 +144,35 @@ def test_a_bulk_write_is_the_same_whichever_way_it_goes_in(store):
         )
         trust = set(conn.execute(select(TuningRecord.trust).distinct()).scalars())
     assert best == fastest and len(best) == n_workloads and trust == {"measured"}
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["insert", "copy"])
+def test_a_measurement_time_is_kept_and_one_without_a_zone_is_utc(store, bulk):
+    """Records that travelled keep their time, whichever way they go in (PostgreSQL takes COPY past COPY_ROWS). A
+    time without a zone is UTC, as SQLite writes it, whatever zone the server's session is set to."""
+    import dataclasses
+    import datetime as dt
+
+    from registry.store import ingest
+
+    dev, per = testing.device(), ingest.COPY_ROWS if bulk else 3
+    naive = dt.datetime(2026, 1, 2, 3, 4, 5, 678000)
+    in_utc = naive.replace(tzinfo=dt.timezone.utc)
+    with_zone = dt.datetime(2026, 1, 2, 6, 4, 5, 678000, tzinfo=dt.timezone(dt.timedelta(hours=3)))  # 03:04 UTC
+    records = [
+        dataclasses.replace(testing.record(0, j, dev), created_at=naive if j % 2 else with_zone) for j in range(per)
+    ]
+    if store.engine.dialect.name == "postgresql":  # sessions in another zone: a naive time must not be read in it
+
+        @event.listens_for(store.engine, "connect")
+        def tokyo(dbapi_connection, _record):
+            with dbapi_connection.cursor() as cur:
+                cur.execute("SET TIME ZONE 'Asia/Tokyo'")
+            dbapi_connection.commit()
+
+        store.engine.dispose()
+    store.ingest([testing.workload(0)], records)
+    with store.read() as s:
+        times = set(s.execute(select(TuningRecord.created_at)).scalars())
+    # SQLite gives its times back without a zone (UTC); PostgreSQL with one
+    assert {t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc) for t in times} == {in_utc}
