@@ -9,7 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from click.testing import CliRunner
 from registry.cli.main import cli
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from registry.errors import SchemaOutdatedError
 from registry.store import migrate, schema
@@ -79,11 +79,11 @@ def test_a_database_of_another_application_is_refused(sqlite_url):
     assert result.exit_code == 1 and "not a registry" in result.output
 
 
-def test_0003_gives_old_records_an_origin_and_a_trust_and_prefers_measured_ones(db_url):
-    """A registry written before provenance: imported records become "imported" from "tvm-log", the rest
-    "measured" here; a pair whose best was an imported record now prefers its measured one."""
+def _old_registry(db_url: str, revision: str, records: list[dict], best: dict) -> None:
+    """A registry at ``revision`` holding one device, workload and instruction list, ``records`` (tuning_record
+    columns past the shared ones) and one best_record row."""
     engine = create(db_url)
-    migrate.run_upgrade(engine, "0002")
+    migrate.run_upgrade(engine, revision)
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -100,22 +100,30 @@ def test_0003_gives_old_records_an_origin_and_a_trust_and_prefers_measured_ones(
             {"z": b"x"},
         )
         conn.execute(text("INSERT INTO trace_skeleton (id, hash, insts_json_z) VALUES (1, 'h', :z)"), {"z": b"x"})
-        for rid, source, mean in ((1, "imported", 1e-6), (2, "tuned", 2e-6)):
+        for record in records:
+            names = ", ".join(record)
+            values = ", ".join(f":{k}" for k in record)
             conn.execute(
                 text(
-                    "INSERT INTO tuning_record (id, workload_id, device_id, trace_hash, skeleton_id, decisions_json,"
-                    " run_secs_json, mean_s, ok, source, tvm_version, tool_version)"
-                    " VALUES (:id, 1, 1, :h, 1, '[]', '[]', :m, true, :s, '0.27.0', 't')"
+                    "INSERT INTO tuning_record (workload_id, device_id, skeleton_id, decisions_json, run_secs_json,"
+                    f" ok, tvm_version, tool_version, {names}) VALUES (1, 1, 1, '[]', '[]', true, '0.27.0', 't',"
+                    f" {values})"
                 ),
-                {"id": rid, "h": f"h{rid}", "m": mean, "s": source},
+                record,
             )
-        conn.execute(
-            text(
-                "INSERT INTO best_record (workload_id, device_id, record_id, mean_s, n_records)"
-                " VALUES (1, 1, 1, 1e-6, 2)"
-            )
-        )
+        names, values = ", ".join(best), ", ".join(f":{k}" for k in best)
+        conn.execute(text(f"INSERT INTO best_record (workload_id, device_id, {names}) VALUES (1, 1, {values})"), best)
     engine.dispose()
+
+
+def test_0003_gives_old_records_an_origin_and_a_trust_and_prefers_measured_ones(db_url):
+    """A registry written before provenance: imported records become "imported" from "tvm-log", the rest
+    "measured" here; a pair whose best was an imported record now prefers its measured one."""
+    records = [
+        dict(id=rid, trace_hash=f"h{rid}", mean_s=mean, source=source)
+        for rid, source, mean in ((1, "imported", 1e-6), (2, "tuned", 2e-6))
+    ]
+    _old_registry(db_url, "0002", records, dict(record_id=1, mean_s=1e-6, n_records=2))
     with pytest.raises(SchemaOutdatedError):
         Store(db_url)
     engine = create(db_url)
@@ -147,3 +155,23 @@ def test_a_writer_waits_for_a_migration_in_progress_instead_of_refusing_its_midw
         migrate.run_upgrade(engine)
     _, err = writer.communicate(timeout=120)
     assert writer.returncode == 0, err
+
+
+def test_0004_drops_the_records_foreign_keys_and_keeps_every_row(db_url):
+    """The records, their donors and the best records are as they were; only the per-row reference checks go (on
+    SQLite the table is copied, and its old copy's drop must not cascade to the best records)."""
+    records = [
+        dict(id=1, trace_hash="h1", mean_s=1e-6, source="tuned", origin="here", trust="measured"),
+        dict(id=2, trace_hash="h2", mean_s=2e-6, source="transfer", origin="here", trust="measured", donor_record_id=1),
+    ]
+    _old_registry(db_url, "0003", records, dict(record_id=1, mean_s=1e-6, n_records=2, tier=0))
+    engine = create(db_url)
+    with engine.connect() as conn:
+        before = [conn.execute(text(f"SELECT * FROM {t} ORDER BY 1")).all() for t in ("tuning_record", "best_record")]
+    migrate.run_upgrade(engine)
+    with engine.connect() as conn:
+        after = [conn.execute(text(f"SELECT * FROM {t} ORDER BY 1")).all() for t in ("tuning_record", "best_record")]
+        assert inspect(conn).get_foreign_keys("tuning_record") == []
+        assert schema.current_revision(conn) == schema.HEAD
+    engine.dispose()
+    assert after == before and len(after[0]) == 2 and len(after[1]) == 1

@@ -62,7 +62,7 @@ def test_deleting_a_workload_and_rebuilding_keeps_the_ids_right(store):
     with store.read() as s:
         victim = s.execute(select(Workload.id).where(Workload.shash == testing.workload(7).shash)).scalar()
     with store.engine.begin() as conn:
-        conn.execute(delete(Workload).where(Workload.id == victim))  # records and best records cascade
+        conn.execute(delete(Workload).where(Workload.id == victim))  # its best records cascade
     assert not index.status().in_sync
     loaded = index.load()  # rebuilt because the manifest no longer matches SQL
     assert index.status().in_sync
