@@ -7,6 +7,7 @@ import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -167,50 +168,72 @@ _COPY_TYPES = (
 )  # fmt: skip
 
 
-def insert_records(
-    conn: Connection,
-    records: Sequence[RecordIn],
-    workload_ids_: dict[tuple[str, str], int],
-    device_ids: dict[str, int],
-    result: IngestResult,
-) -> None:
-    """Insert the records not present yet and keep ``best_record`` current for their (workload, device) pairs."""
-    here = registry_id(conn)
+@dataclass(slots=True)
+class PreparedRecords:
+    """A batch of records made rows, but for the ids only the write's transaction knows: ``prepare_records`` runs in
+    the thread that reads and checks (an import or a sync), ``insert_records`` in the one that writes behind it,
+    which then only looks ids up and talks to the database (store/write_behind.py)."""
+
+    # ROW_COLUMNS' values, unique and in key order, with the workload's (shash, module_equality), the device's key
+    # and the instructions' JSON where their ids go
+    rows: list[tuple]
+    devices: dict[str, DeviceSpec]
+    workloads: set[tuple[str, str]]
+    timed: bool  # the rows end with their created_at
+    repeated: int  # records of the batch that repeat one before them
+
+
+def prepare_records(records: Sequence[RecordIn], here: str) -> PreparedRecords:
+    """``records`` as rows; ``here``: this registry's id, the origin of records measured here."""
     timed = bool(records) and records[0].created_at is not None
     if any((r.created_at is not None) != timed for r in records):
         raise ValueError("records of one write either all carry their measurement time or none does")
-    traces = [split_trace(r) for r in records]
-    skeleton_ids = _skeleton_ids(conn, {insts for insts, _ in traces})
-    rows: dict[tuple[int, int, str, str], tuple] = {}
-    for r, (insts, decisions) in zip(records, traces, strict=True):
+    rows: dict[tuple[tuple[str, str], str, str, str], tuple] = {}
+    devices: dict[str, DeviceSpec] = {}
+    for r in records:
         if r.source not in SOURCES:
             raise BadInputError(f"unknown record source {r.source!r}; expected one of {', '.join(SOURCES)}")
         trust = r.trust_level
         if trust not in TRUST_LEVELS:
             raise BadInputError(f"unknown trust level {trust!r}; expected one of {', '.join(TRUST_LEVELS)}")
-        try:
-            wid = workload_ids_[r.workload]
-        except KeyError:
-            raise BadInputError(f"record refers to workload {r.workload[0]}, which is not in the registry") from None
-        did = device_ids[r.device.key]
+        insts, decisions = split_trace(r)
+        device = devices.setdefault(r.device.key, r.device)
         origin = r.origin or here
         # A record measured here, away and back, is this registry's own measurement again.
         trust = "measured" if origin == here and trust == "imported" else trust
-        key = (wid, did, trace_hash(f"[{insts},{decisions}]"), origin)  # the canonical JSON of the whole trace
+        # the canonical JSON of the whole trace
+        key = (r.workload, device.key, trace_hash(f"[{insts},{decisions}]"), origin)
         if key in rows:
             continue
         row = (
-            wid, did, key[2], skeleton_ids[insts], decisions, orjson.dumps(r.run_secs).decode(), r.mean_s, r.ok,
-            r.source, r.donor_record_id, r.team, r.model, r.host, r.device.tvm_version, r.tool_version, origin, trust,
+            r.workload, device.key, key[2], insts, decisions, orjson.dumps(r.run_secs).decode(), r.mean_s, r.ok,
+            r.source, r.donor_record_id, r.team, r.model, r.host, device.tvm_version, r.tool_version, origin, trust,
         )  # fmt: skip
         rows[key] = (*row, _utc(r.created_at)) if timed else row
-    result.records_present += len(records) - len(rows)
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
-    columns = ROW_COLUMNS if timed else ROW_COLUMNS[:-1]
+    return PreparedRecords(ordered, devices, {k[0] for k in rows}, timed, len(records) - len(rows))
+
+
+def insert_records(
+    conn: Connection,
+    batch: PreparedRecords,
+    workload_ids_: dict[tuple[str, str], int],
+    device_ids: dict[str, int],
+    result: IngestResult,
+) -> None:
+    """Insert the batch's records not present yet and keep ``best_record`` current for their (workload, device)
+    pairs. ``workload_ids_`` and ``device_ids`` hold the batch's workloads and devices."""
+    unknown = batch.workloads - workload_ids_.keys()
+    if unknown:
+        raise BadInputError(f"record refers to workload {min(unknown)[0]}, which is not in the registry")
+    skeleton_ids = _skeleton_ids(conn, {row[3] for row in batch.rows})
+    rows = [(workload_ids_[row[0]], device_ids[row[1]], row[2], skeleton_ids[row[3]]) + row[4:] for row in batch.rows]
+    result.records_present += batch.repeated
+    columns = ROW_COLUMNS if batch.timed else ROW_COLUMNS[:-1]
     best: dict[tuple[int, int], dict[str, Any]] = {}
-    for chunk, new in _insert_new(conn, columns, ordered):
+    for chunk, new in _insert_new(conn, columns, rows):
         result.records_new += len(new)
         result.records_present += len(chunk) - len(new)
         for rid, wid, did, mean_s, trust in new:

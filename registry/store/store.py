@@ -131,19 +131,20 @@ class Store:
 
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()
+            here = ingest.registry_id(conn)
             wl_ids = ingest.upsert_workloads(conn, workloads, result)
             device_ids: dict[str, int] = {}
 
-            def write_batch(records: Sequence[RecordIn]) -> None:
-                new_devices = {r.device.key: r.device for r in records if r.device.key not in device_ids}
-                device_ids.update(ingest.upsert_devices(conn, new_devices.values()))
-                missing = {r.workload for r in records} - wl_ids.keys()
+            def write_batch(batch: ingest.PreparedRecords) -> None:
+                new_devices = [spec for key, spec in batch.devices.items() if key not in device_ids]
+                device_ids.update(ingest.upsert_devices(conn, new_devices))
+                missing = batch.workloads - wl_ids.keys()
                 if missing:
                     wl_ids.update(ingest.workload_ids(conn, list(missing)))
-                ingest.insert_records(conn, records, wl_ids, device_ids, result)
+                ingest.insert_records(conn, batch, wl_ids, device_ids, result)
 
-            # Each batch is stored while the next is read and checked (a third of a sync's time, before).
-            write_behind(batches(), write_batch)
+            # Each batch is stored while the next is read, checked and made rows (a third of a sync's time, before).
+            write_behind((ingest.prepare_records(records, here) for records in batches()), write_batch)
             if extras is not None:
                 from registry.store.exchange import write_extras
 
