@@ -168,8 +168,8 @@ def _sqlite_chunks(conn: Connection, stmt: Select) -> Iterator[list[list[Any]]]:
     those re-acquisitions waits for it to let go: a third of a 200,000-record sync was spent there. One aggregate
     row per chunk steps once, and SQLite builds it with the GIL released."""
     chunk = stmt.where(TuningRecord.id > bindparam("after")).limit(CHUNK).subquery()
-    cols = list(chunk.c)
-    agg = select(func.json_group_array(func.json_array(*cols)), func.max(chunk.c[0]))
+    agg = select(func.json_group_array(func.json_array(*chunk.c)), func.max(chunk.c.id))
+    created = chunk.c.keys().index("created_at")  # stored as text
     after = 0
     while True:
         text, last = conn.execute(agg, {"after": after}).one()
@@ -178,7 +178,7 @@ def _sqlite_chunks(conn: Connection, stmt: Select) -> Iterator[list[list[Any]]]:
         rows = orjson.loads(text)
         rows.sort(key=itemgetter(0))  # an aggregate's input order is not promised
         for row in rows:
-            row[12] = dt.datetime.fromisoformat(row[12])  # created_at, stored as text
+            row[created] = dt.datetime.fromisoformat(row[created])
         yield rows
         after = last
 

@@ -154,18 +154,16 @@ def registry_id(conn: Connection) -> str:
     return found
 
 
-# A record's row, in this order (the COPY's columns); ``created_at`` is left to the database for records measured
-# now (a write's records either all carry their time or none does).
-ROW_COLUMNS = (
-    "workload_id", "device_id", "trace_hash", "skeleton_id", "decisions_json", "run_secs_json", "mean_s", "ok",
-    "source", "donor_record_id", "team", "model", "host", "tvm_version", "tool_version", "origin", "trust",
-    "created_at",
-)  # fmt: skip
-# Their PostgreSQL types, for a binary COPY (which has psycopg's C dumpers write them, and PostgreSQL parse none).
-_COPY_TYPES = (
-    "int8", "int4", "text", "int8", "text", "text", "float8", "bool", "text", "int8", "text", "text", "text", "text",
-    "text", "text", "text", "timestamptz",
-)  # fmt: skip
+# A record's row: its columns in this order (the COPY's), each with its PostgreSQL type for a binary COPY (which has
+# psycopg's C dumpers write them, and PostgreSQL parse none). ``created_at`` is left to the database for records
+# measured now (a write's records either all carry their time or none does).
+_ROW_TYPES = {
+    "workload_id": "int8", "device_id": "int4", "trace_hash": "text", "skeleton_id": "int8", "decisions_json": "text",
+    "run_secs_json": "text", "mean_s": "float8", "ok": "bool", "source": "text", "donor_record_id": "int8",
+    "team": "text", "model": "text", "host": "text", "tvm_version": "text", "tool_version": "text", "origin": "text",
+    "trust": "text", "created_at": "timestamptz",
+}  # fmt: skip
+ROW_COLUMNS = tuple(_ROW_TYPES)
 
 
 @dataclass(slots=True)
@@ -293,7 +291,7 @@ def _copy_new(conn: Connection, columns: Sequence[str], rows: Sequence[tuple]) -
         )
         cur.execute("TRUNCATE incoming_record")
         with cur.copy(f"COPY incoming_record ({names}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_COPY_TYPES[: len(columns)])
+            copy.set_types([_ROW_TYPES[c] for c in columns])
             for row in rows:
                 copy.write_row(row)
         cur.execute(
