@@ -66,10 +66,14 @@ def model_options(command):
     return functools.reduce(lambda f, d: d(f), reversed(decorators), command)
 
 
-def set_threads(threads: int | None) -> None:
-    """Before TVM's runtime starts its thread pool, which reads the variable once."""
+def before_tvm(threads: int | None) -> None:
+    """What happens before this process imports TVM: the runtime's thread count is set (its thread pool reads the
+    variable once), and the measurement workers' zygote starts, so that its TVM import runs beside this process's."""
+    from registry.measure import zygote
+
     if threads is not None:
         os.environ[THREADS_ENV] = str(threads)
+    zygote.start_early()
 
 
 def load_model(model_path: Path, input_shapes, target: str, name: str | None):
@@ -110,4 +114,4 @@ def print_report(report, fmt: str) -> None:
         click.echo(line)
 
 
-__all__ = ["Progress", "load_model", "model_options", "print_report", "set_threads", "where"]
+__all__ = ["Progress", "load_model", "model_options", "print_report", "before_tvm", "where"]

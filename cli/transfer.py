@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.model_job import Progress, before_tvm, load_model, model_options, print_report, where
 from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
@@ -61,7 +61,7 @@ def transfer(
       registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
     """
     check_report_path(report_path)
-    set_threads(threads)
+    before_tvm(threads)
     from registry.tvm_side.transfer import TransferOptions
     from registry.tvm_side.transfer import transfer as run_transfer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import click
-from registry.cli.model_job import Progress, load_model, model_options, print_report, set_threads, where
+from registry.cli.model_job import Progress, before_tvm, load_model, model_options, print_report, where
 from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
@@ -111,7 +111,7 @@ def tune(
       registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
     """
     check_report_path(report_path)
-    set_threads(threads)
+    before_tvm(threads)
     from registry.tvm_side.tune import ModelTuneOptions
     from registry.tvm_side.tune import tune as run_tune
 

@@ -42,6 +42,9 @@ def verify(ctx: Context, device: str, model: str | None, limit: int | None, tole
       registry verify --device 3 --tolerance 2 --json
       registry lookup --trust verified             # afterwards: only what was measured or verified here
     """
+    from registry.measure import zygote
+
+    zygote.start_early()  # its TVM import, for the workers, beside this process's
     from registry.tvm_side.verify import verify as run_verify
 
     with Progress("verify") as progress:

@@ -150,7 +150,7 @@ def test_workers_die_with_their_parent_even_after_kill_9(tmp_path):
             from registry.measure.pool import WorkerPool
             pool = WorkerPool(2)
             pool.run([{"op": "describe"}] * 2, at_once=2)
-            print(" ".join(str(w.proc.pid) for w in pool._all), flush=True)
+            print(" ".join(str(w.pid) for w in pool._all), flush=True)
             time.sleep(600)
             """
         )
@@ -177,9 +177,10 @@ def _alive(pid: int) -> bool:
 def test_a_closed_pool_leaves_no_process_behind():
     pool = WorkerPool(2)
     pool.run([{"op": "describe"}] * 2, at_once=2)
-    procs = [w.proc for w in pool._all]
+    workers = list(pool._all)
     pool.close()
-    assert all(p.returncode is not None for p in procs)  # reaped
+    assert all(w.returncode is not None for w in workers)  # reaped
+    assert not any(_alive(w.pid) for w in workers)
 
 
 @T.prim_func(s_tir=True)
@@ -203,11 +204,11 @@ def test_prestarting_never_grows_a_pool_past_its_size():
     with WorkerPool(2) as pool:
         for _ in range(6):
             pool.prestart({"op": "warm"})
-        workers = [w.proc for w in pool._all]
+        workers = list(pool._all)
         assert len(workers) == 2
         assert all(r.get("error") is None for r in pool.run([{"op": "warm"}] * 4, at_once=2))
         assert len(pool._all) == 2
-    assert all(p.poll() is not None for p in workers)  # closed with the pool
+    assert all(w.returncode is not None and not _alive(w.pid) for w in workers)  # closed with the pool
 
 
 @T.prim_func(s_tir=True)
@@ -251,3 +252,48 @@ def test_measurements_side_by_side_never_share_a_core(monkeypatch):
         results = measurer.screen(jobs)
     assert all(m.ok for m in results), results
     assert not clashes, clashes
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _pipes(pid: int) -> int:
+    return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:") for fd in os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_workers_are_forked_by_the_zygote_and_hold_only_their_own_pipes():
+    """Every worker, a crashed one's replacement included, comes from the one process that imported TVM, and holds
+    just its request and reply pipes: a worker holding another's request pipe would keep that one from exiting."""
+    from registry.measure import zygote
+
+    with Measurer(host_target()) as measurer:
+        measurer.kernels([_job(take), _job(take)], at_once=2)
+        measurer.kernels([_job(writes_out_of_bounds)])
+        workers = list(measurer.pool._all)
+        assert workers and all(_parent(w.pid) == zygote.shared()._proc.pid for w in workers)
+        assert all(_pipes(w.pid) == 2 for w in workers)
+
+
+def test_a_dead_zygote_costs_no_request_that_was_not_in_flight():
+    """The zygote killed: its workers die with it. An idle worker's death is not blamed on the next request (a
+    replayed trace or a candidate would be recorded as a crash): that request goes to a new zygote's worker."""
+    import select
+
+    from registry.measure import zygote
+
+    with WorkerPool(2) as pool:
+        assert "error" not in pool.call({"op": "warm"})  # one idle worker
+        pool.prestart({"op": "warm"})  # and one prestarted, its warm-up answered before the zygote dies
+        select.select([pool._warming[0].fd], [], [], 60)
+        old = zygote.shared()._proc
+        workers = [w.pid for w in pool._all]
+        os.kill(old.pid, signal.SIGKILL)
+        old.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.05)
+        assert len(workers) == 2 and not any(_alive(w) for w in workers)
+        assert not any("error" in r for r in pool.run([{"op": "warm"}] * 2, at_once=2))
+        assert zygote.shared()._proc.pid != old.pid and not {w.pid for w in pool._all} & set(workers)

@@ -4,12 +4,13 @@ A request is a JSON object sent to a worker (``registry.measure.worker``); the r
 worker does to itself (a segfault in a kernel, an abort, a hang, running out of memory), the caller gets an
 ``{"error": ...}`` reply for that request, the dead worker is reaped, and a fresh one starts on the next request.
 
-Workers die with their parent, ``kill -9`` included: each asks the kernel for SIGKILL when its parent dies
-(``PR_SET_PDEATHSIG``), and also exits when its request pipe closes. They run in their own process group, so that a
-timeout kills what a worker started too (the compiler the build step runs).
+Workers are forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a new
+or replacement worker costs milliseconds, not a second of TVM's import. They die with this process, ``kill -9``
+included (the zygote exits when its socket closes; its workers get SIGKILL when it does), and also exit when their
+request pipe closes. Each runs in its own process group, so that a timeout kills what a worker started too (the
+compiler the build step runs).
 
-No threads: requests in flight are multiplexed with ``select`` from the calling thread. That matters for
-``PR_SET_PDEATHSIG``, which fires when the *thread* that started the worker ends.
+No threads: requests in flight are multiplexed with ``select`` from the calling thread.
 
 No TVM and no pickle here: the framing is a 4-byte length and orjson.
 """
@@ -20,13 +21,13 @@ import os
 import select
 import signal
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
+
+from registry.measure import zygote
 
 _HEADER = struct.Struct("<I")
 
@@ -52,22 +53,24 @@ def why_died(returncode: int) -> str:
 
 
 class Worker:
-    """One worker process and its two pipes."""
+    """One worker process (forked by this process's zygote, ``registry.measure.zygote``) and its two pipes."""
 
-    def __init__(self, env: dict[str, str], stderr) -> None:
+    def __init__(self, env: dict[str, str], verbose: bool) -> None:
         req_r, self._req_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "registry.measure.worker", str(req_r), str(rep_w), str(os.getpid())],
-            pass_fds=(req_r, rep_w),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,  # replies go through their own pipe: TVM's prints cannot corrupt them
-            stderr=stderr,
-            env=env,
-            start_new_session=True,  # its own process group: a timeout kills what it started too
-        )
-        os.close(req_r)
-        os.close(rep_w)
+        # Ended by the zygote that forked it: if that one died, so did this worker, and a new zygote must not be
+        # asked to kill a pid that may belong to another process by now.
+        self._zygote = zygote.shared()
+        try:
+            self.pid = self._zygote.spawn(req_r, rep_w, env, verbose)
+        except BaseException:
+            os.close(self._req_w)
+            os.close(self._rep_r)
+            raise
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self.returncode: int | None = None  # once ended
         self._buffer = b""
         self.deadline: float | None = None  # while a request is in flight
         self.uses = 0
@@ -102,29 +105,37 @@ class Worker:
         self.deadline = None
         return reply
 
+    def alive(self) -> bool:
+        """Whether an idle worker can take a request: its zygote lives (it dies with it) and its reply pipe is not
+        at its end (an idle worker writes nothing)."""
+        return self._zygote.alive() and not select.select([self._rep_r], [], [], 0)[0]
+
     def kill(self) -> str:
         """Kill the worker and what it started, reap it, and say why it died."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        returncode = self.proc.wait()
-        for fd in (self._req_w, self._rep_r):
+        if self.returncode is None:
             try:
-                os.close(fd)
-            except OSError:
-                pass
-        return why_died(returncode)
+                self.returncode = self._zygote.end(self.pid)
+            except zygote.ZygoteError:
+                self.returncode = -signal.SIGKILL  # the zygote died, and its workers with it
+            for fd in (self._req_w, self._rep_r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        return why_died(self.returncode)
 
     def close(self) -> None:
-        """Ask the worker to exit (its request pipe closes), then make sure it did."""
+        """Ask the worker to exit (its request pipe closes), give it two seconds to, then make sure it did."""
         try:
             os.close(self._req_w)
         except OSError:
             pass
+        deadline = time.monotonic() + 2
         try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
+            while time.monotonic() < deadline and select.select([self._rep_r], [], [], deadline - time.monotonic())[0]:
+                if not os.read(self._rep_r, 1 << 16):
+                    break  # its end of the reply pipe closed: it exited
+        except OSError:
             pass
         self.kill()
 
@@ -148,7 +159,7 @@ class WorkerPool:
         self.size = max(1, size)
         self.max_uses = max_uses
         self.env = {**os.environ, **(env or {})}
-        self.stderr = None if verbose else subprocess.DEVNULL
+        self.verbose = verbose
         self._idle: list[Worker] = []
         self._all: list[Worker] = []
         self._warming: list[Worker] = []  # started by prestart, still answering their warm-up request
@@ -160,19 +171,24 @@ class WorkerPool:
         otherwise gain a worker per call, each holding a TVM import's memory until the process exits."""
         if len(self._all) >= self.size:
             return
-        worker = Worker(self.env, self.stderr)
+        worker = Worker(self.env, self.verbose)
         self._all.append(worker)
         worker.send(request, timeout)
         self._warming.append(worker)
 
     def _worker(self) -> Worker:
-        if self._idle:
-            return self._idle.pop()
-        while self._warming:
-            worker = self._warming.pop()
-            if self._finish_warming(worker):
+        while self._idle or self._warming:
+            if self._idle:
+                worker = self._idle.pop()
+            else:
+                worker = self._warming.pop()
+                if not self._finish_warming(worker):
+                    continue
+            if worker.alive():
                 return worker
-        worker = Worker(self.env, self.stderr)
+            # It died after its last reply (its zygote was killed): that is not the next request's fault.
+            self._retire(worker)
+        worker = Worker(self.env, self.verbose)
         self._all.append(worker)
         return worker
 

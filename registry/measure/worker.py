@@ -1,6 +1,6 @@
 """A measurement worker: the only process in which the registry runs a kernel or a model.
 
-Started by ``registry.measure.pool`` as ``python -m registry.measure.worker REQUEST_FD REPLY_FD PARENT_PID``. It
+Forked by the zygote (``registry.measure.zygote``) for ``registry.measure.pool``, with a request and a reply pipe. It
 reads one request at a time and answers each with one reply; a request it cannot serve gets ``{"error": line}``.
 Ops:
 
@@ -22,7 +22,6 @@ import ctypes
 import os
 import signal
 import struct
-import sys
 import tempfile
 import traceback
 from contextlib import contextmanager
@@ -406,13 +405,24 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit) << 20, int(limit) << 20))
 
 
-def main() -> None:
-    request_fd, reply_fd, parent = (int(a) for a in sys.argv[1:4])
+def forked(
+    parent: int, request_fd: int, reply_fd: int, stderr_fd: int | None, env: dict[str, str], cores: list[int] | None
+) -> None:
+    """A worker's life, in a process just forked by the zygote (``registry.measure.zygote``): made what a fresh
+    worker would be (its own session, its pool's environment, cores and stderr, the memory cap), then serving."""
+    global _UNPINNED
+    os.setsid()  # its own process group: a timeout kills what it started too (the compiler a build runs)
     _die_with_parent(parent)
-    _limit_memory()
+    os.environ.clear()  # before TVM reads any of it: its thread pool starts on the first kernel, here
+    os.environ.update(env)
     os.environ.setdefault("TVM_BIND_THREADS", "0")  # the pool gives each measurement its cores; TVM must not re-pin
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)  # replies go through their own pipe: TVM's prints cannot corrupt them
+    os.dup2(devnull if stderr_fd is None else stderr_fd, 2)
+    os.close(devnull)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
+        _UNPINNED = set(cores)
+    _limit_memory()
     serve(request_fd, reply_fd)
-
-
-if __name__ == "__main__":
-    main()

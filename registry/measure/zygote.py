@@ -1,0 +1,182 @@
+"""Measurement workers forked from one process that has imported TVM already, instead of each importing it.
+
+Importing TVM takes about a second of a core. A worker started as a fresh interpreter paid it every time: twice when
+a measurer starts its two slots, once more for every worker a crashing kernel cost, and again in every builder pool.
+The zygote is one process per registry process that imports TVM and the worker's code once, then forks a worker
+(milliseconds) whenever the pool asks for one.
+
+- **One job.** The zygote only forks workers and reaps them; it never builds, loads or runs anything, so every worker
+  starts from a process in which no TVM thread pool, LLVM JIT or CUDA context exists yet.
+- **Nothing is inherited by accident.** Each worker gets the environment, the cores and the stderr its pool asks for,
+  in its own session (a timeout kills what it started too), and only its own two pipes: the zygote closes a worker's
+  file descriptors once it has forked it, so no worker holds another's pipe open.
+- **Exit statuses are not lost.** The zygote reaps a worker only when the pool ends it (``end``): until then a dead
+  worker stays a zombie, so its pid is not reused before it is killed, and the pool still learns that it died of a
+  SIGSEGV rather than of being killed.
+- **Nothing outlives its parent.** A worker is killed when the zygote dies (``PR_SET_PDEATHSIG``); the zygote exits
+  when the socket to its registry process closes, which a ``kill -9`` of that process does too.
+
+Requests and replies are single JSON messages on a Unix ``SOCK_SEQPACKET`` socket, with the worker's pipes passed
+alongside (``SCM_RIGHTS``). The client side imports no TVM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import orjson
+
+_MAX_MESSAGE = 1 << 20
+_FDS_PER_WORKER = 3  # request pipe (read end), reply pipe (write end), and stderr when the pool is verbose
+
+
+class ZygoteError(RuntimeError):
+    """The zygote could not be started, or died."""
+
+
+class Zygote:
+    """The client: asks the zygote process for workers and ends them. Safe to share between threads."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "registry.measure.zygote", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the terminal is for the registry process to handle, not for it
+        )
+        theirs.close()
+        self._sock = ours
+        self._lock = threading.Lock()
+
+    def spawn(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> int:
+        """A new worker serving these pipes (its ends of them; the caller closes its copies), with ``env`` and this
+        thread's cores. Returns its pid."""
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        fds = [request_fd, reply_fd] + ([sys.stderr.fileno()] if verbose and _has_fd(sys.stderr) else [])
+        return self._ask({"op": "spawn", "env": env, "cores": cores}, fds)["pid"]
+
+    def end(self, pid: int) -> int:
+        """Kill the worker and what it started, reap it, and return how it ended (a negative signal number, as
+        ``subprocess`` reports it, or its exit code)."""
+        return self._ask({"op": "end", "pid": pid})["status"]
+
+    def _ask(self, request: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        with self._lock:
+            try:
+                socket.send_fds(self._sock, [orjson.dumps(request)], fds or [])
+                reply = self._sock.recv(_MAX_MESSAGE)
+            except OSError as e:
+                raise ZygoteError(f"the measurement workers' zygote is gone: {e}") from None
+        if not reply:
+            raise ZygoteError(f"the measurement workers' zygote exited ({self._proc.poll()})")
+        return orjson.loads(reply)
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        self._sock.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _has_fd(stream) -> bool:
+    try:
+        stream.fileno()
+        return True
+    except (AttributeError, OSError, ValueError):  # pytest's captured streams have none
+        return False
+
+
+_shared: Zygote | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Zygote:
+    """This process's zygote, started on first use (and again if it died)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or not _shared.alive():
+            _shared = Zygote()
+        return _shared
+
+
+def start_early() -> None:
+    """Start the zygote now, so that its TVM import runs beside whatever this process does before it measures (a
+    command's own imports), instead of after."""
+    shared()
+
+
+# -- the zygote process ----------------------------------------------------------------------------------------------
+
+
+def _fork_worker(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> int:
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: never return into the zygote's loop
+        sock.close()
+        from registry.measure import worker
+
+        stderr = fds[2] if len(fds) > 2 else None
+        worker.forked(zygote, fds[0], fds[1], stderr, request["env"], request["cores"])
+    finally:
+        os._exit(0)
+
+
+def _end(pid: int) -> int:
+    for kill in (os.killpg, os.kill):  # its group (it may not have made one yet), then the worker itself
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 0  # not ours, or already reaped
+    return os.waitstatus_to_exitcode(status)
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # What every worker needs, imported once here. Importing starts nothing: no thread pool, JIT or device context.
+    import tvm  # noqa: F401
+
+    import registry.measure.worker  # noqa: F401
+    import registry.tvm_side.apply_trace  # noqa: F401
+    import registry.tvm_side.builder  # noqa: F401
+
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, _FDS_PER_WORKER)
+        except OSError:
+            return
+        if not data:
+            return  # the registry process closed the socket, or died
+        request = orjson.loads(data)
+        if request["op"] == "spawn":
+            try:
+                reply = {"pid": _fork_worker(sock, request, fds)}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        else:
+            reply = {"status": _end(request["pid"])}
+        sock.send(orjson.dumps(reply))
+
+
+if __name__ == "__main__":
+    main()
