@@ -33,6 +33,7 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine_speed import python_reference_s  # noqa: E402
 from bench.store_bench import write_logs  # noqa: E402
 from registry import tvmlog  # noqa: E402
 from registry.store.interface import open_storage  # noqa: E402
@@ -80,6 +81,7 @@ def main() -> None:
     names = [f"registry_sync_{uuid.uuid4().hex[:8]}" for _ in range(args.runs)]
     pg = [str(make_url(args.pg).set(database=name)) for name in names]
     out: dict = {"records": n, "new_records": extra, "machine": f"{os.cpu_count()} cores, load {os.getloadavg()}"}
+    out["python_reference_s"] = python_reference_s()  # bench/machine_speed.py: compares this VM with another's
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         first_lines(full_log, base, n)

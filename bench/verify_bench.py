@@ -27,6 +27,7 @@ ROOT = HERE.parent
 REGISTRY = Path(sys.executable).parent / "registry"
 sys.path.insert(0, str(ROOT))
 
+from bench.machine_speed import python_reference_s  # noqa: E402
 from registry import hostinfo  # noqa: E402
 from tests.tvm_env import plant_fast_claim, tiny_model, tune_with_plain_tvm  # noqa: E402
 
@@ -94,6 +95,7 @@ def main() -> None:
         "cpu": hostinfo.cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "tvm": hostinfo.tvm_version(),
+        "python_reference_s": python_reference_s(),  # bench/machine_speed.py: compares this VM with another's
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "tolerance": TOLERANCE,
         "runs": runs,

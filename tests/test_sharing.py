@@ -260,3 +260,24 @@ def test_sqlite_hands_over_the_records_the_generic_read_does(team_a, monkeypatch
     store.close()
     assert by_json == by_rows
     assert len(by_json) > 3 and any(r.donor for r in by_json) and all(r.created_at.year > 2000 for r in by_json)
+
+
+def test_a_sync_refused_in_a_later_chunk_leaves_no_reader_behind(team_a, tmp_path, monkeypatch):
+    """Chunks are read one ahead by a helper thread (exchange._one_ahead). A record refused in a later chunk ends the
+    read while the next chunk is in flight: the sync is one line, writes nothing, and leaves no thread reading."""
+    import threading
+
+    from sqlalchemy import text
+
+    from registry.store import exchange
+
+    with Store(team_a) as store, store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE tuning_record SET run_secs_json = '[-1.0]' WHERE id = (SELECT max(id) - 4 FROM tuning_record)")
+        )
+    monkeypatch.setattr(exchange, "CHUNK", 3)  # the bad record is in a later chunk, with one more after it
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    assert "latenc" in refused("sync", team_a, dst)
+    assert counts(dst) == {}
+    assert not [t for t in threading.enumerate() if t.name.startswith("registry-read")]
+    assert ok("sync", team_a, dst, "--skip-invalid")["records_skipped"] == 1

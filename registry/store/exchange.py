@@ -16,8 +16,9 @@ import datetime as dt
 import json
 import zlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, update
@@ -27,6 +28,8 @@ from registry.store.ingest import insert, registry_id, trace_hash, upsert_model
 from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
 from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
+
+T = TypeVar("T")
 
 
 def _record_filter(f: ExchangeFilters, after_id: int, device_ids: list[int] | None) -> list[Any]:
@@ -132,7 +135,7 @@ def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> It
         .order_by(TuningRecord.id)
     )
     chunks = _sqlite_chunks(conn, stmt) if conn.dialect.name == "sqlite" else _row_chunks(conn, stmt)
-    for rows in chunks:
+    for rows in _one_ahead(chunks):
         yield [
             ExRecord(
                 rid,
@@ -153,6 +156,20 @@ def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> It
             for (rid, wid, did, skel, decisions, secs, source, origin, team, model, host, tool, created,
                  d_shash, d_mode, d_key, d_hash, d_origin) in rows
         ]  # fmt: skip
+
+
+def _one_ahead(chunks: Iterator[T]) -> Iterator[T]:
+    """``chunks``, each next one read by a helper thread while the caller works on the current one.
+
+    A chunk's query runs in the database driver with the GIL released (a quarter of the reading thread's time in a
+    10^6-record sync from SQLite): read ahead, it overlaps the checks of the chunk before instead of adding to them.
+    The connection is used by one thread at a time: the caller does not touch it while it iterates, and leaving
+    early waits for the read in flight before the connection can be closed."""
+    with ThreadPoolExecutor(1, thread_name_prefix="registry-read") as ahead:
+        pending = ahead.submit(next, chunks, None)
+        while (chunk := pending.result()) is not None:
+            pending = ahead.submit(next, chunks, None)
+            yield chunk
 
 
 def _row_chunks(conn: Connection, stmt: Select) -> Iterator[Sequence[Any]]:
