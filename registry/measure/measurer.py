@@ -89,8 +89,8 @@ class Measurer:
             env[MEMORY_ENV] = str(_worker_memory_mb())
         self.pool = WorkerPool(1, env, verbose=verbose)
         if rpc is None and self.device_type == "cpu" and threads and len(self._cores) // threads > 1:
-            # Measurements will run side by side: the second worker imports TVM now, beside the first, instead of
-            # in the middle of the first batch (about a second of a core).
+            # Measurements will run side by side: both workers start now (forked by the zygote, which may still be
+            # importing TVM when this is the process's first measurer), not the second in the middle of a batch.
             self.pool.size = 2
             for _ in range(2):
                 self.pool.prestart({"op": "warm"})

@@ -361,7 +361,8 @@ def replay(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm(request: dict[str, Any]) -> dict[str, Any]:
-    """Import TVM now, so that the requests after this one do not wait for it."""
+    """Answer once started: a prestarted worker's first request. TVM is imported already where the zygote could
+    import it; this imports it otherwise."""
     import tvm  # noqa: F401
 
     return {}

@@ -1,8 +1,8 @@
 """Replaying unchecked traces in worker processes (``replay.serve`` in the registry's worker pool), so that a trace
 which crashes TVM costs a worker, not the process that checks it. This module itself does not import TVM.
 
-One pool serves the whole process (``shared_pool``): a worker imports TVM once (1-2 s) and keeps each workload's
-module after its first use, so later imports and commits pay neither again.
+One pool serves the whole process (``shared_pool``): a worker (forked with TVM imported, ``registry.measure.zygote``)
+keeps each workload's module after its first use, so later imports and commits do not parse it again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from registry.measure.pool import WorkerPool
 
 # A replay takes milliseconds; this bounds a crafted trace that makes TVM loop, and a worker's start (TVM's import).
 TIMEOUT_S = 120.0
-# A worker's start (1-2 s of TVM import) is worth hundreds of replays: another worker only for this many jobs more.
+# Another worker only for this many jobs more. Chosen when each worker imported TVM itself (1-2 s, the cost of
+# hundreds of replays); forked from the zygote a worker now starts in milliseconds and pays only its first parse of
+# each workload, so a lower value may pay off: not measured yet.
 JOBS_PER_WORKER = 200
 
 
