@@ -297,3 +297,33 @@ def test_a_dead_zygote_costs_no_request_that_was_not_in_flight():
         assert len(workers) == 2 and not any(_alive(w) for w in workers)
         assert not any("error" in r for r in pool.run([{"op": "warm"}] * 2, at_once=2))
         assert zygote.shared()._proc.pid != old.pid and not {w.pid for w in pool._all} & set(workers)
+
+
+def test_a_forked_process_gets_a_zygote_of_its_own():
+    """A process forked after measuring must not talk to its parent's zygote over the inherited socket (the two would
+    read each other's replies), nor keep it open (the zygote would outlive the parent): the child closes its copy at
+    once, its pool works through a zygote of its own, and the parent's still works."""
+    from registry.measure import zygote
+
+    with WorkerPool(1) as pool:
+        assert "error" not in pool.call({"op": "warm"})
+        parents, socket_fd = zygote.shared()._proc.pid, zygote.shared()._sock.fileno()
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:
+            try:
+                try:
+                    os.fstat(socket_fd)
+                    ok = False  # still open in the child
+                except OSError:
+                    ok = True
+                with WorkerPool(1) as own:
+                    ok = ok and "error" not in own.call({"op": "warm"}) and _parent(own._all[0].pid) != parents
+                os.write(write, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        answer = os.read(read, 1)
+        os.waitpid(child, 0)
+        assert answer == b"1"
+        assert "error" not in pool.call({"op": "warm"}) and zygote.shared()._proc.pid == parents

@@ -112,6 +112,19 @@ def shared() -> Zygote:
         return _shared
 
 
+def _forget_in_child() -> None:
+    """In a child forked from this process: the parent's zygote and socket are the parent's (two processes talking
+    over one socket would read each other's replies). The child closes its copy and starts a zygote of its own when it
+    needs one."""
+    global _shared, _shared_lock
+    if _shared is not None:
+        _shared._sock.close()
+    _shared, _shared_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def start_early() -> None:
     """Start the zygote now, so that its TVM import runs beside whatever this process does before it measures (a
     command's own imports), instead of after."""
