@@ -23,9 +23,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.store.interface import open_storage  # noqa: E402
-from registry.store.values import ExchangeFilters  # noqa: E402
-from registry.tvm_side.sync import sync  # noqa: E402
+from bench.sync_bench import timed_sync  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -72,21 +70,17 @@ def main() -> None:
             done.wait(2)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    src = open_storage(f"sqlite:///{args.source}", create_new=False)
-    dst = open_storage(str(make_url(args.pg).set(database=name)))
     start = time.perf_counter()
     sampler.start()
     try:
-        result = sync(src, dst, ExchangeFilters())
+        seconds, result = timed_sync(f"sqlite:///{args.source}", str(make_url(args.pg).set(database=name)))
     finally:
         done.set()
         sampler.join()
-        src.close()
-        dst.close()
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    seconds = time.perf_counter() - start
-    print(f"records {result.records_new} in {seconds:.1f} s: {result.records_new / seconds:,.0f}/s")
+    new = result["records_new"]
+    print(f"records {new} in {seconds:.1f} s: {new / seconds:,.0f}/s")
     (t0, first, pg0), (t1, last, pg1) = samples[0], samples[-1]
     for tid, used in last.items():
         used -= first.get(tid, 0.0)

@@ -82,14 +82,6 @@ class Zygote:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def close(self) -> None:
-        self._sock.close()
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-
 
 def _has_fd(stream) -> bool:
     try:

@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
-from registry.store.ingest import insert, registry_id, trace_hash, upsert_model
+from registry.store.ingest import insert, registry_id, upsert_model, whole_trace_hash
 from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
 from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
@@ -239,7 +239,7 @@ def _link_donors(conn: Connection, donors: list, by_sent: dict, by_mine: dict) -
         d_wid, d_did = by_sent.get(d_workload), device_ids.get(d_device)
         if None in (wid, did, d_wid, d_did):
             continue  # the donor's workload or device is not stored here: the record keeps its provenance only
-        trace = trace_hash(f"[{rec.insts_json},{canonical_json(rec.trace[1])}]")
+        trace = whole_trace_hash(rec.insts_json, canonical_json(rec.trace[1]))
         links.append(((wid, did, trace, rec.origin or here), (d_wid, d_did, d_hash, d_origin)))
     key = tuple_(TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.trace_hash, TuningRecord.origin)
     for start in range(0, len(links), 200):

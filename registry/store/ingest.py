@@ -59,9 +59,15 @@ def trace_hash(trace_text: str) -> str:
     return hashlib.sha256(trace_text.encode()).hexdigest()[:32]
 
 
+def whole_trace_hash(insts_json: str, decisions_json: str) -> str:
+    """The ``trace_hash`` a record is stored under, from the canonical JSON of its instructions and decisions: the
+    hash of the whole trace's canonical JSON, ``[instructions, decisions]``."""
+    return trace_hash(f"[{insts_json},{decisions_json}]")
+
+
 def record_trace_hash(trace: Any) -> str:
-    """The ``trace_hash`` a record of this trace JSON is stored under (as insert_records computes it)."""
-    return trace_hash(f"[{canonical_json(trace[0])},{canonical_json(trace[1])}]")
+    """The ``trace_hash`` a record of this trace JSON is stored under."""
+    return whole_trace_hash(canonical_json(trace[0]), canonical_json(trace[1]))
 
 
 def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, int]:
@@ -199,8 +205,7 @@ def prepare_records(records: Sequence[RecordIn], here: str) -> PreparedRecords:
         origin = r.origin or here
         # A record measured here, away and back, is this registry's own measurement again.
         trust = "measured" if origin == here and trust == "imported" else trust
-        # the canonical JSON of the whole trace
-        key = (r.workload, device.key, trace_hash(f"[{insts},{decisions}]"), origin)
+        key = (r.workload, device.key, whole_trace_hash(insts, decisions), origin)
         if key in rows:
             continue
         row = (
