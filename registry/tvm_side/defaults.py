@@ -16,12 +16,16 @@ def is_gpu(target: Target) -> bool:
 
 
 def default_schedule(mod: IRModule, target: Target) -> IRModule:
-    """``mod`` (one task's PrimFunc) as it runs without a record on ``target``."""
+    """``mod`` (one task's PrimFunc) as it runs without a record on ``target``. ``mod`` itself is left as it was."""
     if not is_gpu(target):
         return mod
     from tvm.s_tir import dlight as dl
 
+    # DLight's pass writes its schedules into the module it is given and returns that same object. Given the task's
+    # own module, it turned every CUDA task into DLight's output before tuning and transfer read it, and their traces
+    # then began on blocks ("lv21_reindex_pad_shared") that the stored workload does not have (../shared/data/
+    # h100_registry_runs). A clone is a new module holding the same functions, so the pass rewrites only the clone.
     with target:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
-        )(mod)
+        )(mod.clone())
