@@ -4,10 +4,17 @@ A request is a JSON object sent to a worker (``registry.measure.worker``); the r
 worker does to itself (a segfault in a kernel, an abort, a hang, running out of memory), the caller gets an
 ``{"error": ...}`` reply for that request, the dead worker is reaped, and a fresh one starts on the next request.
 
-Workers are forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a new
-or replacement worker costs milliseconds, not a second of TVM's import. They die with this process, ``kill -9``
-included (the zygote exits when its socket closes; its workers get SIGKILL when it does), and also exit when their
-request pipe closes. Each runs in its own process group, so that a timeout kills what a worker started too (the
+How a worker starts depends on the device its work is for (``start_method``):
+
+- **fork** (a CPU): forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a
+  new or replacement worker costs milliseconds, not a second of TVM's import;
+- **exec** (a GPU): a fresh interpreter (``python -m registry.measure.worker``) that imports TVM itself. A process
+  forked after ``import tvm`` cannot use CUDA: every CUDA call fails with ``cudaErrorInitializationError``, building
+  for CUDA included (measured on an H100, ../shared/TVM_NOTES.md).
+
+Either way workers die with this process, ``kill -9`` included (a forked worker gets SIGKILL when its zygote dies, and
+the zygote exits when its socket closes; an exec'd worker gets SIGKILL when this process dies), and also exit when
+their request pipe closes. Each runs in its own process group, so that a timeout kills what a worker started too (the
 compiler the build step runs).
 
 No threads: requests in flight are multiplexed with ``select`` from the calling thread.
@@ -21,6 +28,8 @@ import os
 import select
 import signal
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -52,17 +61,71 @@ def why_died(returncode: int) -> str:
     return f"worker exited ({name})"
 
 
-class Worker:
-    """One worker process (forked by this process's zygote, ``registry.measure.zygote``) and its two pipes."""
+FORK, EXEC = "fork", "exec"
+# Device types whose runtime a forked worker cannot initialize (see the module docstring). Only CUDA was measured; the
+# other GPU runtimes TVM drives hold driver state the same way, so they are started fresh too.
+_EXEC_DEVICES = frozenset({"cuda", "rocm", "vulkan", "metal", "opencl", "gpu"})
 
-    def __init__(self, env: dict[str, str], verbose: bool) -> None:
-        req_r, self._req_w = os.pipe()
-        self._rep_r, rep_w = os.pipe()
+
+def start_method(device_type: str) -> str:
+    """How workers whose work is for ``device_type`` ("cpu", "cuda", or a target kind such as "llvm") start."""
+    return EXEC if device_type in _EXEC_DEVICES else FORK
+
+
+class _Forked:
+    """A worker forked by this process's zygote, and ended by it."""
+
+    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> None:
         # Ended by the zygote that forked it: if that one died, so did this worker, and a new zygote must not be
         # asked to kill a pid that may belong to another process by now.
         self._zygote = zygote.shared()
+        self.pid = self._zygote.spawn(request_fd, reply_fd, env, verbose)
+
+    def alive(self) -> bool:
+        return self._zygote.alive()
+
+    def end(self) -> int:
         try:
-            self.pid = self._zygote.spawn(req_r, rep_w, env, verbose)
+            return self._zygote.end(self.pid)
+        except zygote.ZygoteError:
+            return -signal.SIGKILL  # the zygote died, and its workers with it
+
+
+class _Execd:
+    """A worker started as a fresh interpreter, its own session's leader."""
+
+    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "registry.measure.worker", str(request_fd), str(reply_fd), str(os.getpid())],
+            pass_fds=(request_fd, reply_fd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=None if verbose else subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, as a forked worker's: a timeout kills what it started
+        )
+        self.pid = self._proc.pid
+
+    def alive(self) -> bool:
+        return True  # it has no zygote to lose; its own death shows on its reply pipe
+
+    def end(self) -> int:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return self._proc.wait()
+
+
+class Worker:
+    """One worker process, forked by this process's zygote or exec'd (``start_method``), and its two pipes."""
+
+    def __init__(self, env: dict[str, str], verbose: bool, start: str = FORK) -> None:
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        try:
+            self._process = (_Execd if start == EXEC else _Forked)(req_r, rep_w, env, verbose)
         except BaseException:
             os.close(self._req_w)
             os.close(self._rep_r)
@@ -70,6 +133,7 @@ class Worker:
         finally:
             os.close(req_r)
             os.close(rep_w)
+        self.pid = self._process.pid
         self.returncode: int | None = None  # once ended
         self._buffer = b""
         self.deadline: float | None = None  # while a request is in flight
@@ -106,17 +170,14 @@ class Worker:
         return reply
 
     def alive(self) -> bool:
-        """Whether an idle worker can take a request: its zygote lives (it dies with it) and its reply pipe is not
-        at its end (an idle worker writes nothing)."""
-        return self._zygote.alive() and not select.select([self._rep_r], [], [], 0)[0]
+        """Whether an idle worker can take a request: its zygote, if it has one, lives (it dies with it) and its
+        reply pipe is not at its end (an idle worker writes nothing)."""
+        return self._process.alive() and not select.select([self._rep_r], [], [], 0)[0]
 
     def kill(self) -> str:
         """Kill the worker and what it started, reap it, and say why it died."""
         if self.returncode is None:
-            try:
-                self.returncode = self._zygote.end(self.pid)
-            except zygote.ZygoteError:
-                self.returncode = -signal.SIGKILL  # the zygote died, and its workers with it
+            self.returncode = self._process.end()
             for fd in (self._req_w, self._rep_r):
                 try:
                     os.close(fd)
@@ -149,17 +210,25 @@ def _write_all(fd: int, data: bytes) -> None:
 class WorkerPool:
     """Up to ``size`` workers, started when first needed and kept for later requests.
 
-    ``env`` is added to this process's environment for the workers (e.g. the TVM runtime's thread count). A worker
-    is replaced after ``max_uses`` requests, a guard against slow leaks in what it runs (TVM recycles its own pools).
+    ``env`` is added to this process's environment for the workers (e.g. the TVM runtime's thread count). ``start``
+    is how they start (``start_method`` of the device their work is for). A worker is replaced after ``max_uses``
+    requests, a guard against slow leaks in what it runs (TVM recycles its own pools).
     """
 
     def __init__(
-        self, size: int, env: dict[str, str] | None = None, *, verbose: bool = False, max_uses: int | None = None
+        self,
+        size: int,
+        env: dict[str, str] | None = None,
+        *,
+        verbose: bool = False,
+        max_uses: int | None = None,
+        start: str = FORK,
     ) -> None:
         self.size = max(1, size)
         self.max_uses = max_uses
         self.env = {**os.environ, **(env or {})}
         self.verbose = verbose
+        self.start = start
         self._idle: list[Worker] = []
         self._all: list[Worker] = []
         self._warming: list[Worker] = []  # started by prestart, still answering their warm-up request
@@ -171,7 +240,7 @@ class WorkerPool:
         otherwise gain a worker per call, each holding a TVM import's memory until the process exits."""
         if len(self._all) >= self.size:
             return
-        worker = Worker(self.env, self.verbose)
+        worker = Worker(self.env, self.verbose, self.start)
         self._all.append(worker)
         worker.send(request, timeout)
         self._warming.append(worker)
@@ -188,7 +257,7 @@ class WorkerPool:
                 return worker
             # It died after its last reply (its zygote was killed): that is not the next request's fault.
             self._retire(worker)
-        worker = Worker(self.env, self.verbose)
+        worker = Worker(self.env, self.verbose, self.start)
         self._all.append(worker)
         return worker
 

@@ -22,6 +22,7 @@ import ctypes
 import os
 import signal
 import struct
+import sys
 import tempfile
 import traceback
 from contextlib import contextmanager
@@ -427,3 +428,18 @@ def forked(
         _UNPINNED = set(cores)
     _limit_memory()
     serve(request_fd, reply_fd)
+
+
+def main() -> None:
+    """A worker's life as a fresh interpreter (``python -m registry.measure.worker REQUEST_FD REPLY_FD PARENT``),
+    started by the pool for a GPU (``registry.measure.pool.start_method``): the pool gave it its session,
+    environment, cores and standard streams already; TVM is imported on its first request."""
+    request_fd, reply_fd, parent = (int(a) for a in sys.argv[1:4])
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    _die_with_parent(parent)
+    _limit_memory()
+    serve(request_fd, reply_fd)
+
+
+if __name__ == "__main__":
+    main()

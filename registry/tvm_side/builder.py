@@ -21,7 +21,7 @@ from tvm.runtime import Module
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.target import Target
 
-from registry.measure.pool import WorkerPool
+from registry.measure.pool import WorkerPool, start_method
 from registry.tvm_side import ORIGINAL_AFFINITY
 
 
@@ -57,8 +57,11 @@ class PersistentBuilder(PyBuilder):
         self._pool: WorkerPool | None = None
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        if not build_inputs:
+            return []
         return self._run(
-            [{"op": "build", "module": tvm.ir.save_json(b.mod), "target": str(b.target)} for b in build_inputs]
+            [{"op": "build", "module": tvm.ir.save_json(b.mod), "target": str(b.target)} for b in build_inputs],
+            build_inputs[0].target.kind.name,
         )
 
     def build_traced(self, items: list[tuple[str, list]], target: Target) -> list[BuilderResult]:
@@ -67,12 +70,15 @@ class PersistentBuilder(PyBuilder):
         ``_scheduled``)."""
         target_json = str(target)
         return self._run(
-            [{"op": "build", "module": mod_json, "target": target_json, "trace": trace} for mod_json, trace in items]
+            [{"op": "build", "module": mod_json, "target": target_json, "trace": trace} for mod_json, trace in items],
+            target.kind.name,
         )
 
-    def _run(self, requests: list[dict]) -> list[BuilderResult]:
+    def _run(self, requests: list[dict], target_kind: str) -> list[BuilderResult]:
         if self._pool is None:
-            self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses)
+            # Building for CUDA needs a worker that can initialize CUDA where a GPU is present: started by exec.
+            start = start_method(target_kind)
+            self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses, start=start)
         replies = self._pool.run(requests, at_once=self.max_workers, timeout=self.timeout_sec)
         return [
             BuilderResult(r["artifact"], None)
