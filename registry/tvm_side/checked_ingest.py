@@ -1,24 +1,109 @@
-"""Writing records from outside (TVM logs, bundles, another registry) in one transaction, every record checked.
+"""The one door through which records reach a registry: each is checked against the module stored for its workload.
 
-The shared loop of ``registry import`` and ``registry sync``: each batch is checked by one ``RecordChecker`` as it is
-read, then handed to ``RegistryStorage.ingest_batches``, which writes it in the transaction that holds them all. One
-invalid record refuses the whole write (BadInputError counting them and naming the first) unless ``skip_invalid``;
-nothing is half-written either way.
+Every write path comes through here: ``registry import``, bundles, ``registry sync`` and ``pull`` (``checked_write``,
+in batches, in one transaction), and tuning, transfer and ``RegistryDatabase.commit_tuning_record``
+(``RecordWriter``, a few records at a time). ``tests/test_write_paths.py`` fails on a write that goes around it.
+
+A record is checked by ``RecordChecker`` against the module **the registry stores** for its workload, which is the
+one compilation and every later reader will apply it to. That may be another model's copy of the workload: the
+structural hash that keys workloads ignores block names, while traces name blocks. A record made on a copy whose
+names differ is moved onto the stored copy first (``registry.records.rebase``); one that still does not replay there
+is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from registry.errors import BadInputError
-from registry.store.interface import IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.records.rebase import rebased, renaming
+from registry.store.interface import Ident, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.rows import canonical_json
 from registry.tvm_side.record_check import RecordChecker
 from registry.validation import Problem, Refusals
 
 # (where it was read, for messages; the record, or why it could not be read)
 Batch = Sequence[tuple[str, RecordIn | Problem]]
 Progress = Callable[[int, int, str], None]
+
+_NOT_PAIRED = Problem("its workload's module and the registry's copy of that workload do not pair up block for block")
+
+
+class _Modules:
+    """Per workload: the module JSON records are checked against (the stored one, else the incoming one) and the
+    block renaming from the incoming copy onto it (None where none exists)."""
+
+    def __init__(self, store: RegistryStorage, incoming: dict[Ident, str]) -> None:
+        self.store, self.incoming = store, incoming
+        self.checked_on: dict[Ident, str] = {}
+        self.names: dict[Ident, dict[str, str] | None] = {}
+
+    def learn(self, idents: Iterable[Ident]) -> None:
+        todo = [i for i in set(idents) if i not in self.checked_on]
+        if not todo:
+            return
+        ids = self.store.workload_ids(todo)
+        stored = self.store.workloads_by_id(sorted(set(ids.values()))) if ids else {}
+        for ident in todo:
+            mine = self.incoming.get(ident)
+            theirs = stored[ids[ident]].mod_json if ident in ids else None
+            self.checked_on[ident] = theirs or mine or ""
+            self.names[ident] = {} if theirs is None or mine is None else renaming(mine, theirs)
+
+    def moved(self, record: RecordIn) -> RecordIn | Problem:
+        """The record as it applies to the module it is checked on."""
+        if not self.checked_on.get(record.workload):
+            return Problem("its workload is neither in the registry nor written with it")
+        names = self.names[record.workload]
+        if names is None:
+            return _NOT_PAIRED
+        if not names:
+            return record
+        try:
+            trace = rebased(record.trace, names)
+        except (TypeError, ValueError):
+            return record  # not a trace of TVM's shape: the checker says what is wrong with it
+        return dataclasses.replace(record, trace=trace, insts_json=canonical_json(trace[0]))
+
+
+@dataclass
+class Written:
+    """What ``RecordWriter.write`` stored, and what it refused, with why."""
+
+    result: IngestResult
+    refused: list[tuple[RecordIn, Problem]] = field(default_factory=list)
+
+
+class RecordWriter:
+    """Writes records made here (tuning, transfer, a MetaSchedule database commit): those that replay on their
+    stored workload are stored, the others are refused and returned with the reason. Keeps what its checker learned
+    for the records that follow."""
+
+    def __init__(self, store: RegistryStorage, checker: RecordChecker | None = None) -> None:
+        self.store = store
+        self.checker = checker or RecordChecker()
+        self._modules = _Modules(store, {})
+
+    def write(self, records: Sequence[RecordIn], incoming: dict[Ident, str] | None = None) -> Written:
+        """``incoming``: the module each record was made on, where it may not be the stored one (e.g. MetaSchedule's
+        task module), so that its trace is moved onto the stored copy first."""
+        for ident, mod_json in (incoming or {}).items():
+            if self._modules.incoming.get(ident) != mod_json:  # the renaming depends on the module it came with
+                self._modules.incoming[ident] = mod_json
+                self._modules.checked_on.pop(ident, None)
+        self._modules.learn(r.workload for r in records)
+        moved = [self._modules.moved(r) for r in records]
+        todo = [(i, m) for i, m in enumerate(moved) if isinstance(m, RecordIn)]
+        problems = self.checker.check([(m, self._modules.checked_on[m.workload]) for _, m in todo])
+        for (i, _), problem in zip(todo, problems, strict=True):
+            if problem is not None:
+                moved[i] = problem
+        good = [m for m in moved if isinstance(m, RecordIn)]
+        result = self.store.ingest_batches([], lambda: [good]) if good else IngestResult()
+        return Written(result, [(r, m) for r, m in zip(records, moved, strict=True) if isinstance(m, Problem)])
 
 
 def checked_write(
@@ -37,18 +122,24 @@ def checked_write(
     ``batches`` is called again if the transaction loses a lock race and starts over, so it must read from the start
     each time. ``total``: records expected, for ``progress``.
     """
-    mod_json = {w.ident: w.mod_json for w in workloads}
+    modules = _Modules(store, {w.ident: w.mod_json for w in workloads})
+    modules.learn(modules.incoming)
     progress = progress or (lambda _done, _total, _what: None)
     refusals = Refusals()
 
     def checked() -> Iterator[list[RecordIn]]:
         nonlocal refusals
-        refusals, seen = Refusals(), 0
+        refusals, seen, moved = Refusals(), 0, {}
         for batch in batches():
             seen += len(batch)
             read: list[Any] = [r for _, r in batch]
+            for i, r in enumerate(read):
+                if isinstance(r, RecordIn):
+                    read[i] = modules.moved(r)
+                    if read[i] is not r and isinstance(read[i], RecordIn):
+                        moved[id(r)] = read[i]
             candidates = [(i, r) for i, r in enumerate(read) if isinstance(r, RecordIn)]
-            problems = checker.check([(r, mod_json[r.workload]) for _, r in candidates])
+            problems = checker.check([(r, modules.checked_on[r.workload]) for _, r in candidates])
             for i, problem in zip((i for i, _ in candidates), problems, strict=True):
                 if problem is not None:
                     read[i] = problem
@@ -61,6 +152,8 @@ def checked_write(
             progress(min(seen, total) if total else seen, total, f"{seen} records read")
         if refusals.count and not skip_invalid:  # raised inside the transaction: nothing is written
             raise BadInputError(f"{refusals.message(seen)}; nothing was written (--skip-invalid writes the rest)")
+        if extras is not None and moved:  # donor links name records by what is stored: the moved ones
+            extras.donors[:] = [(moved.get(id(r), r), d) for r, d in extras.donors]
 
     result = store.ingest_batches(workloads, checked, extras)
     result.records_skipped, result.first_skipped = refusals.count, refusals.first

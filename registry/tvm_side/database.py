@@ -7,9 +7,12 @@ the target when they answer, so logs from two machines silently mix; here the de
 
 from __future__ import annotations
 
+import itertools
 import json
+import warnings
 from typing import Any
 
+import tvm
 import tvm_ffi
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
@@ -17,13 +20,16 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
 from registry import hostinfo, tvmlog
-from registry.errors import RegistryError
+from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord, open_storage
-from registry.tvm_side.record_check import RecordChecker
+from registry.tvm_side.checked_ingest import RecordWriter
+from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec
+from registry.validation import trace_is_sound
 
 _MODE = "structural"
+SPARE_RECORDS = 2  # read beyond top_k, to stand in for records that cannot be used
 
 
 @derived_object
@@ -67,9 +73,8 @@ class RegistryDatabase(PyDatabase):
         self.task_names = dict(task_names or {})
         # shash -> (workload row id, TVM Workload, args_info): each module is loaded or committed once per process.
         self._workloads: dict[str, tuple[int, Workload, list[Any]]] = {}
-        self._mod_json: dict[str, str] = {}  # shash -> the stored module JSON, which the record checks replay on
         self._checked_targets: set[str] = set()
-        self._checker: RecordChecker | None = None  # made on the first commit: tuning that reads only starts no worker
+        self._writer: RecordWriter | None = None  # made on the first commit: compiling only reads, and starts no worker
 
     @property
     def target(self) -> Target:
@@ -93,7 +98,6 @@ class RegistryDatabase(PyDatabase):
                 "hash, so this one cannot be stored"
             )
         self._workloads[shash] = (wid, workload, stored.args_info)
-        self._mod_json[shash] = stored.mod_json
         return self._workloads[shash]
 
     def has_workload(self, mod: IRModule) -> bool:
@@ -127,12 +131,13 @@ class RegistryDatabase(PyDatabase):
             tool_version=hostinfo.tool_version(),
             **self.provenance,
         )
-        self.store.ingest([], [rec], check=self._check)
-
-    def _check(self, records: list[RecordIn]):
-        if self._checker is None:
-            self._checker = RecordChecker()
-        return self._checker.check([(r, self._mod_json[r.workload[0]]) for r in records])
+        if self._writer is None:
+            self._writer = RecordWriter(self.store)
+        # The trace names the blocks of MetaSchedule's copy of the workload, which may not be the stored copy's.
+        incoming = {rec.workload: str(tvm.ir.save_json(record.workload.mod))}
+        refused = self._writer.write([rec], incoming).refused
+        if refused:
+            raise BadInputError(f"1 of 1 records refused: {refused[0][1].reason}")
 
     def _check_target(self, target: Target | None) -> None:
         """A record measured for another target must not be filed under this device."""
@@ -151,8 +156,10 @@ class RegistryDatabase(PyDatabase):
         if known is None or top_k <= 0:
             return []
         wid, wl, args = known
-        stored = self.store.top_k(wid, self.device_id, top_k)
-        return [self._record(r, wl, args) for r in stored]
+        # A few more than asked for: a record that cannot be used (see _record) leaves its place to the next best.
+        stored = self.store.top_k(wid, self.device_id, top_k + SPARE_RECORDS)
+        usable = (t for t in (self._record(r, wl, args) for r in stored) if t is not None)
+        return list(itertools.islice(usable, top_k))
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         with self.store.device_records(self.device_id) as found:
@@ -160,10 +167,38 @@ class RegistryDatabase(PyDatabase):
         tvm_workloads = {
             wid: Workload.from_json([w.shash, tvmlog.encode_module(w.mod_json)]) for wid, w in workloads.items()
         }
-        return [self._record(r, tvm_workloads[r.workload_id], workloads[r.workload_id].args_info) for r in stored]
+        records = (self._record(r, tvm_workloads[r.workload_id], workloads[r.workload_id].args_info) for r in stored)
+        return [t for t in records if t is not None]
 
-    def _record(self, r: StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord:
-        return TuningRecord.from_json([json.loads(r.trace_json), r.run_secs, self.device.target, args_info], workload)
+    def _record(self, r: StoredRecord, workload: Workload, args_info: list[Any]) -> TuningRecord | None:
+        """The stored record as TVM's, or None, with one warning naming it, for a record compilation cannot use.
+
+        ``TuningRecord.from_json`` replays the trace on the workload, and every reader (compilation's query, the
+        search's seeding) comes through here: a record that does not replay is skipped, and the next best one, or
+        TVM's default schedule, is used instead of the whole compilation ending in a TVM check failure. A trace
+        that is not sound is never handed to it: it writes each decision to the index it names without a bounds
+        check."""
+        trace = _trace(r)
+        if trace is not None:
+            try:
+                return TuningRecord.from_json([trace, r.run_secs, self.device.target, args_info], workload)
+            except TVM_ERRORS as e:
+                why = f"does not replay on its workload ({error_line(e)[:160]})"
+        else:
+            why = "holds a trace that is not sound"
+        warnings.warn(
+            f"record {r.id} {why}; it is skipped (`registry check` marks such records)", RegistryWarning, stacklevel=3
+        )
+        return None
 
     def __len__(self) -> int:
         return self.store.count_records(self.device_id)
+
+
+def _trace(r: StoredRecord) -> list | None:
+    """A stored record's trace, if it is sound to hand to TVM (``validation.trace_is_sound``)."""
+    try:
+        trace = json.loads(r.trace_json)
+    except (ValueError, RecursionError):
+        return None
+    return trace if trace_is_sound(trace) else None

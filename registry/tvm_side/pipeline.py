@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.s_tir import meta_schedule as ms
@@ -71,7 +72,13 @@ class Clock:
 
 
 def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list[Task]:
-    """The model's tuning tasks, recorded in the store with their weights."""
+    """The model's tuning tasks, recorded in the store with their weights.
+
+    Each task's module is the one the registry stores for its workload, which another model may have stored first.
+    The structural hash that keys workloads ignores block names, and traces name the blocks they schedule: a trace
+    made on this model's copy (blocks "lv9", "lv9_reindex") would not replay on a stored copy whose blocks are
+    "matmul". Tuned and transferred on the stored module, every record replays on the workload it is filed under.
+    """
     zero = relax.get_pipeline("zero")(loaded.mod)  # extract_tasks finds nothing in the raw module
     extracted = ms.relax_integration.extract_tasks(zero, target)
     workloads = [workload_in(t.dispatched[0], task_name=t.task_name) for t in extracted]
@@ -82,18 +89,13 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
         [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
     )
     ids = store.workload_ids([w.ident for w in workloads])
-    return [
-        Task(
-            t.task_name,
-            int(t.weight),
-            t.dispatched[0],
-            w.ident,
-            ids[w.ident],
-            w.signature,
-            kernel_arguments(t.dispatched[0]),
-        )
-        for w, t in zip(workloads, extracted, strict=True)
-    ]
+    stored = store.workloads_by_id(sorted(set(ids.values())))
+    tasks = []
+    for w, t in zip(workloads, extracted, strict=True):
+        wid = ids[w.ident]
+        mod = t.dispatched[0] if stored[wid].mod_json == w.mod_json else tvm.ir.load_json(stored[wid].mod_json)
+        tasks.append(Task(t.task_name, int(t.weight), mod, w.ident, wid, w.signature, kernel_arguments(mod)))
+    return tasks
 
 
 @dataclass

@@ -18,12 +18,14 @@ against the untuned build.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm.target import Target
 
 from registry import hostinfo
+from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
 from registry.report import ModelReport, TaskResult
@@ -33,6 +35,7 @@ from registry.similarity.index import SimilarityIndex
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
+from registry.tvm_side.checked_ingest import RecordWriter
 from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
@@ -121,6 +124,7 @@ class _Resolver:
         self.run, self.store, self.db, self.index, self.target = run, run.store, run.db, index, run.target
         self.opts, self.clock, self.model = opts, run.clock, run.loaded.name
         self.schedules = DonorSchedules(run.store, run.target)
+        self.writer = RecordWriter(run.store)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
 
     def _time(self, task: Task, mod) -> Measurement:
@@ -159,7 +163,14 @@ class _Resolver:
         donor, sch, timing = winner
         if default.ok and timing.median_s >= default.median_s:
             return result  # the default schedule is at least as fast: keep it, commit nothing
-        self._commit(task, donor, sch, timing)
+        refused = self._commit(task, donor, sch, timing)
+        if refused is not None:  # the registry's one check refused it: the task keeps its default
+            warnings.warn(
+                f"{task.name}: the transferred schedule was refused, not stored: {refused}",
+                RegistryWarning,
+                stacklevel=2,
+            )
+            return result
         self.index.add(task.workload_id, vector)  # a donor for the model's later tasks
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
@@ -195,7 +206,8 @@ class _Resolver:
                     best = (donor, sch, timing)
         return best
 
-    def _commit(self, task: Task, donor: Donor, sch, timing: Measurement) -> None:
+    def _commit(self, task: Task, donor: Donor, sch, timing: Measurement) -> str | None:
+        """Store the winner through the registry's one check; why it was refused, if it was."""
         record = RecordIn(
             workload=task.ident,
             device=self.db.device,
@@ -208,4 +220,5 @@ class _Resolver:
             model=self.model,
             host=hostinfo.hostname(),
         )
-        self.store.ingest([], [record])
+        refused = self.writer.write([record]).refused
+        return refused[0][1].reason if refused else None

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 
 from tvm.s_tir import meta_schedule as ms
@@ -31,6 +32,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.s_tir.schedule import Schedule
 
 from registry import hostinfo
+from registry.errors import RegistryWarning
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
@@ -39,6 +41,7 @@ from registry.store.rows import FAILED_RUN_SECS
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
+from registry.tvm_side.checked_ingest import RecordWriter
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
@@ -103,6 +106,7 @@ class Engine:
         prepare_tuning(self.target.kind.name)
         logging.getLogger(META_SCHEDULE_LOGGER).setLevel(meta_schedule_level())
         self.builder = PersistentBuilder()
+        self.writer = RecordWriter(self.store)
         self.cost_model, self.predictor_version = self._cost_model()
         self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
 
@@ -304,9 +308,11 @@ class _TaskTuner:
                 todo.append(i)
         if todo:
             measured = self._build_and_measure([cands[i] for i in todo], state)
+            refused = self._commit([traces[i] for i in todo], measured)
+            for k, why in refused.items():  # not stored, so never a best: the search learns it as a failure
+                measured[k] = RunnerResult(None, f"not stored: {why}")
             for i, r in zip(todo, measured, strict=True):
                 results[i] = r
-            self._commit([traces[i] for i in todo], measured)
             state.measurements += len(todo)
             with engine.clock("search"):  # the cost model learns from what was measured
                 engine.cost_model.update(self.ctx, [cands[i] for i in todo], measured)
@@ -345,7 +351,9 @@ class _TaskTuner:
             [results[i]] = self.engine.measurer.recheck([jobs[i]])
             checked.append(results[i].median_s)
 
-    def _commit(self, traces: list, results: list[RunnerResult]) -> None:
+    def _commit(self, traces: list, results: list[RunnerResult]) -> dict[int, str]:
+        """Store every measured record through the registry's one check; the refused ones by position, with why.
+        A refusal is a bug of the tuning path (a trace not made on the stored workload), so each is also warned of."""
         engine = self.engine
         records = [
             RecordIn(
@@ -361,7 +369,15 @@ class _TaskTuner:
             )
             for trace, r in zip(traces, results, strict=True)
         ]
-        engine.store.ingest([], records)
+        written = engine.writer.write(records)
+        refused = {id(r): why.reason for r, why in written.refused}
+        for why in list(refused.values())[:1]:
+            warnings.warn(
+                f"{self.task.name}: {len(refused)} of {len(records)} tuned record(s) refused, not stored: {why}",
+                RegistryWarning,
+                stacklevel=2,
+            )
+        return {k: refused[id(r)] for k, r in enumerate(records) if id(r) in refused}
 
 
 def _run_secs(result: RunnerResult) -> list[float]:
