@@ -96,6 +96,7 @@ def _one_line_warnings() -> None:
 
 def _register() -> None:
     from registry.cli import (
+        check,
         db,
         index,
         info,
@@ -126,6 +127,7 @@ def _register() -> None:
     cli.add_command(sync.sync)
     cli.add_command(pull.pull)
     cli.add_command(verify.verify)
+    cli.add_command(check.check)
 
 
 _register()

@@ -213,6 +213,23 @@ class VerifyOutput(Output):
                    records_per_s=result.records_per_s, rows=rows)  # fmt: skip
 
 
+class CheckOutput(Output):
+    """What `registry check` replayed, and the records that do not replay on their workload."""
+
+    command: ClassVar[str] = "check"
+    checked: int = Field(description="Records replayed.")
+    not_replaying: dict[str, int] = Field(description="Records that do not replay on their workload, by device name.")
+    first: str | None = Field(description="The first of them: record id, device and why.")
+    marked: bool = Field(description="Whether they were marked disputed (false with --dry-run).")
+    seconds: float
+
+    @classmethod
+    def of(cls, result) -> CheckOutput:
+        """From a ``registry.records.audit.AuditResult``."""
+        return cls(checked=result.checked, not_replaying=result.not_replaying, first=result.first,
+                   marked=result.marked, seconds=result.seconds)  # fmt: skip
+
+
 class DbOutput(Output):
     command: ClassVar[str] = "db upgrade, db current"
     database: str = Field(description="The database URL, password hidden.")
@@ -368,6 +385,7 @@ OUTPUTS: list[type[Output]] = [
     SyncOutput,
     PullListOutput,
     VerifyOutput,
+    CheckOutput,
     DbOutput,
     GrantOutput,
     IndexStatusOutput,
