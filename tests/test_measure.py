@@ -327,3 +327,59 @@ def test_a_forked_process_gets_a_zygote_of_its_own():
         os.waitpid(child, 0)
         assert answer == b"1"
         assert "error" not in pool.call({"op": "warm"}) and zygote.shared()._proc.pid == parents
+
+
+def test_work_for_a_gpu_gets_exec_started_workers_and_a_cpu_forked_ones():
+    """A process forked after `import tvm` cannot use CUDA (measured on an H100: cudaErrorInitializationError), so
+    every pool whose work is for a GPU starts its workers as fresh interpreters; CPU work keeps the zygote's fork."""
+    from registry.measure.pool import EXEC, FORK, start_method
+    from registry.tvm_side.builder import PersistentBuilder
+    from tests.gpu_standin import StandInGpuMeasurer
+    from tests.test_cuda_pipeline import CUDA
+
+    assert {kind: start_method(kind) for kind in ("cpu", "llvm", "cuda", "rocm", "vulkan")} == {
+        "cpu": FORK, "llvm": FORK, "cuda": EXEC, "rocm": EXEC, "vulkan": EXEC}  # fmt: skip
+    with Measurer(host_target()) as cpu, StandInGpuMeasurer(tvm.target.Target(CUDA)) as gpu:
+        assert (cpu.pool.start, gpu.pool.start) == (FORK, EXEC)
+    builder = PersistentBuilder(max_workers=1)
+    try:
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+        [built] = builder.build([BuilderInput(tvm.IRModule({"main": take}), tvm.target.Target(CUDA))])
+        assert builder._pool.start == EXEC, built
+    finally:
+        builder.shutdown()
+
+
+def test_an_exec_started_worker_is_this_process_child_and_dies_as_a_forked_one(tmp_path):
+    """Started by exec, a worker is a fresh interpreter, this process's child (no zygote), in its own session, holding
+    only its two pipes; a request that crashes it costs that request, and kill -9 of its parent ends it."""
+    from registry.measure.pool import EXEC
+
+    with WorkerPool(1, start=EXEC) as pool:
+        assert "error" not in pool.call({"op": "describe"})
+        [worker] = pool._all
+        assert _parent(worker.pid) == os.getpid() and os.getsid(worker.pid) == worker.pid
+        assert _pipes(worker.pid) == 2
+        with open(f"/proc/{worker.pid}/cmdline", "rb") as f:
+            assert b"registry.measure.worker" in f.read()
+        from registry.measure.types import QUICK
+
+        kernel = {"op": "kernel", "device": "cpu", "settings": QUICK.as_json()}
+        crashed, after = pool.run([{**kernel, "job": _job(writes_out_of_bounds).as_json()},
+                                   {**kernel, "job": _job(take).as_json()}])  # fmt: skip
+        assert crashed["error"].startswith("crashed (SIG") and "run_secs" in after, (crashed, after)
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import time\nfrom registry.measure.pool import WorkerPool, EXEC\npool = WorkerPool(1, start=EXEC)\n"
+        "pool.call({'op': 'warm'})\nprint(pool._all[0].pid, flush=True)\ntime.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    assert _alive(pid)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid)
