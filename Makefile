@@ -7,7 +7,7 @@ REGISTRY := $(VENV)/bin/registry
 # Trials the demo tunes (tests/test_readme.py runs the README's commands with fewer).
 DEMO_TRIALS ?= 32
 
-.PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu corpus bench-corpus bench-isolation \
+.PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-isolation \
 	bench-sync bench-verify starter bench-starter \
 	clean
 
@@ -64,13 +64,20 @@ corpus: install
 	$(PY) bench/corpus/materialize.py
 	$(PY) bench/corpus/check_import.py
 
-# On a machine with an NVIDIA GPU: registry tune against plain tune_relax (with PersistentBuilder, and with TVM's own
-# LocalBuilder as users get it) on two transformers and a conv net of the corpus, for the GPU present; each model is
-# also transferred from the next one's registry (bert-l4-h256 from bert-l2-h128: two BERT sizes).
-bench-gpu: corpus
-	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/tuning/run.py --target cuda --default-builder --trials-per-task 16 --work bench/work/gpu \
-		--out bench/results/gpu.json --models bert-l4-h256 bert-l2-h128 vit-l2-h192-p8 resnet-basic-w32
+# On a machine with an NVIDIA GPU (docs/GPU.md): registry tune and transfer against plain tune_relax and PyTorch on
+# two BERT sizes and a ViT, in resumable steps (each under 9 minutes; run it again to go on). On the GPU machine of
+# this workplace, which has no network, see docs/GPU.md: `make gpu-pack` here, then the runs it prints.
+bench-gpu:
+	$(PY) bench/gpu/run.py all --until 480 --out bench/results/gpu.json
+
+# What the GPU machine needs carried (it has no network): TVM and the wheels (../shared/gpu/prepare.sh, into .gpu/),
+# and the benchmark's models and the shared test data (into .gpu-models/). Needs `make corpus` first (the exporter).
+gpu-pack: install
+	bash ../shared/gpu/prepare.sh
+	TVM_REGISTRY_CORPUS=.gpu-models $(PY) -c "import sys; sys.path.insert(0, '.'); from bench.corpus.catalogue import \
+		BY_NAME, materialize; [materialize(BY_NAME[m]) for m in ('gpu-bert-l2-h128', 'gpu-bert-l2-h192', 'gpu-vit-l2-h128')]"
+	mkdir -p .gpu-models/data && cp -r ../shared/data/ms_bert_src_cuda_h100 ../shared/data/h100_registry_runs .gpu-models/data/
+	grep -qx '/.gpu-models/' .git/info/exclude || echo '/.gpu-models/' >> .git/info/exclude
 
 # The corpus benchmark: every corpus model untuned, after transfer, after tune, and onnxruntime, then its table and
 # plot (about 2 hours on 2 cores; re-running resumes). The run in docs/BENCHMARKS.md: 1 trial per task, at least 64

@@ -128,3 +128,29 @@ def test_compiling_with_a_registry_of_unreplayable_records_warns_and_falls_back(
     skipped = [str(w.message) for w in caught if "does not replay on its workload" in str(w.message)]
     assert skipped and all(m.startswith("record ") for m in skipped)
     store.close()
+
+
+NO_GPU = not __import__("tvm").cuda(0).exist
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_GPU, reason="needs an NVIDIA GPU: the real path of the test above, run where one is present")
+def test_tune_and_transfer_on_the_gpu_present_measure_kernels_and_models_there(tmp_path):
+    """The test above without the stand-in: every latency measured on this machine's GPU, by workers started by
+    exec (a forked one cannot initialize CUDA)."""
+    db = str(tmp_path / "registry.db")
+    first, sibling = tmp_path / "bert-a.onnx", tmp_path / "bert-b.onnx"
+    onnx.save(zoo.bert(layers=1, hidden=32, heads=2, seq=8), first)
+    onnx.save(zoo.bert(layers=1, hidden=48, heads=2, seq=8), sibling)
+    tuned = json.loads(_cli("--db", db, "tune", str(first), "--target", "cuda", "--trials", "24", "--json"))
+    transferred = json.loads(
+        _cli("--db", db, "transfer", str(sibling), "--target", "cuda", "--tune-trials", "0", "--json")
+    )
+    for report in (tuned, transferred):
+        assert report["untuned_ms"] and report["final_ms"] and not report.get("errors"), report
+        assert all(t["before_us"] for t in report["tasks"])  # every default schedule ran on the GPU
+    assert any(t["source"] == "tuned" for t in tuned["tasks"])
+    [device] = json.loads(_cli("--db", db, "devices", "--json"))["rows"]
+    assert device["threads"] == 0 and "NVIDIA" in device["host_model"] and "stand-in" not in device["host_model"]
+    checked = json.loads(_cli("--db", db, "check", "--dry-run", "--json"))
+    assert checked["checked"] >= 24 and checked["not_replaying"] == {}

@@ -137,6 +137,12 @@ def _tok(name: str, family: str, model: str, config: str, seq: int, vocab: int, 
     return _hf(name, family, shapes, origin, int_high={"input_ids": vocab, "attention_mask": 2})
 
 
+def _ids(name: str, seq: int, kwargs: dict) -> CorpusModel:
+    """A BertModel fed token ids alone (1 x seq, 1,000 tokens), as the BERTs of issue #22's H100 table were."""
+    origin = HF("BertModel", "BertConfig", {"vocab_size": 1000, **kwargs})
+    return _hf(name, "bert", {"input_ids": (1, seq)}, origin, int_high={"input_ids": 1000})
+
+
 def _img(name: str, family: str, model: str, config: str, size: int, kwargs: dict, **extra: Any) -> CorpusModel:
     """An image model: float ``pixel_values``, 1 x 3 x size x size."""
     origin = HF(model, config, {"image_size": size, **kwargs}, **extra)
@@ -247,11 +253,20 @@ MODELS += [
                 {"input": (1, 512), "state": (2, 1, 128)}, "MIT (silero-vad)", "voice activity: If on the rate, LSTM"),
 ]  # fmt: skip
 
-# Models outside the corpus table: the GPU benchmark's second BERT size (make bench-gpu transfers between the two),
-# the architecture of the BERT whose H100 log is in ../shared/data/ms_bert_src_cuda_h100 (4 layers, hidden 256).
+# Models outside the corpus table: the architecture of the BERT whose H100 log is in
+# ../shared/data/ms_bert_src_cuda_h100 (4 layers, hidden 256), and the GPU benchmark's three (make bench-gpu): the
+# models of issue #22's H100 table, two BERT sizes (transferred between) and a ViT. Their vocabulary is 1,000 tokens,
+# as the shared BERT's: a table lookup costs the same at any vocabulary, and the files stay small enough to carry to
+# the GPU machine (which has no network).
 EXTRA: list[CorpusModel] = [
     _tok("bert-l4-h256", "bert", "BertModel", "BertConfig", 32, 30522,
          {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}),
+    _ids("gpu-bert-l2-h128", 32, _BERTISH),
+    _ids("gpu-bert-l2-h192", 48, {"num_hidden_layers": 2, "hidden_size": 192, "num_attention_heads": 3,
+                                  "intermediate_size": 768}),
+    _img("gpu-vit-l2-h128", "vit", "ViTModel", "ViTConfig", 64,
+         {"patch_size": 8, "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2,
+          "intermediate_size": 512}),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MODELS + EXTRA}
