@@ -134,6 +134,9 @@ _register()
 
 
 def main() -> None:
+    from registry.measure.gpu_state import keep_torch_out
+
+    keep_torch_out()  # TVM's FFI would import torch if installed: seconds of import this process never needs
     try:
         cli(prog_name="registry")
     except Exception as e:  # a bug, not bad input: still one line, with the way to the traceback

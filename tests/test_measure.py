@@ -329,26 +329,53 @@ def test_a_forked_process_gets_a_zygote_of_its_own():
         assert "error" not in pool.call({"op": "warm"}) and zygote.shared()._proc.pid == parents
 
 
-def test_work_for_a_gpu_gets_exec_started_workers_and_a_cpu_forked_ones():
-    """A process forked after `import tvm` cannot use CUDA (measured on an H100: cudaErrorInitializationError), so
-    every pool whose work is for a GPU starts its workers as fresh interpreters; CPU work keeps the zygote's fork."""
-    from registry.measure.pool import EXEC, FORK, start_method
+def test_workers_for_a_gpu_are_forked_only_by_a_zygote_that_holds_no_gpu_file(monkeypatch):
+    """A child forked from a process whose GPU driver is initialized cannot use CUDA (measured on an H100). GPU pools
+    (the measurer's, the builder's for a CUDA target) ask the zygote for a checked fork; a zygote that holds a GPU
+    device file refuses, and the worker is started by exec instead. CPU pools just fork."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from registry.measure import zygote
+    from registry.measure.pool import EXEC, FORK, uses_gpu
     from registry.tvm_side.builder import PersistentBuilder
     from tests.gpu_standin import StandInGpuMeasurer
     from tests.test_cuda_pipeline import CUDA
 
-    assert {kind: start_method(kind) for kind in ("cpu", "llvm", "cuda", "rocm", "vulkan")} == {
-        "cpu": FORK, "llvm": FORK, "cuda": EXEC, "rocm": EXEC, "vulkan": EXEC}  # fmt: skip
+    assert [k for k in ("cpu", "llvm", "cuda", "rocm", "vulkan") if uses_gpu(k)] == ["cuda", "rocm", "vulkan"]
     with Measurer(host_target()) as cpu, StandInGpuMeasurer(tvm.target.Target(CUDA)) as gpu:
-        assert (cpu.pool.start, gpu.pool.start) == (FORK, EXEC)
+        assert (cpu.pool.gpu, gpu.pool.gpu) == (False, True)
     builder = PersistentBuilder(max_workers=1)
     try:
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
-
-        [built] = builder.build([BuilderInput(tvm.IRModule({"main": take}), tvm.target.Target(CUDA))])
-        assert builder._pool.start == EXEC, built
+        builder.build([BuilderInput(tvm.IRModule({"main": take}), tvm.target.Target(CUDA))])
+        [worker] = builder._pool._all
+        assert builder._pool.gpu and worker.start == FORK and _parent(worker.pid) == zygote.shared()._proc.pid
     finally:
         builder.shutdown()
+
+    def unsafe(*_args, **_kwargs):
+        raise zygote.GpuUnsafe("the zygote holds /dev/nvidiactl open")
+
+    monkeypatch.setattr(zygote.Zygote, "spawn", unsafe)
+    with WorkerPool(1, gpu=True) as pool:
+        assert "error" not in pool.call({"op": "warm"})
+        assert pool._all[0].start == EXEC and _parent(pool._all[0].pid) == os.getpid()
+
+
+def test_the_zygote_keeps_torch_out_and_tells_gpu_files_apart(tmp_path):
+    """tvm_ffi imports torch whenever it is installed, and torch's import initializes the GPU's driver: the zygote
+    never has it loaded. GPU device files are what the zygote's check looks for among its open files."""
+    from registry.measure import zygote
+    from registry.measure.gpu_state import gpu_files_open
+
+    with WorkerPool(1) as pool:
+        pool.call({"op": "warm"})
+        with open(f"/proc/{zygote.shared()._proc.pid}/maps") as f:
+            assert "libtorch" not in f.read()
+    fds = tmp_path / "fd"
+    fds.mkdir()
+    for name, target in (("0", "/dev/null"), ("3", "pipe:[77]"), ("4", "/dev/nvidiactl"), ("5", "/dev/dri/card0")):
+        os.symlink(target, fds / name)
+    assert gpu_files_open(str(fds)) == ["/dev/dri/card0", "/dev/nvidiactl"]
 
 
 def test_an_exec_started_worker_is_this_process_child_and_dies_as_a_forked_one(tmp_path):

@@ -95,19 +95,27 @@ class Bench:
     # -- steps --------------------------------------------------------------------------------------------------
 
     def start(self) -> dict:
-        """Seconds from asking for a worker to its first answer, five times each way."""
+        """Seconds from asking for a GPU worker to its answer to ``describe`` (which initializes CUDA there), five times
+        each way: forked by the zygote (what a GPU pool does), and exec'd (its fallback); the zygote's own start, the
+        first time, is reported apart."""
+        from registry.measure import zygote
         from registry.measure.pool import EXEC, FORK, WorkerPool
 
-        out = {}
-        for start, device in ((FORK, "cpu"), (EXEC, "cuda")):
-            samples = []
+        t0 = time.perf_counter()
+        zygote.shared()
+        with WorkerPool(1) as pool:
+            pool.call({"op": "warm"}, timeout=120)
+        out: dict = {"zygote_first_s": time.perf_counter() - t0}
+        for start in (FORK, EXEC):
+            samples, how = [], set()
             for _ in range(5):
                 t0 = time.perf_counter()
-                with WorkerPool(1, start=start) as pool:
-                    reply = pool.call({"op": "describe", "device": "cpu" if self.stand_in else device}, timeout=120)
+                with WorkerPool(1, start=start, gpu=True) as pool:
+                    reply = pool.call({"op": "describe", "device": "cpu" if self.stand_in else "cuda"}, timeout=120)
+                    how.add(pool._all[0].start)
                 samples.append(time.perf_counter() - t0)
                 assert "error" not in reply, reply
-            out[start] = {"median_s": statistics.median(samples), "samples_s": samples, "device": device}
+            out[start] = {"median_s": statistics.median(samples), "samples_s": samples, "started_by": sorted(how)}
         return out
 
     def torch(self) -> dict:

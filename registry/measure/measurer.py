@@ -28,7 +28,7 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError
 from registry.measure.calibrate import SAMPLE, Calibration, calibrate
-from registry.measure.pool import WorkerPool, start_method
+from registry.measure.pool import WorkerPool, uses_gpu
 from registry.measure.tracker import Tracker
 from registry.measure.types import (
     MODEL,
@@ -87,7 +87,7 @@ class Measurer:
         env = {"TVM_BIND_THREADS": "0", **({THREADS_ENV: str(threads)} if threads else {})}
         if self.device_type == "cpu" and rpc is None:
             env[MEMORY_ENV] = str(_worker_memory_mb())
-        self.pool = WorkerPool(1, env, verbose=verbose, start=start_method(self.device_type))
+        self.pool = WorkerPool(1, env, verbose=verbose, gpu=uses_gpu(self.device_type))
         if rpc is None and self.device_type == "cpu" and threads and len(self._cores) // threads > 1:
             # Measurements will run side by side: both workers start now (forked by the zygote, which may still be
             # importing TVM when this is the process's first measurer), not the second in the middle of a batch.

@@ -4,13 +4,12 @@ A request is a JSON object sent to a worker (``registry.measure.worker``); the r
 worker does to itself (a segfault in a kernel, an abort, a hang, running out of memory), the caller gets an
 ``{"error": ...}`` reply for that request, the dead worker is reaped, and a fresh one starts on the next request.
 
-How a worker starts depends on the device its work is for (``start_method``):
-
-- **fork** (a CPU): forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a
-  new or replacement worker costs milliseconds, not a second of TVM's import;
-- **exec** (a GPU): a fresh interpreter (``python -m registry.measure.worker``) that imports TVM itself. A process
-  forked after ``import tvm`` cannot use CUDA: every CUDA call fails with ``cudaErrorInitializationError``, building
-  for CUDA included (measured on an H100, ../shared/TVM_NOTES.md).
+Workers are forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a new or
+replacement worker costs milliseconds, not TVM's import (0.7 s here, 1.8 s on the H100 machine). A worker for a GPU
+too: a child forked from a process whose GPU driver is initialized cannot use CUDA, and the zygote keeps it
+uninitialized and checks that before each such fork (``registry.measure.gpu_state``). Where it cannot vouch for that,
+the worker is started by exec instead, a fresh interpreter (``python -m registry.measure.worker``) that imports TVM
+itself; ``start=EXEC`` asks for that always.
 
 Either way workers die with this process, ``kill -9`` included (a forked worker gets SIGKILL when its zygote dies, and
 the zygote exits when its socket closes; an exec'd worker gets SIGKILL when this process dies), and also exit when
@@ -62,24 +61,25 @@ def why_died(returncode: int) -> str:
 
 
 FORK, EXEC = "fork", "exec"
-# Device types whose runtime a forked worker cannot initialize (see the module docstring). Only CUDA was measured; the
-# other GPU runtimes TVM drives hold driver state the same way, so they are started fresh too.
-_EXEC_DEVICES = frozenset({"cuda", "rocm", "vulkan", "metal", "opencl", "gpu"})
+# Device types whose workers use a GPU (target kinds and the measurer's device types alike).
+GPU_DEVICES = frozenset({"cuda", "rocm", "vulkan", "metal", "opencl", "gpu"})
 
 
-def start_method(device_type: str) -> str:
-    """How workers whose work is for ``device_type`` ("cpu", "cuda", or a target kind such as "llvm") start."""
-    return EXEC if device_type in _EXEC_DEVICES else FORK
+def uses_gpu(device_type: str) -> bool:
+    """Whether workers whose work is for ``device_type`` ("cpu", "cuda", or a target kind such as "llvm") use a GPU."""
+    return device_type in GPU_DEVICES
 
 
 class _Forked:
     """A worker forked by this process's zygote, and ended by it."""
 
-    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> None:
+    start = FORK
+
+    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool, gpu: bool) -> None:
         # Ended by the zygote that forked it: if that one died, so did this worker, and a new zygote must not be
         # asked to kill a pid that may belong to another process by now.
         self._zygote = zygote.shared()
-        self.pid = self._zygote.spawn(request_fd, reply_fd, env, verbose)
+        self.pid = self._zygote.spawn(request_fd, reply_fd, env, verbose, gpu)
 
     def alive(self) -> bool:
         return self._zygote.alive()
@@ -94,7 +94,9 @@ class _Forked:
 class _Execd:
     """A worker started as a fresh interpreter, its own session's leader."""
 
-    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> None:
+    start = EXEC
+
+    def __init__(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool, gpu: bool = False) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "registry.measure.worker", str(request_fd), str(reply_fd), str(os.getpid())],
             pass_fds=(request_fd, reply_fd),
@@ -119,13 +121,17 @@ class _Execd:
 
 
 class Worker:
-    """One worker process, forked by this process's zygote or exec'd (``start_method``), and its two pipes."""
+    """One worker process, forked by this process's zygote or exec'd (see the module docstring), and its two pipes.
+    ``start`` says which it was."""
 
-    def __init__(self, env: dict[str, str], verbose: bool, start: str = FORK) -> None:
+    def __init__(self, env: dict[str, str], verbose: bool, start: str = FORK, gpu: bool = False) -> None:
         req_r, self._req_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         try:
-            self._process = (_Execd if start == EXEC else _Forked)(req_r, rep_w, env, verbose)
+            try:
+                self._process = (_Execd if start == EXEC else _Forked)(req_r, rep_w, env, verbose, gpu)
+            except zygote.GpuUnsafe:  # the zygote cannot vouch that its children can use the GPU
+                self._process = _Execd(req_r, rep_w, env, verbose)
         except BaseException:
             os.close(self._req_w)
             os.close(self._rep_r)
@@ -133,7 +139,7 @@ class Worker:
         finally:
             os.close(req_r)
             os.close(rep_w)
-        self.pid = self._process.pid
+        self.pid, self.start = self._process.pid, self._process.start
         self.returncode: int | None = None  # once ended
         self._buffer = b""
         self.deadline: float | None = None  # while a request is in flight
@@ -210,9 +216,10 @@ def _write_all(fd: int, data: bytes) -> None:
 class WorkerPool:
     """Up to ``size`` workers, started when first needed and kept for later requests.
 
-    ``env`` is added to this process's environment for the workers (e.g. the TVM runtime's thread count). ``start``
-    is how they start (``start_method`` of the device their work is for). A worker is replaced after ``max_uses``
-    requests, a guard against slow leaks in what it runs (TVM recycles its own pools).
+    ``env`` is added to this process's environment for the workers (e.g. the TVM runtime's thread count). ``gpu``:
+    their work uses a GPU (``uses_gpu``), so each is forked only from a zygote that can vouch for it (see the module
+    docstring); ``start=EXEC`` starts every worker by exec. A worker is replaced after ``max_uses`` requests, a guard
+    against slow leaks in what it runs (TVM recycles its own pools).
     """
 
     def __init__(
@@ -223,12 +230,13 @@ class WorkerPool:
         verbose: bool = False,
         max_uses: int | None = None,
         start: str = FORK,
+        gpu: bool = False,
     ) -> None:
         self.size = max(1, size)
         self.max_uses = max_uses
         self.env = {**os.environ, **(env or {})}
         self.verbose = verbose
-        self.start = start
+        self.start, self.gpu = start, gpu
         self._idle: list[Worker] = []
         self._all: list[Worker] = []
         self._warming: list[Worker] = []  # started by prestart, still answering their warm-up request
@@ -240,7 +248,7 @@ class WorkerPool:
         otherwise gain a worker per call, each holding a TVM import's memory until the process exits."""
         if len(self._all) >= self.size:
             return
-        worker = Worker(self.env, self.verbose, self.start)
+        worker = Worker(self.env, self.verbose, self.start, self.gpu)
         self._all.append(worker)
         worker.send(request, timeout)
         self._warming.append(worker)
@@ -257,7 +265,7 @@ class WorkerPool:
                 return worker
             # It died after its last reply (its zygote was killed): that is not the next request's fault.
             self._retire(worker)
-        worker = Worker(self.env, self.verbose, self.start)
+        worker = Worker(self.env, self.verbose, self.start, self.gpu)
         self._all.append(worker)
         return worker
 

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from registry.measure import gpu_state
+
 _HEADER = struct.Struct("<I")
 _PR_SET_PDEATHSIG = 1
 _rng = np.random.default_rng(0)
@@ -432,9 +434,10 @@ def forked(
 
 def main() -> None:
     """A worker's life as a fresh interpreter (``python -m registry.measure.worker REQUEST_FD REPLY_FD PARENT``),
-    started by the pool for a GPU (``registry.measure.pool.start_method``): the pool gave it its session,
+    started by the pool where no zygote can fork it (``registry.measure.pool``): the pool gave it its session,
     environment, cores and standard streams already; TVM is imported on its first request."""
     request_fd, reply_fd, parent = (int(a) for a in sys.argv[1:4])
+    gpu_state.keep_torch_out()  # 2-5 s of import a worker never needs (registry.measure.gpu_state)
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     _die_with_parent(parent)
     _limit_memory()

@@ -7,6 +7,10 @@ The zygote is one process per registry process that imports TVM and the worker's
 
 - **One job.** The zygote only forks workers and reaps them; it never builds, loads or runs anything, so every worker
   starts from a process in which no TVM thread pool, LLVM JIT or CUDA context exists yet.
+- **Safe for the GPU, and checked.** A child forked from a process whose GPU driver is initialized cannot use CUDA.
+  The zygote keeps torch out before importing TVM (``tvm_ffi`` imports it if installed, and its import initializes the
+  driver: ``registry.measure.gpu_state``), and before forking a worker for a GPU it checks that it holds no GPU
+  device file: if it ever does (another library, a future TVM), it refuses, and the pool starts that worker by exec.
 - **Nothing is inherited by accident.** Each worker gets the environment, the cores and the stderr its pool asks for,
   in its own session (a timeout kills what it started too), and only its own two pipes: the zygote closes a worker's
   file descriptors once it has forked it, so no worker holds another's pipe open.
@@ -32,12 +36,18 @@ from typing import Any
 
 import orjson
 
+from registry.measure import gpu_state
+
 _MAX_MESSAGE = 1 << 20
 _FDS_PER_WORKER = 3  # request pipe (read end), reply pipe (write end), and stderr when the pool is verbose
 
 
 class ZygoteError(RuntimeError):
     """The zygote could not be started, or died."""
+
+
+class GpuUnsafe(ZygoteError):
+    """The zygote holds a GPU device file open: a worker forked from it could not use the GPU."""
 
 
 class Zygote:
@@ -56,12 +66,16 @@ class Zygote:
         self._sock = ours
         self._lock = threading.Lock()
 
-    def spawn(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool) -> int:
+    def spawn(self, request_fd: int, reply_fd: int, env: dict[str, str], verbose: bool, gpu: bool = False) -> int:
         """A new worker serving these pipes (its ends of them; the caller closes its copies), with ``env`` and this
-        thread's cores. Returns its pid."""
+        thread's cores. Returns its pid. ``gpu``: the worker will use the GPU; raises GpuUnsafe when the zygote
+        cannot give it one that can."""
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         fds = [request_fd, reply_fd] + ([sys.stderr.fileno()] if verbose and _has_fd(sys.stderr) else [])
-        return self._ask({"op": "spawn", "env": env, "cores": cores}, fds)["pid"]
+        reply = self._ask({"op": "spawn", "env": env, "cores": cores, "gpu": gpu}, fds)
+        if "error" in reply:
+            raise GpuUnsafe(reply["error"])
+        return reply["pid"]
 
     def end(self, pid: int) -> int:
         """Kill the worker and what it started, reap it, and return how it ended (a negative signal number, as
@@ -157,6 +171,7 @@ def _end(pid: int) -> int:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gpu_state.keep_torch_out()  # before TVM: its FFI would import torch, which initializes the GPU's driver
     # What every worker needs, imported once here. Importing starts nothing: no thread pool, JIT or device context.
     import tvm  # noqa: F401
 
@@ -173,8 +188,12 @@ def main() -> None:
             return  # the registry process closed the socket, or died
         request = orjson.loads(data)
         if request["op"] == "spawn":
+            held = gpu_state.gpu_files_open() if request.get("gpu") else []
             try:
-                reply = {"pid": _fork_worker(sock, request, fds)}
+                if held:
+                    reply = {"error": f"the zygote holds {', '.join(held)} open: its children could not use the GPU"}
+                else:
+                    reply = {"pid": _fork_worker(sock, request, fds)}
             finally:
                 for fd in fds:
                     os.close(fd)

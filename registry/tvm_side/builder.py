@@ -21,7 +21,7 @@ from tvm.runtime import Module
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.target import Target
 
-from registry.measure.pool import WorkerPool, start_method
+from registry.measure.pool import WorkerPool, uses_gpu
 from registry.tvm_side import ORIGINAL_AFFINITY
 
 
@@ -76,9 +76,9 @@ class PersistentBuilder(PyBuilder):
 
     def _run(self, requests: list[dict], target_kind: str) -> list[BuilderResult]:
         if self._pool is None:
-            # Building for CUDA needs a worker that can initialize CUDA where a GPU is present: started by exec.
-            start = start_method(target_kind)
-            self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses, start=start)
+            # Building for CUDA initializes CUDA where a GPU is present: only a worker that can is any use.
+            gpu = uses_gpu(target_kind)
+            self._pool = WorkerPool(self.max_workers, max_uses=self.max_uses, gpu=gpu)
         replies = self._pool.run(requests, at_once=self.max_workers, timeout=self.timeout_sec)
         return [
             BuilderResult(r["artifact"], None)

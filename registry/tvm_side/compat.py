@@ -67,13 +67,15 @@ def load_tensor_intrinsics(target_kind: str) -> None:
     ``import tvm.s_tir.tensor_intrin`` parses every target's intrinsics in TVMScript: 54 s on the 2-core machine this
     was measured on, and TuneContext runs it on first use. Here the package is put in place without its
     ``__init__``, and only the relevant submodules run, so later imports of the package cost nothing. Call it before
-    the first TuneContext of the process; it does nothing once the package is imported.
+    the first TuneContext for each target kind: a process that tuned for CUDA and then tunes for this CPU needs the
+    CPU's intrinsics registered too.
     """
-    if _INTRINSICS in sys.modules:
-        return
-    spec = importlib.util.find_spec(_INTRINSICS)
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[_INTRINSICS] = package  # without running __init__, which imports every target's intrinsics
+    package = sys.modules.get(_INTRINSICS)
+    if package is None:
+        spec = importlib.util.find_spec(_INTRINSICS)
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[_INTRINSICS] = package  # without running __init__, which imports every target's intrinsics
     wanted = ("cuda",) if target_kind == "cuda" else _CPU_INTRINSICS.get(platform.machine(), ())
     for name in wanted:
-        setattr(package, name, importlib.import_module(f"{_INTRINSICS}.{name}"))
+        if not hasattr(package, name):  # each submodule registers its intrinsics once, on import
+            setattr(package, name, importlib.import_module(f"{_INTRINSICS}.{name}"))
