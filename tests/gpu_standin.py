@@ -14,11 +14,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Sequence
 
 from registry import hostinfo
 from registry.measure.measurer import Measurer
-from registry.measure.types import MODEL, PRECISE, DeviceDescription, KernelJob, Measurement, ModelJob, Settings
+from registry.measure.types import MODEL, DeviceDescription, Measurement, ModelJob, Settings
 
 STAND_IN = "stand-in GPU (no GPU on this machine: builds are real, latencies are made up)"
 
@@ -34,7 +33,7 @@ def made_up_seconds(artifact: str, base_us: float) -> tuple[float, ...]:
 class StandInGpuMeasurer(Measurer):
     """``Measurer`` for a CUDA target on a machine without a GPU (see the module docstring)."""
 
-    builds = 0  # kernels built for CUDA by every stand-in of this process: a test's evidence that they were
+    builds = 0  # kernels built for CUDA and "timed" by every stand-in of this process: evidence that they were built
 
     def _describe(self, threads: int | None) -> DeviceDescription:
         arch = str(self.target.attrs.get("arch", "sm_90"))
@@ -46,34 +45,25 @@ class StandInGpuMeasurer(Measurer):
             details={"compute_version": f"{arch[3]}.{arch[4:]}"},
         )
 
-    def kernels(self, jobs: Sequence[KernelJob], settings: Settings = PRECISE, at_once: int = 1) -> list[Measurement]:
-        built = self._built(jobs)
-        out = []
-        for job, (artifact, error) in zip(jobs, built, strict=True):
-            out.append(Measurement((), error) if error else Measurement(made_up_seconds(artifact, 10.0)))
-            if artifact is not None and job.artifact is None:
+    def _time(self, requests: list[dict], at_once: int, slots: list[list[int]] | None) -> list[dict]:
+        """Where a GPU would run each kernel: a made-up latency of its library, built by the measurer (a GPU's kernels
+        are built on every CPU core first), by the tuner's builder, or here for a lone kernel to build."""
+        replies = []
+        for request in requests:
+            job = request["job"]
+            artifact = job["artifact"]
+            if artifact is None:
+                built = self.pool.call({"op": "build", "module": job["module"], "target": job["target"],
+                                        "trace": job["trace"]}, timeout=120.0)  # fmt: skip
+                if "error" in built:
+                    replies.append(built)
+                    continue
+                artifact = built["artifact"]
+            type(self).builds += 1
+            replies.append({"run_secs": list(made_up_seconds(artifact, 10.0))})
+            if job["artifact"] is None:
                 shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
-        return out
-
-    def _built(self, jobs: Sequence[KernelJob]) -> list[tuple[str | None, str | None]]:
-        """(library, None) or (None, why) per job: a job's own library, else its module built here for real."""
-        todo = [job for job in jobs if job.artifact is None]
-        requests = [{"op": "build", "module": j.module, "target": j.target, "trace": j.trace} for j in todo]
-        replies = iter(self.pool.run(requests, at_once=self.pool.size, timeout=120.0))
-        out = []
-        for job in jobs:
-            if job.artifact is not None:
-                out.append((job.artifact, None))
-                continue
-            reply = next(replies)
-            if "artifact" in reply:
-                type(self).builds += 1
-                out.append((reply["artifact"], None))
-            else:
-                error = reply["error"]
-                known = error.startswith(("build failed", "its trace"))
-                out.append((None, error if known else f"build failed: {error}"))
-        return out
+        return replies
 
     def model(self, job: ModelJob, settings: Settings = MODEL) -> Measurement:
         return Measurement(made_up_seconds(job.artifact, 200.0))

@@ -410,3 +410,28 @@ def test_an_exec_started_worker_is_this_process_child_and_dies_as_a_forked_one(t
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+def test_a_gpu_measurer_builds_the_kernels_it_is_given_on_every_core_first():
+    """A GPU times one kernel at a time; built in the worker that holds it, N kernels cost N builds in a row (transfer
+    on the H100: 27 s for 12 candidates). They are built first, side by side, in a pool as large as the cores; a
+    kernel that does not build is reported so and never sent to the GPU. (The GPU is the stand-in's: no GPU here.)"""
+    from tests.gpu_standin import StandInGpuMeasurer
+    from tests.test_cuda_pipeline import CUDA
+
+    from registry.measure.jobs import kernel_arguments, traced_job
+
+    cuda = tvm.target.Target(CUDA)
+    workload = tvm.IRModule({"main": take})
+    nowhere = [[["GetSBlock", [], ["no_such_block", "main"], ["b0"]]], []]
+    unbuilt = traced_job(tvm.ir.save_json(workload), nowhere, cuda, kernel_arguments(workload))
+    with StandInGpuMeasurer(cuda) as measurer:
+        from registry.tvm_side.defaults import default_schedule
+
+        good = module_job(default_schedule(tvm.IRModule({"main": take}), cuda), cuda)
+        timed = StandInGpuMeasurer.builds
+        results = measurer.kernels([good, unbuilt, good])
+        assert measurer._builders is not None and measurer._builders.size == len(os.sched_getaffinity(0))
+        assert results[0].ok and results[2].ok and results[0].run_secs == results[2].run_secs
+        assert not results[1].ok and results[1].error.startswith("its trace does not apply")
+        assert StandInGpuMeasurer.builds - timed == 2  # the one that did not build was never timed

@@ -374,8 +374,35 @@ def main() -> None:
         if step == "report":
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1))
+            if result.get("convergence"):
+                plot(result, args.out.with_suffix(".png"))
             print(table(result))
 
 
 if __name__ == "__main__":
     main()
+
+
+def plot(result: dict, path: Path) -> None:
+    """Estimated latency of gpu-bert-l2-h192 (each task's best so far x its weight, summed) against wall time: plain
+    tune_relax and registry tune on an empty registry, with plain's final value and a third of plain's time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = result["convergence"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label, total in (("plain_curve", "plain tune_relax", c["plain_s"]),
+                              ("registry_curve", "registry tune (empty registry)", c["registry_s"])):  # fmt: skip
+        points = c[key]
+        ax.step([t for t, _ in points] + [total], [us for _, us in points] + [points[-1][1]], where="post", label=label)
+    ax.axhline(c["plain_final_est_us"], color="grey", linestyle=":", linewidth=1, label="plain's final")
+    ax.axvline(c["plain_s"] / 3, color="grey", linestyle="--", linewidth=1, label="a third of plain's time")
+    ax.set_ylim(c["plain_final_est_us"] * 0.85, c["plain_final_est_us"] * 1.6)
+    ax.set_xlabel("wall time, s")
+    ax.set_ylabel("estimated model latency, µs")
+    ax.set_title(f"{BIG} on {result['machine']['gpu'] or 'no GPU'}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

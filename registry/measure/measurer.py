@@ -10,7 +10,7 @@ Where it measures:
 
 - this machine's CPU (``llvm`` targets) or GPU (``cuda``), through a pool of persistent workers; on a CPU, up to the
   calibrated degree of parallelism at once (``registry.measure.calibrate``), each measurement in flight on cores of
-  its own; a GPU measures one at a time;
+  its own; a GPU measures one at a time, and the kernels it is given to build are built first on every CPU core;
 - the servers behind a TVM RPC tracker (``rpc=Tracker(...)``), one job per free server at once.
 
 A measurer **describes the device it measures on** (``device``): the CPU or GPU the worker, or the RPC server, reports,
@@ -20,7 +20,9 @@ when the measuring happened elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from collections.abc import Sequence
 
 from tvm.target import Target
@@ -75,6 +77,9 @@ class Measurer:
             raise BadInputError(f"cannot measure for target kind {kind!r}: the registry measures llvm and cuda")
         self.target, self.rpc = target, rpc
         self.device_type = _DEVICE_TYPES[kind]
+        # A GPU here times one kernel at a time: the kernels it is given to build are built first, on every core.
+        self._builds_apart = uses_gpu(self.device_type) and rpc is None
+        self._builders: WorkerPool | None = None  # started on the first such batch
         self._cores = sorted(ORIGINAL_AFFINITY or range(os.cpu_count() or 1))
         self.calibration: Calibration | None = None
         self.kind = "rpc" if rpc is not None else "local"
@@ -149,9 +154,44 @@ class Measurer:
         # cold cache, which read as 5-10% noise here.
         slots = [self._cores[k * per_slot : (k + 1) * per_slot] for k in range(at_once)]
         local_cpu = self.rpc is None and self.device_type == "cpu"
-        requests = [self._request("kernel", job=job.as_json(), settings=settings.as_json()) for job in jobs]
-        replies = self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S, slots=slots if local_cpu else None)
-        return [_measurement(r) for r in replies]
+        built = self._built_apart(jobs)
+        results: list[Measurement | None] = [None] * len(jobs)
+        requests, timed = [], []
+        for i, job in enumerate(jobs):
+            if isinstance(built.get(i), Measurement):  # it did not build: nothing to time
+                results[i] = built[i]
+                continue
+            if i in built:
+                job = dataclasses.replace(job, artifact=built[i], module=None, trace=None)
+            requests.append(self._request("kernel", job=job.as_json(), settings=settings.as_json()))
+            timed.append(i)
+        try:
+            replies = self._time(requests, at_once, slots if local_cpu else None)
+        finally:
+            for artifact in built.values():
+                if isinstance(artifact, str):
+                    shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
+        for i, reply in zip(timed, replies, strict=True):
+            results[i] = _measurement(reply)
+        return results  # type: ignore[return-value]
+
+    def _time(self, requests: list[dict], at_once: int, slots: list[list[int]] | None) -> list[dict]:
+        """The workers' replies to ``kernel`` requests: where a kernel is run and timed."""
+        return self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S, slots=slots)
+
+    def _built_apart(self, jobs: Sequence[KernelJob]) -> dict[int, str | Measurement]:
+        """For a GPU here, given two or more kernels to build: each built into a library on every CPU core at once
+        (by index: its library, or why it did not build), instead of one after the other in the worker that holds
+        the GPU. Otherwise nothing: each worker builds what it times."""
+        todo = [i for i, job in enumerate(jobs) if job.artifact is None]
+        if not self._builds_apart or len(todo) < 2:
+            return {}
+        if self._builders is None:
+            self._builders = WorkerPool(len(self._cores), gpu=True, max_uses=256)
+        requests = [{"op": "build", "module": jobs[i].module, "target": jobs[i].target, "trace": jobs[i].trace}
+                    for i in todo]  # fmt: skip
+        replies = self._builders.run(requests, at_once=self._builders.size, timeout=KERNEL_TIMEOUT_S)
+        return {i: r["artifact"] if "artifact" in r else _measurement(r) for i, r in zip(todo, replies, strict=True)}
 
     def measure(self, jobs: Sequence[KernelJob]) -> list[Measurement]:
         """Quick timings at the degree of parallelism, calibrated on the first batch of two or more jobs."""
@@ -197,6 +237,8 @@ class Measurer:
 
     def close(self) -> None:
         self.pool.close()
+        if self._builders is not None:
+            self._builders.close()
 
     def __enter__(self) -> Measurer:
         return self

@@ -36,10 +36,9 @@ from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
 from registry.tvm_side.checked_ingest import RecordWriter
-from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, finish, model_run
+from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.tvm_side.signature import structural_hash
 from registry.tvm_side.tuning.engine import EngineTask, TuneOptions
 
@@ -74,10 +73,12 @@ def transfer(
             index = SimilarityIndex(store)
             index.load()  # rebuilt here if stale, so that the first task does not pay for it
         resolver = _Resolver(run, index, opts)
+        progress(0, len(run.tasks), "timing each task's default schedule")
+        defaults = default_timings(run, run.tasks)  # together: on a GPU they are built on every core at once
         results = []
         for i, task in enumerate(run.tasks):
             progress(i, len(run.tasks), task.name)
-            results.append(resolver.resolve(task))
+            results.append(resolver.resolve(task, defaults[task.workload_id]))
         tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if r.source in ("default", "failed")]
         if fallback and opts.tune_trials > 0:
@@ -130,9 +131,8 @@ class _Resolver:
     def _time(self, task: Task, mod) -> Measurement:
         return self.run.measurer.kernels([module_job(mod, self.target, task.arguments)])[0]
 
-    def resolve(self, task: Task) -> TaskResult:
-        with self.clock("report"):
-            default = self._time(task, default_schedule(task.mod, self.target))
+    def resolve(self, task: Task, default: Measurement) -> TaskResult:
+        """``default``: the task's default schedule, timed."""
         before = default.median_us
         result = TaskResult(task.name, task.weight, task.workload_id, "default", before, before, candidates=0)
         if not default.ok:
@@ -182,24 +182,27 @@ class _Resolver:
         return best[0] if best else None
 
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):
-        best = None
+        """Up to ``budget`` distinct candidate programs from the donors, timed together (on a GPU they are built on
+        every core at once), and the fastest that ran: (donor, schedule, timing), or None."""
+        picked: list[tuple[Donor, object]] = []
         seen: set[str] = set()
         candidates = self.schedules.candidates(task.mod, donors, self.opts.budget)
         attempts = 0
-        while result.candidates < self.opts.budget and attempts < 4 * self.opts.budget:
+        while len(picked) < self.opts.budget and attempts < 4 * self.opts.budget:
             attempts += 1
             with self.clock("donors"):
                 nxt = next(candidates, None)
             if nxt is None:
                 break
-            donor, sch = nxt
-            key = structural_hash(sch.mod)
-            if key in seen:  # two donors, or a donor and a re-sample, gave the same program
-                continue
-            seen.add(key)
-            with self.clock("measure"):
-                timing = self._time(task, sch.mod)
-            result.candidates += 1
+            key = structural_hash(nxt[1].mod)
+            if key not in seen:  # two donors, or a donor and a re-sample, can give the same program
+                seen.add(key)
+                picked.append(nxt)
+        with self.clock("measure"):
+            timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
+        result.candidates = len(picked)
+        best = None
+        for (donor, sch), timing in zip(picked, timings, strict=True):
             if timing.ok:
                 self.tried.setdefault(task.workload_id, []).append(sch)
                 if best is None or timing.median_s < best[2].median_s:
