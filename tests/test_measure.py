@@ -416,10 +416,9 @@ def test_a_gpu_measurer_builds_the_kernels_it_is_given_on_every_core_first():
     """A GPU times one kernel at a time; built in the worker that holds it, N kernels cost N builds in a row (transfer
     on the H100: 27 s for 12 candidates). They are built first, side by side, in a pool as large as the cores; a
     kernel that does not build is reported so and never sent to the GPU. (The GPU is the stand-in's: no GPU here.)"""
+    from registry.measure.jobs import kernel_arguments, traced_job
     from tests.gpu_standin import StandInGpuMeasurer
     from tests.test_cuda_pipeline import CUDA
-
-    from registry.measure.jobs import kernel_arguments, traced_job
 
     cuda = tvm.target.Target(CUDA)
     workload = tvm.IRModule({"main": take})
