@@ -21,6 +21,7 @@ has been vouched for, and a trace that crashes TVM costs a worker, never the cal
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ class RecordChecker:
         self._prefix_json: dict[str, str] = {}
         self._facts: dict[tuple, _Facts | str] = {}  # a str: why no record of the key applies
         self._applies: dict[tuple, _Applies] = {}
+        self._module_keys: dict[str, str] = {}  # module JSON -> its key in the replay workers (see _module_key)
 
     def check(self, records: Sequence[tuple[RecordIn, str]]) -> list[Problem | None]:
         """For each (record, its workload's module JSON): None when valid, else why not. Never raises for a bad
@@ -145,7 +147,16 @@ class RecordChecker:
         return waiting
 
     def _job(self, item: _Item, facts: bool) -> Job:
-        return Job(f"{item.record.workload[0]}:{item.record.workload[1]}", item.mod_json, item.record.trace, facts)
+        return Job(self._module_key(item), item.mod_json, item.record.trace, facts)
+
+    def _module_key(self, item: _Item) -> str:
+        """What the replay workers keep a parsed module under: the workload and a digest of the module itself. Two
+        copies of one workload (two models') share its structural hash but not their block names, which traces name."""
+        key = self._module_keys.get(item.mod_json)
+        if key is None:
+            digest = hashlib.sha256(item.mod_json.encode()).hexdigest()[:16]
+            key = self._module_keys[item.mod_json] = f"{item.record.workload[0]}:{item.record.workload[1]}:{digest}"
+        return key
 
     def _plan(self, item: _Item, facts: _Facts) -> tuple[tuple, bool]:
         insts_json = item.applies_key[1]

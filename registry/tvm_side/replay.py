@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 TILE_KINDS = ("SamplePerfectTile", "SamplePartitionedTile")
-_modules: dict[str, Any] = {}  # workload key -> module, in the worker: each is parsed once
+_modules: dict[str, Any] = {}  # module key (workload and module digest) -> module, in the worker: each parsed once
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:
