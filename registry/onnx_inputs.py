@@ -10,6 +10,7 @@ onnxruntime's reference timings and TVM's end-to-end timings use the same arrays
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,6 +21,33 @@ from registry.onnx_prep import graph_inputs
 # Operators an index flows through unchanged in value (the ids keep their range): Gather's indices may be reached
 # from the graph input through any chain of these.
 PASS_THROUGH = {"Cast", "Unsqueeze", "Reshape", "Squeeze", "Flatten", "Expand", "Identity"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Integer values are drawn uniformly from [low, high): a model input's, or a kernel argument's
+    (``registry.measure.inputs`` finds those in the kernel itself)."""
+
+    low: int
+    high: int
+
+
+ZEROS = Bound(0, 1)
+ONES = Bound(1, 2)
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """One input of a model; integers drawn from ``bound``, floats from a standard normal distribution."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    bound: Bound | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        bound = None if self.bound is None else [self.bound.low, self.bound.high]
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "bound": bound}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.measure.inputs import argument_bounds
-from registry.measure.types import Bound, KernelJob, Measurement, ModelInput, ModelJob
+from registry.measure.types import KernelJob, Measurement, ModelJob
+from registry.onnx_inputs import Bound, ModelInput
 
 if TYPE_CHECKING:
     from registry.measure.measurer import Measurer

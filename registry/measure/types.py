@@ -6,6 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.onnx_inputs import Bound, ModelInput
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -39,18 +41,6 @@ MODEL = Settings(number=1, repeat=7, min_repeat_ms=50)
 
 
 @dataclass(frozen=True)
-class Bound:
-    """Integer argument values are drawn uniformly from [low, high)."""
-
-    low: int
-    high: int
-
-
-ZEROS = Bound(0, 1)
-ONES = Bound(1, 2)
-
-
-@dataclass(frozen=True)
 class KernelJob:
     """One kernel to time: a built shared library (``artifact``), or a scheduled IRModule (``module``, its JSON) that
     the worker builds for ``target`` first; with ``trace``, ``module`` is a workload and that stored trace is applied
@@ -74,20 +64,6 @@ class KernelJob:
             "target": self.target,
             "trace": self.trace,
         }
-
-
-@dataclass(frozen=True)
-class ModelInput:
-    """One input of a model; integers drawn from ``bound``, floats from a standard normal distribution."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    bound: Bound | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        bound = None if self.bound is None else [self.bound.low, self.bound.high]
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "bound": bound}
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,7 @@ def _compile(module_json: str, target_json: str, trace: list | None = None):
     """The scheduled module built for its target, in memory."""
     from tvm.target import Target
 
-    from registry.tvm_side.builder import build_module
+    from registry.tvm_side.build import build_module
 
     return build_module(_scheduled(module_json, trace), Target(orjson.loads(target_json)))
 
@@ -412,7 +412,7 @@ def _limit_memory() -> None:
 def forked(
     parent: int, request_fd: int, reply_fd: int, stderr_fd: int | None, env: dict[str, str], cores: list[int] | None
 ) -> None:
-    """A worker's life, in a process just forked by the zygote (``registry.measure.zygote``): made what a fresh
+    """A worker's life, in a process just forked by the zygote (``registry.measure.zygote_process``): made what a fresh
     worker would be (its own session, its pool's environment, cores and stderr, the memory cap), then serving."""
     global _UNPINNED
     os.setsid()  # its own process group: a timeout kills what it started too (the compiler a build runs)

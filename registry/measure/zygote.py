@@ -21,13 +21,13 @@ The zygote is one process per registry process that imports TVM and the worker's
   when the socket to its registry process closes, which a ``kill -9`` of that process does too.
 
 Requests and replies are single JSON messages on a Unix ``SOCK_SEQPACKET`` socket, with the worker's pipes passed
-alongside (``SCM_RIGHTS``). The client side imports no TVM.
+alongside (``SCM_RIGHTS``). This module is the client, and imports no TVM; the process is
+``registry.measure.zygote_process``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -36,10 +36,8 @@ from typing import Any
 
 import orjson
 
-from registry.measure import gpu_state
-
-_MAX_MESSAGE = 1 << 20
-_FDS_PER_WORKER = 3  # request pipe (read end), reply pipe (write end), and stderr when the pool is verbose
+MAX_MESSAGE = 1 << 20
+FDS_PER_WORKER = 3  # request pipe (read end), reply pipe (write end), and stderr when the pool is verbose
 
 
 class ZygoteError(RuntimeError):
@@ -56,7 +54,7 @@ class Zygote:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "registry.measure.zygote", str(theirs.fileno())],
+            [sys.executable, "-m", "registry.measure.zygote_process", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -86,7 +84,7 @@ class Zygote:
         with self._lock:
             try:
                 socket.send_fds(self._sock, [orjson.dumps(request)], fds or [])
-                reply = self._sock.recv(_MAX_MESSAGE)
+                reply = self._sock.recv(MAX_MESSAGE)
             except OSError as e:
                 raise ZygoteError(f"the measurement workers' zygote is gone: {e}") from None
         if not reply:
@@ -135,72 +133,3 @@ def start_early() -> None:
     """Start the zygote now, so that its TVM import runs beside whatever this process does before it measures (a
     command's own imports), instead of after."""
     shared()
-
-
-# -- the zygote process ----------------------------------------------------------------------------------------------
-
-
-def _fork_worker(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> int:
-    zygote = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
-    try:  # the child: never return into the zygote's loop
-        sock.close()
-        from registry.measure import worker
-
-        stderr = fds[2] if len(fds) > 2 else None
-        worker.forked(zygote, fds[0], fds[1], stderr, request["env"], request["cores"])
-    finally:
-        os._exit(0)
-
-
-def _end(pid: int) -> int:
-    for kill in (os.killpg, os.kill):  # its group (it may not have made one yet), then the worker itself
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 0  # not ours, or already reaped
-    return os.waitstatus_to_exitcode(status)
-
-
-def main() -> None:
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gpu_state.keep_torch_out()  # before TVM: its FFI would import torch, which initializes the GPU's driver
-    # What every worker needs, imported once here. Importing starts nothing: no thread pool, JIT or device context.
-    import tvm  # noqa: F401
-
-    import registry.measure.worker  # noqa: F401
-    import registry.tvm_side.apply_trace  # noqa: F401
-    import registry.tvm_side.builder  # noqa: F401
-
-    while True:
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, _FDS_PER_WORKER)
-        except OSError:
-            return
-        if not data:
-            return  # the registry process closed the socket, or died
-        request = orjson.loads(data)
-        if request["op"] == "spawn":
-            held = gpu_state.gpu_files_open() if request.get("gpu") else []
-            try:
-                if held:
-                    reply = {"error": f"the zygote holds {', '.join(held)} open: its children could not use the GPU"}
-                else:
-                    reply = {"pid": _fork_worker(sock, request, fds)}
-            finally:
-                for fd in fds:
-                    os.close(fd)
-        else:
-            reply = {"status": _end(request["pid"])}
-        sock.send(orjson.dumps(reply))
-
-
-if __name__ == "__main__":
-    main()

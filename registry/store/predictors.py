@@ -4,16 +4,27 @@ side's business (``registry.tvm_side.predictor``)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, func, insert, select
+from sqlalchemy.orm import Session
 
 from registry.errors import UnknownDeviceError
 from registry.store.models import Device, Predictor
 from registry.store.values import PredictorInfo, StoredPredictor
 
-if TYPE_CHECKING:  # Store serves these functions as its methods, so it imports this module
-    from registry.store.store import Store
+T = TypeVar("T")
+
+
+class Store(Protocol):
+    """What these functions need of ``registry.store.store.Store``, which serves them as its methods (so this module
+    cannot import it)."""
+
+    def read(self) -> AbstractContextManager[Session]: ...
+
+    def transact(self, fn: Callable[[Connection], T]) -> T: ...
 
 
 def save_predictor(

@@ -5,9 +5,9 @@ TVM's ``LocalBuilder`` starts a fresh process pool for every batch, and each wor
 most of it). Measured here: 54 s per import, on a machine where MetaSchedule gives a build 30 s before killing it,
 so with the defaults *every* candidate failed. Elsewhere it is about 12 s per batch for a 25-140 ms build.
 
-``PersistentBuilder`` keeps its workers (recycled after ``max_uses`` builds, as a guard against the slow leak that
-made TVM restart its pool), and builds with ``build_module``, which skips that import: a tensorized schedule already
-has the intrinsic's body inlined into its IR by the time it is built, so the registry of intrinsics is not needed.
+``PersistentBuilder`` keeps its workers (the measurement worker pool's, recycled after ``max_uses`` builds, as a
+guard against the slow leak that made TVM restart its pool), which build with ``registry.tvm_side.build``, without
+that import.
 """
 
 from __future__ import annotations
@@ -15,23 +15,12 @@ from __future__ import annotations
 import os
 
 import tvm
-from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
-from tvm.runtime import Module
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.target import Target
 
 from registry.measure.pool import WorkerPool, uses_gpu
 from registry.tvm_side import ORIGINAL_AFFINITY
-
-
-def build_module(mod: IRModule, target: Target, _params=None) -> Module:
-    """MetaSchedule's default build, minus the tensor-intrinsics import."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-    from tvm.tirx import build
-
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return build(mod, target=target)
 
 
 def usable_cores() -> int:

@@ -12,8 +12,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from registry import onnx_prep
 from registry.errors import BadInputError
-from registry.measure.types import Bound, ModelInput
-from registry.onnx_inputs import InputSpec, input_specs
+from registry.onnx_inputs import Bound, InputSpec, ModelInput, input_specs
 from registry.tvm_side.compat import error_line
 
 

@@ -1,8 +1,9 @@
 """Replaying unchecked traces in worker processes (``replay.serve`` in the registry's worker pool), so that a trace
 which crashes TVM costs a worker, not the process that checks it. This module itself does not import TVM.
 
-One pool serves the whole process (``shared_pool``): a worker (forked with TVM imported, ``registry.measure.zygote``)
-keeps each workload's module after its first use, so later imports and commits do not parse it again.
+One pool serves the whole process (``shared_pool``): a worker (forked with TVM imported, by
+``registry.measure.zygote_process``) keeps each module after its first use, so later imports and commits do not parse
+it again.
 """
 
 from __future__ import annotations
