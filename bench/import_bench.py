@@ -77,7 +77,7 @@ def main() -> None:
 def _one(code: Path, backend: str, args, tmp: Path, run: int, n: int) -> float:
     scratch = SqliteScratch(tmp, f"import_{run}.db") if backend == "sqlite" else PgScratch(args.pg)
     with scratch as url:
-        # The checkout first on the path; its cli/ and migrations/ resolve through the installed package.
+        # The checkout first on the path: the code of that commit, whatever is installed.
         env = {**os.environ, "PYTHONPATH": str(code if (code / "registry").is_dir() else ROOT)}
         child = [sys.executable, "-c", _CHILD, url, str(args.logs)]
         done = subprocess.run(child, capture_output=True, text=True, env=env)

@@ -14,12 +14,12 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+
+from registry import testing
 from registry.cli import schemas
 from registry.cli.main import cli
 from registry.cli.options import LOGGERS, configure_logging
 from registry.cli.output import Progress
-
-from registry import testing
 from registry.report import ModelReport, TaskResult, summary_lines, task_table
 from registry.store.store import Store
 
@@ -66,8 +66,8 @@ def test_every_row_command_has_format_csv():
 
 
 def test_shared_options_are_defined_once():
-    """--json and --db are spelled in cli/options.py only (they were defined eight times)."""
-    for file in (REPO / "cli").glob("*.py"):
+    """--json and --db are spelled in registry/cli/options.py only (they were defined eight times)."""
+    for file in (REPO / "registry" / "cli").glob("*.py"):
         if file.name == "options.py":
             continue
         text = file.read_text()

@@ -9,13 +9,13 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-import registry.migrations
+import registry.store.migrations
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
     cfg = Config()
     # '%' is Alembic's interpolation character; a path containing it must be escaped.
-    cfg.set_main_option("script_location", str(Path(registry.migrations.__file__).parent).replace("%", "%%"))
+    cfg.set_main_option("script_location", str(Path(registry.store.migrations.__file__).parent).replace("%", "%%"))
     if engine is not None:
         cfg.attributes["engine"] = engine
     return cfg

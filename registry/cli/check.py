@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 

@@ -7,8 +7,8 @@ import sys
 import warnings
 
 import click
-from registry.cli.options import Context, configure_logging, db_option, pass_ctx, quiet_option, verbose_option
 
+from registry.cli.options import Context, configure_logging, db_option, pass_ctx, quiet_option, verbose_option
 from registry.errors import RegistryError, RegistryWarning
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import echo_model
 

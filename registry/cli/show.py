@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
+
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import echo_model
-
 from registry.errors import BadInputError, UnknownDeviceError
 
 

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import click
+
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 

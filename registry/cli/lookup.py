@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import click
+
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx, trust_option
 from registry.cli.output import echo_model, echo_rows, shapes
-
 from registry.errors import BadInputError
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import click
+
 from registry.cli.options import common_options, output_options, overlay_option, trust_option
 from registry.cli.output import Progress, echo_model, echo_table
 

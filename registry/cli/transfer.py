@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+
 from registry.cli.model_job import Progress, before_tvm, load_model, model_options, print_report, where
 from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report

@@ -1,1 +1,0 @@
-"""Alembic revisions of the registry's schema (shipped inside the package as ``registry.migrations``)."""
