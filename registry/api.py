@@ -122,7 +122,7 @@ def transfer(
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
     ``output``: where to export the compiled library; ``overlay``: an SQLite file that takes every write, ``db`` (a
-    URL or path) then being only read (``registry.store.overlay``). The rest is as the CLI's options of the same names.
+    URL or path) then being only read (``registry.share.overlay``). The rest is as the CLI's options of the same names.
     """
     from registry.tvm_side.transfer import TransferOptions
     from registry.tvm_side.transfer import transfer as run
@@ -319,7 +319,7 @@ def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
     if overlay is not None:
         if db is not None and not isinstance(db, (str, os.PathLike)):
             raise BadInputError("overlay= needs db as a URL or path (the registry is opened read-only), not a storage")
-        from registry.store.overlay import open_overlay
+        from registry.share.overlay import open_overlay
 
         return open_overlay(None if db is None else _url(db), _url(overlay)), True
     if db is not None and not isinstance(db, (str, os.PathLike)):

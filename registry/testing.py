@@ -50,7 +50,7 @@ def shash(i: int) -> str:
 
 def trace(i: int, j: int) -> list:
     """A trace shaped like MetaSchedule's, made distinct by its decisions (about 2 KB, as real ones); each decision
-    belongs to a sampling instruction and is of its kind, as ``registry.validation`` checks."""
+    belongs to a sampling instruction and is of its kind, as ``registry.store.validation`` checks."""
     insts = _INSTS
     decisions = [[1, [1 + i, 1 + j, 2, 4]]]
     decisions += [[k + 1, [1 + (i + j + k) % 4, 2, 1 + (j * 31 + k) % 8, 4]] for k in range(1, 24)]

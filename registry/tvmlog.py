@@ -123,7 +123,7 @@ class RawWorkload:
 class RawRecord:
     workload_index: int  # 0-based line index into the workload file, as TVM writes it
     trace: Any
-    run_secs: Any  # as logged (a tuple when it is a list): registry.validation judges the values
+    run_secs: Any  # as logged (a tuple when it is a list): registry.store.validation judges the values
     target: dict[str, Any]
     args_info: Any
     where: str  # "file:line", for error messages

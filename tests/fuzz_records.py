@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from registry import hostinfo, tvmlog
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec, RecordIn
-from registry.validation import Problem
+from registry.store.validation import Problem
 
 JSON = st.recursive(
     st.none()

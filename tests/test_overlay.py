@@ -8,13 +8,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import select
 
 import registry
 from registry import testing
+from registry.cli.main import cli
+from registry.share.overlay import SHARED_BASE, OverlayStorage, open_overlay
 from registry.store.models import Model, TuningRecord
-from registry.store.overlay import SHARED_BASE, OverlayStorage, open_overlay
 from registry.store.store import Store
 from registry.tvm_side.log_import import import_logs
 from tests.pg_roles import empty, granted_roles, require_postgresql

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 
 from registry import tvmlog
+from registry.cli.main import cli
 from registry.errors import BadInputError
 from registry.store.store import Store
 from tests.rows import rows_of
@@ -148,7 +148,7 @@ def test_failed_runs_import_as_failed_records(sqlite_url, tuned_logs, tmp_path):
 
 
 def test_a_trace_that_crashes_tvm_costs_a_worker_not_the_caller(tuned_logs):
-    """A zero tile size makes TVM divide by zero (SIGFPE): checked traces never get there (registry.validation
+    """A zero tile size makes TVM divide by zero (SIGFPE): checked traces never get there (registry.store.validation
     refuses it), so it is sent to a worker directly here. The worker dies, its job says so, the next job runs."""
     from registry.tvm_side.replay_pool import Job, ReplayPool
 

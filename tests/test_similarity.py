@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import delete, select
 
 from registry import testing
-from registry.similarity.embedding import DIM, embed
+from registry.cli.main import cli
 from registry.similarity.index import SimilarityIndex
+from registry.store.embedding import DIM, embed
 from registry.store.models import Workload
 from registry.store.store import Store
 

@@ -11,7 +11,7 @@ import pytest
 from registry import testing
 from registry.errors import BadInputError
 from registry.store.store import Store
-from registry.validation import (
+from registry.store.validation import (
     MAX_RUN_SECS,
     Problem,
     Refusals,

@@ -37,7 +37,7 @@ class Context:
         """The registry, created (and migrated) if it does not exist yet: for the commands that write. With
         --overlay, the registry must exist and is only read; the writes go to the overlay file."""
         if self._store is None and self.overlay is not None:
-            from registry.store.overlay import open_overlay
+            from registry.share.overlay import open_overlay
 
             self._store = open_overlay(self.url, self.overlay, trust=self.trust)
         elif self._store is None:

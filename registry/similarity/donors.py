@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from registry.similarity.embedding import OP_WEIGHT
 from registry.similarity.index import SimilarityIndex
+from registry.store.embedding import OP_WEIGHT
 from registry.store.interface import StoredRecord
 
 # Workloads of different operator kinds are at least 2 * OP_WEIGHT**2 apart (squared L2 over the one-hot block),

@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy.engine import make_url
 
 from registry.config import registry_home
-from registry.similarity.embedding import DIM
+from registry.store.embedding import DIM
 from registry.store.engine import redact
 from registry.store.interface import RegistryStorage
 

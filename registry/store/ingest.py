@@ -14,7 +14,7 @@ import orjson
 from sqlalchemy import Connection, and_, case, or_, select, tuple_
 
 from registry.errors import BadInputError, DatabaseError
-from registry.similarity.embedding import embed
+from registry.store.embedding import embed
 from registry.store.models import (
     SOURCES,
     TRUST_LEVELS,

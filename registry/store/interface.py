@@ -20,6 +20,7 @@ from registry.config import resolve_database_url
 from registry.errors import DatabaseError
 from registry.store.lookup import DeviceRow, LookupFilter, LookupRow
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
+from registry.store.validation import Problem
 from registry.store.values import (
     Claim,
     DeviceRecords,
@@ -39,7 +40,6 @@ from registry.store.values import (
     TuningState,
     Verdict,
 )
-from registry.validation import Problem
 
 __all__ = [
     "DeviceRecords",

@@ -99,7 +99,7 @@ class Workload(Base):
     extents_json: Mapped[str] = mapped_column(Text)
     args_json: Mapped[str] = mapped_column(Text)
     flops: Mapped[float] = mapped_column(Float)
-    # float32 vector of registry.similarity.embedding.embed(signature), for donor search.
+    # float32 vector of registry.store.embedding.embed(signature), for donor search.
     embedding: Mapped[bytes] = mapped_column(LargeBinary)
     tvm_version: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())

@@ -16,9 +16,9 @@ from registry.store import lookup, model_history, predictors, queries, schema, s
 from registry.store.engine import WRITE, create, translated_errors, with_retries
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, WorkloadIn
 from registry.store.trust import DEFAULT_TRUST, accepted
+from registry.store.validation import Problem, Refusals, record_problems
 from registry.store.values import ExchangeFilters, ExchangeSet
 from registry.store.write_behind import write_behind
-from registry.validation import Problem, Refusals, record_problems
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ class Store:
     ) -> IngestResult:
         """Add workloads and records; those already present are counted, not duplicated.
 
-        Every record is checked first, by ``check`` (default ``registry.validation.record_problems``: latencies,
+        Every record is checked first, by ``check`` (default ``registry.store.validation.record_problems``: latencies,
         trace shape, each decision against its instruction; no TVM). ``RegistryDatabase`` passes a
         ``registry.tvm_side.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
         record refuses the whole call with BadInputError ("N of M records ...") before anything is written.

@@ -11,7 +11,7 @@ postprocessors run again on the new workload. Two ways to apply what is left:
    matmul) is applied to the new workload's anchor, and the other blocks are inlined or parallelized. It serves fused
    variants, e.g. a conv2d+add+relu donor for a conv2d+add.
 
-Every function here first checks the trace as far as its own instructions tell (``registry.validation``): a stored
+Every function here first checks the trace as far as its own instructions tell (``registry.store.validation``): a stored
 row need not have come through the registry's checks, and TVM trusts a trace's decision indices blindly.
 """
 
@@ -27,8 +27,8 @@ from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 from tvm.s_tir.schedule import Schedule, Trace
 from tvm.target import Target
 
+from registry.store.validation import trace_is_sound
 from registry.tvm_side.compat import TVM_ERRORS, load_tensor_intrinsics
-from registry.validation import trace_is_sound
 
 _POSTPROC_MARKER = "EnterPostproc"
 

@@ -6,8 +6,8 @@ when its latencies are measurements (or TVM's failed-run stand-in), its trace is
 replays it on its workload exactly: every instruction applies and every decision is kept as written.
 
 Replaying each record would cost milliseconds each; logs hold millions. So, per record, only pure-Python checks run
-(``registry.validation``: every decision indexes a sampling instruction, categorical choices index their candidates,
-tile sizes are positive, and multiply to their loop's extent), and replays happen once per distinct key:
+(``registry.store.validation``: every decision indexes a sampling instruction, categorical choices index their
+candidates, tile sizes are positive, and multiply to their loop's extent), and replays happen once per distinct key:
 
 - *facts* per (workload, instructions before the postprocessors, compute-location decisions): each tile sampler's
   loop extent. Compute locations are in the key because they change the loop nest itself. An extent that turns
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.store.rows import RecordIn, canonical_json
+from registry.store.validation import UNSEEN, Problem, SkeletonCache, read_record, tile_problem
 from registry.tvm_side.replay_pool import Job, ReplayPool, shared_pool
-from registry.validation import UNSEEN, Problem, SkeletonCache, read_record, tile_problem
 
 MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
 

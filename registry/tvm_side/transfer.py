@@ -30,8 +30,8 @@ from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
-from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
+from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace

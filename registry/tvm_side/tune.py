@@ -16,8 +16,8 @@ from tvm.target import Target
 
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import find_donors
-from registry.similarity.embedding import embed
 from registry.similarity.index import SimilarityIndex
+from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel

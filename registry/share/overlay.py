@@ -57,8 +57,8 @@ from registry.store.interface import (
     open_storage,
 )
 from registry.store.rows import IngestExtras
+from registry.store.validation import Problem
 from registry.store.values import ExchangeFilters
-from registry.validation import Problem
 
 # Shared rows' ids are shifted by this: far above any id a local SQLite file reaches, within FAISS's int64, and
 # readable: shared record 42 is 1000000000042.
