@@ -139,7 +139,7 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
 
 
 def registry_db(store, target, threads):  # noqa: N802 - reads as the database it returns
-    from registry.tvm_side.database import RegistryDatabase
+    from registry.records.database import RegistryDatabase
 
     return RegistryDatabase(target, store, num_threads=threads)
 

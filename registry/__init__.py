@@ -34,7 +34,7 @@ def __getattr__(name: str):
 
         return Store
     if name == "RegistryDatabase":
-        from registry.tvm_side.database import RegistryDatabase
+        from registry.records.database import RegistryDatabase
 
         return RegistryDatabase
     if name == "ModelReport":

@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from tvm.ir import IRModule
     from tvm.target import Target
 
+    from registry.records.database import RegistryDatabase
     from registry.report import ModelReport
     from registry.store.interface import RegistryStorage
     from registry.store.rows import DeviceSpec
-    from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.frontend import LoadedModel
 
     TargetLike = Union[Target, dict, str, None]  # noqa: UP007 - evaluated by type checkers only
@@ -84,7 +84,7 @@ def database(
     Tune with ``db.target``, the target the device was made for: MetaSchedule writes the records through the
     database, and a record for another target is refused rather than filed under a second device.
     """
-    from registry.tvm_side.database import RegistryDatabase
+    from registry.records.database import RegistryDatabase
     from registry.tvm_side.target import device_spec
 
     target_, threads_ = _target(target), _threads(threads)

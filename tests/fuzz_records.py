@@ -126,8 +126,8 @@ MUTATIONS += [m_latency, m_target, m_none]
 def main(logs: Path, examples: int, fuzz_seed: int) -> None:
     import tvm
 
+    from registry.records.record_check import RecordChecker
     from registry.tvm_side.apply_trace import as_stored
-    from registry.tvm_side.record_check import RecordChecker
     from registry.tvm_side.signature import _plain
     from registry.tvm_side.target import canonical_target
 

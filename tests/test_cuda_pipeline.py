@@ -15,10 +15,10 @@ import warnings
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
+from registry.cli.main import cli
 from registry.tvm_side import pipeline, zoo
 from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.signature import structural_hash
@@ -109,8 +109,8 @@ def test_check_finds_and_marks_the_h100_records_that_do_not_replay(tmp_path):
 def test_compiling_with_a_registry_of_unreplayable_records_warns_and_falls_back(tmp_path):
     """compile_relax for CUDA with the H100 registry as it was written: TVM's check failure before; now each record
     that does not replay is skipped with one warning naming it, and the next best (or DLight's default) is used."""
+    from registry.records.database import RegistryDatabase
     from registry.store.interface import DeviceSpec, open_storage
-    from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.frontend import load_onnx
 
     db = tmp_path / "registry.db"

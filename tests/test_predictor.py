@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 
+from registry.cli.main import cli
 from registry.errors import RegistryError
 from registry.store.predictors import list_predictors
 from registry.store.rows import DeviceSpec
@@ -45,10 +45,10 @@ def _tune_layers(work_dir: Path, store: Store, target) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.records.database import RegistryDatabase
     from registry.tvm_side import zoo
     from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
-    from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.frontend import load_onnx
 
     model = load_onnx(zoo.mlp(8, LAYERS).SerializeToString(), {"x": [8, LAYERS[0]]}, name="predictor-mlp")
@@ -171,7 +171,7 @@ def _candidates(tuned, workload_index: int = 0):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.schedule import Schedule
 
-    from registry.tvm_side.database import RegistryDatabase
+    from registry.records.database import RegistryDatabase
 
     records = RegistryDatabase(tuned.target, tuned.store, num_threads=1).get_all_tuning_records()
     mods = {}

@@ -150,7 +150,7 @@ def test_failed_runs_import_as_failed_records(sqlite_url, tuned_logs, tmp_path):
 def test_a_trace_that_crashes_tvm_costs_a_worker_not_the_caller(tuned_logs):
     """A zero tile size makes TVM divide by zero (SIGFPE): checked traces never get there (registry.store.validation
     refuses it), so it is sent to a worker directly here. The worker dies, its job says so, the next job runs."""
-    from registry.tvm_side.replay_pool import Job, ReplayPool
+    from registry.records.replay_pool import Job, ReplayPool
 
     [workload] = tvmlog.read_workloads(tuned_logs.work_dir / tvmlog.WORKLOAD_FILE)
     good = _records(tuned_logs.work_dir)[0][1][0]
@@ -170,7 +170,7 @@ def test_registry_database_refuses_records_that_do_not_replay(sqlite_url, tuned_
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
     from tvm.s_tir.schedule import Trace
 
-    from registry.tvm_side.database import RegistryDatabase
+    from registry.records.database import RegistryDatabase
 
     [good] = JSONDatabase(work_dir=str(tuned_logs.work_dir)).get_all_tuning_records()[:1]
     db = RegistryDatabase(tuned_logs.target, sqlite_url, num_threads=1)
@@ -207,8 +207,8 @@ def _with_dependent_tile(record: list, inner: list[int]) -> list:
 def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(tuned_logs):
     import tvm
 
+    from registry.records.record_check import RecordChecker
     from registry.store.rows import RecordIn
-    from registry.tvm_side.record_check import RecordChecker
     from registry.tvm_side.replay import replay
     from registry.tvm_side.target import device_spec
 

@@ -238,9 +238,9 @@ class Bench:
 
 def _database(path: Path, target):
     """A registry's records for the one device it holds (whatever this machine's driver string says now)."""
+    from registry.records.database import RegistryDatabase
     from registry.store.interface import DeviceSpec
     from registry.store.store import Store
-    from registry.tvm_side.database import RegistryDatabase
 
     store = Store(f"sqlite:///{path}")
     [row] = store.all_devices()

@@ -69,10 +69,10 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.records.database import RegistryDatabase
     from registry.store.store import Store
     from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
-    from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.pipeline import extract
 
     stem = f"plain-{name}" if builder == "persistent" else f"plain-default-builder-{name}"
@@ -214,8 +214,8 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
 
     from registry.measure.jobs import module_job
     from registry.measure.measurer import Measurer
+    from registry.records.database import RegistryDatabase
     from registry.store.store import Store
-    from registry.tvm_side.database import RegistryDatabase
     from registry.tvm_side.defaults import default_schedule
 
     base = plain(name, work, tpt, target, threads)

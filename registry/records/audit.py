@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from registry.records.record_check import RecordChecker
 from registry.store.interface import DeviceRow, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
 from registry.store.validation import Problem
 from registry.store.values import StoredWorkload, Verdict
-from registry.tvm_side.record_check import RecordChecker
 
 CHUNK = 5000  # records checked together: the checker's replays of one chunk run side by side
 Progress = Callable[[int, int, str], None]

@@ -103,7 +103,7 @@ class Store:
 
         Every record is checked first, by ``check`` (default ``registry.store.validation.record_problems``: latencies,
         trace shape, each decision against its instruction; no TVM). ``RegistryDatabase`` passes a
-        ``registry.tvm_side.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
+        ``registry.records.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
         record refuses the whole call with BadInputError ("N of M records ...") before anything is written.
         """
         refusals = Refusals()

@@ -22,11 +22,11 @@ from registry.measure.jobs import kernel_arguments, time_model
 from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
 from registry.measure.types import Measurement
+from registry.records.database import RegistryDatabase
 from registry.report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
 from registry.store.rows import DeviceSpec, Signature
 from registry.tvm_side.compat import TVM_ERRORS, error_line
-from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.signature import workload_in

@@ -1,4 +1,4 @@
-"""Replaying a trace nobody has checked yet: what ``registry.tvm_side.replay_pool`` sends to worker processes.
+"""Replaying a trace nobody has checked yet: what ``registry.records.replay_pool`` sends to worker processes.
 
 Replaying a trace is the one place where a log's content reaches TVM's C++ before anything vouches for it: a crafted
 instruction list could crash the process that replays it. So ``serve`` runs in a worker of the registry's worker pool

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 
 from registry.errors import BadInputError
+from registry.records.write import Progress
 from registry.store.engine import redact
 from registry.store.interface import RegistryStorage
 from registry.store.values import ExchangeFilters
-from registry.tvm_side.checked_ingest import Progress
 from registry.tvm_side.exchange_import import import_exchange
 
 

@@ -28,6 +28,7 @@ from registry import hostinfo
 from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
+from registry.records.write import RecordWriter
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.index import SimilarityIndex
@@ -35,7 +36,6 @@ from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
-from registry.tvm_side.checked_ingest import RecordWriter
 from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run

@@ -36,14 +36,14 @@ from registry.errors import RegistryWarning
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
+from registry.records.database import RegistryDatabase
+from registry.records.write import RecordWriter
 from registry.store.interface import RecordIn, record_trace_hash
 from registry.store.rows import FAILED_RUN_SECS
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.builder import PersistentBuilder, usable_cores
-from registry.tvm_side.checked_ingest import RecordWriter
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
-from registry.tvm_side.database import RegistryDatabase
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
 from registry.tvm_side.tuning.rules import rules_with_producers_inlined
 from registry.verbosity import meta_schedule_level

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.records.replay_pool import Job, ReplayPool, shared_pool
 from registry.store.rows import RecordIn, canonical_json
 from registry.store.validation import UNSEEN, Problem, SkeletonCache, read_record, tile_problem
-from registry.tvm_side.replay_pool import Job, ReplayPool, shared_pool
 
 MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from registry.errors import BadInputError
 from registry.records.rebase import rebased, renaming
+from registry.records.record_check import RecordChecker
 from registry.store.interface import Ident, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.store.rows import canonical_json
 from registry.store.validation import Problem, Refusals
-from registry.tvm_side.record_check import RecordChecker
 
 # (where it was read, for messages; the record, or why it could not be read)
 Batch = Sequence[tuple[str, RecordIn | Problem]]
