@@ -6,7 +6,7 @@
    ``tune_relax`` (evolutionary search, XGBoost cost model, LocalRunner) with ``--trials-per-task`` trials per task;
    its logs are kept under ``--work`` and reused by later runs of this script. Its wall time is the search time of
    full tuning. The builder is registry's PersistentBuilder: TVM's default LocalBuilder times out every build on the
-   machine this was written on (see registry/tvm_side/builder.py), so it cannot be the baseline here.
+   machine this was written on (see registry/measure/builder.py), so it cannot be the baseline here.
 2. **Leave-one-out transfer.** For each held-out model variant, a fresh registry gets the logs of every *other*
    model (both shapes of the held-out model are left out), then ``transfer()`` runs on the held-out variant.
 3. **One run, three latencies.** Untuned, transferred and fully tuned builds of the held-out variant are timed
@@ -60,7 +60,7 @@ def full_tune(variant, work: Path, trials_per_task: int, target) -> dict:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.tvm_side.builder import PersistentBuilder
+    from registry.measure.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
 
     folder = work / variant[0]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import tvm
 from click.testing import CliRunner
-from registry.cli.main import cli
 from tvm.target import Target
 
 from registry import hostinfo, tvmlog
+from registry.cli.main import cli
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec
 from registry.tvm_side.target import target_from_option
@@ -83,8 +83,8 @@ def test_cuda_kernels_build_here_tuned_and_default():
     """The log's schedules, and DLight's default for a workload, built for the H100's target by the builder pool."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
+    from registry.measure.builder import PersistentBuilder
     from registry.tvm_side.apply_trace import as_stored
-    from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import load_tensor_intrinsics
     from registry.tvm_side.defaults import default_schedule
 

@@ -336,8 +336,8 @@ def test_workers_for_a_gpu_are_forked_only_by_a_zygote_that_holds_no_gpu_file(mo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from registry.measure import zygote
+    from registry.measure.builder import PersistentBuilder
     from registry.measure.pool import EXEC, FORK, uses_gpu
-    from registry.tvm_side.builder import PersistentBuilder
     from tests.gpu_standin import StandInGpuMeasurer
     from tests.test_cuda_pipeline import CUDA
 

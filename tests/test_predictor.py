@@ -45,9 +45,9 @@ def _tune_layers(work_dir: Path, store: Store, target) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.measure.builder import PersistentBuilder
     from registry.records.database import RegistryDatabase
     from registry.tvm_side import zoo
-    from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
     from registry.tvm_side.frontend import load_onnx
 

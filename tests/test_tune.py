@@ -10,9 +10,9 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import func, select
 
+from registry.cli.main import cli
 from registry.store.models import TuningRecord
 from registry.store.store import Store
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
@@ -184,11 +184,11 @@ def test_parallel_measurement_agrees_grossly_with_serial_measurement():
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
+    from registry.measure.builder import PersistentBuilder
     from registry.measure.jobs import artifact_job, kernel_arguments
     from registry.measure.measurer import Measurer
     from registry.measure.types import PRECISE
     from registry.tvm_side import apply_trace
-    from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target

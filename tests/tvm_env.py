@@ -41,7 +41,7 @@ def tune_with_plain_tvm(work_dir: Path, model: LoadedModel, target, database=Non
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.tvm_side.builder import PersistentBuilder
+    from registry.measure.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
 
     zmod = relax.get_pipeline("zero")(model.mod)

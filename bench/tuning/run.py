@@ -10,7 +10,7 @@ For every model (the *target*) and one other model of the list (the *registry mo
 
 1. **Plain.** ``tune_relax`` with MetaSchedule's defaults (evolutionary search, XGBoost cost model starting cold,
    LocalRunner measuring one candidate at a time) except the builder: TVM's LocalBuilder times out every build on
-   the machine this was written on (registry/tvm_side/builder.py), so plain gets the PersistentBuilder too, which
+   the machine this was written on (registry/measure/builder.py), so plain gets the PersistentBuilder too, which
    only makes the baseline faster. ``--trials-per-task`` trials per task, in batches of 32. Its records go to a
    registry of their own, with their times; the run is kept under ``--work`` and reused. With ``--default-builder``
    plain also runs with TVM's own LocalBuilder, as a user gets it today (on the H100 it timed most builds out),
@@ -69,9 +69,9 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.measure.builder import PersistentBuilder
     from registry.records.database import RegistryDatabase
     from registry.store.store import Store
-    from registry.tvm_side.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
     from registry.tvm_side.pipeline import extract
 

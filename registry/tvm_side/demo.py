@@ -14,12 +14,12 @@ import time
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from registry.measure.builder import PersistentBuilder
 from registry.measure.jobs import time_model
 from registry.measure.measurer import Measurer
 from registry.records.database import RegistryDatabase
 from registry.store.interface import open_storage
 from registry.tvm_side import zoo
-from registry.tvm_side.builder import PersistentBuilder
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
 from registry.tvm_side.frontend import load_onnx
 from registry.tvm_side.signature import structural_hash, workload_in

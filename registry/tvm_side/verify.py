@@ -33,12 +33,12 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import RegistryError
+from registry.measure.builder import PersistentBuilder
 from registry.measure.jobs import artifact_job, kernel_arguments, traced_job
 from registry.measure.measurer import Measurer
 from registry.measure.types import KernelJob, Measurement, failed
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.values import Claim, Verdict
-from registry.tvm_side.builder import PersistentBuilder
 
 TOLERANCE = 1.5  # measured up to 1.5x the claim is verified: timing noise and a busy machine stay below it
 BATCH = 64  # records built and measured together; each batch's verdicts are committed in one transaction

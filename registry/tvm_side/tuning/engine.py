@@ -33,6 +33,7 @@ from tvm.s_tir.schedule import Schedule
 
 from registry import hostinfo
 from registry.errors import RegistryWarning
+from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
@@ -42,7 +43,6 @@ from registry.store.interface import RecordIn, record_trace_hash
 from registry.store.rows import FAILED_RUN_SECS
 from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
-from registry.tvm_side.builder import PersistentBuilder, usable_cores
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.pipeline import ModelRun, Progress, Task
 from registry.tvm_side.tuning.rules import rules_with_producers_inlined
