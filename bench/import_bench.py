@@ -34,7 +34,7 @@ import json, sys, time
 from pathlib import Path
 import registry
 from registry.store.store import Store
-from registry.tvm_side.log_import import import_logs
+from registry.share.log_import import import_logs
 store = Store(sys.argv[1])
 t = time.perf_counter()
 result = import_logs(store, Path(sys.argv[2]), team="bench")

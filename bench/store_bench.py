@@ -208,7 +208,7 @@ def _prime_factors(n: int) -> tuple[int, ...]:
 
 def import_throughput(url_for_run, logs: Path, n_records: int, runs: int) -> dict:
     """Median over ``runs`` imports, each into a fresh database, then one re-import (everything already present)."""
-    from registry.tvm_side.log_import import import_logs
+    from registry.share.log_import import import_logs
 
     rates, again_rate = [], 0.0
     for run in range(runs):

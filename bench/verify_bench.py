@@ -44,8 +44,8 @@ def tuned_logs(folder: Path, trials: int) -> Path:
 def one_run(logs: Path, claimed_s: float) -> dict:
     """One `registry verify --json` as a user runs it, in a fresh process: its wall time includes the interpreter's
     start, TVM's import and the workers' start. The command's own figure (``seconds``) is the verify call alone."""
+    from registry.share.log_import import import_logs
     from registry.store.store import Store
-    from registry.tvm_side.log_import import import_logs
 
     with tempfile.TemporaryDirectory(prefix="verify-bench-") as tmp:
         store = Store(f"sqlite:///{tmp}/registry.db")
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "verify.json")
     args = parser.parse_args()
-    from registry.tvm_side.verify import TOLERANCE
+    from registry.share.verify import TOLERANCE
 
     source = tuned_logs(args.logs, args.trials)
     planted = Path(tempfile.mkdtemp(prefix="verify-planted-")) / "logs"

@@ -7,9 +7,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 
-from registry.starter import shipped
+from registry.cli.main import cli
+from registry.share.starter import shipped
 
 pytestmark = pytest.mark.tvm
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import func, select
 
 from registry import tvmlog
+from registry.cli.main import cli
 from registry.store.models import RegistryInfo, TuningRecord
 from registry.store.rows import RecordIn
 from registry.store.store import Store
@@ -42,7 +42,7 @@ def refused(*args: str) -> str:
 
 def measured_here(store: Store, logs: Path, team: str, keep=lambda i: True) -> int:
     """Write the logs' records into ``store`` as if it had tuned them itself (origin: its own id)."""
-    from registry.tvm_side.log_import import checked_workload
+    from registry.share.log_import import checked_workload
     from registry.tvm_side.target import device_spec
 
     pair = tvmlog.find_logs(logs)[0]

@@ -75,7 +75,7 @@ def test_the_check_sees_every_spelling(source):
 
 def test_the_check_lets_the_interface_through():
     source = "from registry.store.interface import RegistryStorage\nfrom registry.store import lookup, rows"
-    assert not _private(_imported(source, "registry.export"))
+    assert not _private(_imported(source, "registry.share.export"))
 
 
 def _members() -> list[str]:

@@ -8,13 +8,13 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import select
 
+from registry.cli.main import cli
+from registry.share.log_import import import_logs
 from registry.store.models import Model, ModelTask, TuningRecord, Workload
 from registry.store.store import Store
 from registry.tvm_side import zoo
-from registry.tvm_side.log_import import import_logs
 
 
 def transfer(url: str, *args: str):

@@ -24,8 +24,8 @@ STORAGE = ROOT / "registry" / "store"
 OVERLAY = ROOT / "registry" / "share" / "overlay.py"
 # Every path that writes records: each reaches the store only through THE_DOOR.
 WRITE_PATHS = {
-    "import": "registry/tvm_side/log_import.py",
-    "bundle, pull, sync": "registry/tvm_side/exchange_import.py",
+    "import": "registry/share/log_import.py",
+    "bundle, pull, sync": "registry/share/exchange_import.py",
     "tune (and transfer's fallback tuning)": "registry/tvm_side/tuning/engine.py",
     "transfer": "registry/tvm_side/transfer.py",
     "RegistryDatabase (the Python API's, and tune_relax's)": "registry/records/database.py",

@@ -30,7 +30,7 @@ def registry(*args: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
-    parser.add_argument("--out", type=Path, default=ROOT / "registry" / "bundles" / "starter.bundle")
+    parser.add_argument("--out", type=Path, default=ROOT / "registry" / "share" / "bundles" / "starter.bundle")
     args = parser.parse_args()
     tuned = sorted((args.work / "tune").glob("*.db"))
     if not tuned:

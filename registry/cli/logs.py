@@ -45,20 +45,20 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
       registry import ./tune_logs --team vision --model resnet18
       registry import team-vision.bundle
     """
-    from registry.bundle import is_bundle
+    from registry.share.bundle import is_bundle
 
     if is_bundle(path):
         if any(v is not None for v in (team, model, threads, host_model)):
             raise click.UsageError(
                 "--team, --model, --threads and --host-model are for TVM logs; a bundle carries its own provenance"
             )
-        from registry.tvm_side.exchange_import import import_bundle
+        from registry.share.exchange_import import import_bundle
 
         with Progress("import") as progress:
             result = import_bundle(ctx.store, path, skip_invalid=skip_invalid, progress=progress)
         _print_import(result, fmt)
         return
-    from registry.tvm_side.log_import import import_logs
+    from registry.share.log_import import import_logs
 
     with Progress("import") as progress:
         result = import_logs(
@@ -128,7 +128,7 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
         return
     if any(v is not None for v in (team, model, since)):
         raise click.UsageError("--team, --model and --since filter bundles (--bundle FILE)")
-    from registry.export import export_database
+    from registry.share.export import export_database
 
     r = export_database(ctx.existing_store, folder, device, best_only=best_only)
     if fmt == "json":
@@ -140,7 +140,7 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
 
 
 def _export_bundle(ctx: Context, path: Path, device, team, model, since, best_only: bool, fmt: str) -> None:
-    from registry.export import exchange_filters, export_bundle
+    from registry.share.export import exchange_filters, export_bundle
 
     store = ctx.existing_store
     info = export_bundle(store, path, exchange_filters(store, device, team, model, since, best_only))

@@ -29,7 +29,7 @@ def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
       registry pull
       registry pull --list
     """
-    from registry.starter import shipped, shipped_bundle
+    from registry.share.starter import shipped, shipped_bundle
 
     if list_:
         rows = shipped()
@@ -46,7 +46,7 @@ def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
         )
         return
     path = shipped_bundle(name)
-    from registry.tvm_side.exchange_import import import_bundle
+    from registry.share.exchange_import import import_bundle
 
     with Progress("pull") as progress:
         result = import_bundle(ctx.store, path, progress=progress)

@@ -202,7 +202,7 @@ class VerifyOutput(Output):
 
     @classmethod
     def of(cls, result, tolerance: float) -> VerifyOutput:
-        """From a ``registry.tvm_side.verify.VerifyResult``."""
+        """From a ``registry.share.verify.VerifyResult``."""
         rows = [
             VerifyRow(record_id=r.record_id, workload=r.workload, task=r.task, claimed_us=r.claimed_us,
                       measured_us=r.measured_us, ratio=r.ratio, verdict=r.verdict, reason=r.reason)

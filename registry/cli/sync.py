@@ -37,9 +37,9 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
       registry sync team.db postgresql://registry@db-host/registry
       registry sync postgresql://registry@db-host/registry mine.db --model bert-base
     """
-    from registry.export import exchange_filters
+    from registry.share.export import exchange_filters
+    from registry.share.sync import sync as run_sync
     from registry.store.interface import open_storage
-    from registry.tvm_side.sync import sync as run_sync
 
     src = open_storage(source, create_new=False)
     dst = open_storage(destination)

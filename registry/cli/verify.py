@@ -46,7 +46,7 @@ def verify(ctx: Context, device: str, model: str | None, limit: int | None, tole
     from registry.measure import zygote
 
     zygote.start_early()  # its TVM import, for the workers, beside this process's
-    from registry.tvm_side.verify import verify as run_verify
+    from registry.share.verify import verify as run_verify
 
     with Progress("verify") as progress:
         result = run_verify(

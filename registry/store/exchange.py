@@ -1,8 +1,8 @@
 """What one registry hands another: its records with full provenance, by stable identities instead of local ids.
 
-``registry export --bundle`` writes this stream to a file (``registry/bundle.py``), ``registry sync`` hands it
+``registry export --bundle`` writes this stream to a file (``registry/share/bundle.py``), ``registry sync`` hands it
 straight to the other registry; both read it with ``read_exchange`` (``Store.read_exchange``) and write it through
-``registry.tvm_side.exchange_import`` (checks, with TVM) and ``Store.ingest_batches`` (``write_extras``: models,
+``registry.share.exchange_import`` (checks, with TVM) and ``Store.ingest_batches`` (``write_extras``: models,
 donors, sync progress). Nothing here imports TVM.
 
 Identities that travel: a device by its key (sha256 of target, threads, hardware and TVM release), a workload by its

@@ -166,7 +166,7 @@ class StoredPredictor(PredictorInfo):
     blob: bytes = b""
 
 
-# -- what one registry hands another (registry.store.exchange, registry.bundle) ------------------------------------
+# -- what one registry hands another (registry.store.exchange, registry.share.bundle) --------------------------------
 
 # Records per batch of an exchange: memory stays flat for registries of millions.
 CHUNK = 5000

@@ -14,14 +14,14 @@ from pathlib import Path
 import orjson
 
 from registry import hostinfo
-from registry.bundle import read_bundle
 from registry.errors import BadInputError
 from registry.records.record_check import RecordChecker
 from registry.records.write import Batch, Progress, checked_write
+from registry.share.bundle import read_bundle
+from registry.share.log_import import checked_workload
 from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.store.validation import Problem
 from registry.store.values import ExchangeSet, ExRecord
-from registry.tvm_side.log_import import checked_workload
 from registry.tvm_side.target import canonical_target
 
 

@@ -1,8 +1,8 @@
 """Bundles shipped with the package: ``registry pull starter`` gives a new registry donors on its first transfer.
 
-A shipped bundle is an ordinary bundle file (``registry/bundle.py``) under ``registry/bundles/``; pulling one is
-``registry import`` of it, with every check that implies. What the starter bundle holds and how it was built is in
-docs/SHARING.md ("The starter bundle"); ``bench/corpus/starter.py`` rebuilds it.
+A shipped bundle is an ordinary bundle file (``registry/share/bundle.py``) under ``registry/share/bundles/``; pulling
+one is ``registry import`` of it, with every check that implies. What the starter bundle holds and how it was built
+is in docs/SHARING.md ("The starter bundle"); ``bench/corpus/starter.py`` rebuilds it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Shipped:
 
 
 def _folder() -> Path:
-    return Path(str(resources.files("registry") / "bundles"))
+    return Path(str(resources.files("registry.share") / "bundles"))
 
 
 def shipped() -> list[Shipped]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry import tvmlog
-from registry.bundle import BundleInfo, write_bundle
 from registry.errors import UnknownDeviceError
+from registry.share.bundle import BundleInfo, write_bundle
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.values import ExchangeFilters
 

@@ -12,7 +12,7 @@ A bundle is a zip archive (deflated) of JSON-lines members and a manifest::
                        trace hash, origin] or null
 
 The checksums catch a truncated or altered file; they do not say who wrote it. Nothing in a bundle is trusted: its
-records arrive "imported", are checked as a log's are (``registry.tvm_side.exchange_import``), and are trusted only
+records arrive "imported", are checked as a log's are (``registry.share.exchange_import``), and are trusted only
 once ``registry verify`` has re-measured them here.
 """
 
