@@ -30,7 +30,7 @@ install-dev: $(VENV)/.installed-dev
 
 # Tune a small model built in code into the embedded SQLite registry, then show what is stored.
 demo: install
-	$(PY) -m registry.tvm_side.demo --trials $(DEMO_TRIALS)
+	$(PY) -m registry.pipeline.demo --trials $(DEMO_TRIALS)
 	$(REGISTRY) lookup --model demo-mlp
 	$(REGISTRY) stats
 

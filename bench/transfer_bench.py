@@ -97,9 +97,9 @@ def latency_rounds(executables: dict, loaded, rounds: int = 3) -> dict[str, floa
 def leave_one_out(held_out, others: list, work: Path, target, threads: int, budget: int, meta: dict) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
+    from registry.pipeline.transfer import TransferOptions, transfer
     from registry.share.log_import import import_logs
     from registry.store.store import Store
-    from registry.tvm_side.transfer import TransferOptions, transfer
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{tmp}/registry.db")

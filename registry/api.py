@@ -124,8 +124,8 @@ def transfer(
     ``output``: where to export the compiled library; ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``). The rest is as the CLI's options of the same names.
     """
-    from registry.tvm_side.transfer import TransferOptions
-    from registry.tvm_side.transfer import transfer as run
+    from registry.pipeline.transfer import TransferOptions
+    from registry.pipeline.transfer import transfer as run
 
     options = TransferOptions(
         budget=candidates,
@@ -168,8 +168,8 @@ def tune(
     resumes); ``seconds`` is a wall-time budget; with neither, 32 trials per task. ``min_gain`` and ``min_share`` are
     percentages, as on the command line. ``model`` and the other arguments are as for ``transfer``.
     """
-    from registry.tvm_side.tune import ModelTuneOptions
-    from registry.tvm_side.tune import tune as run
+    from registry.pipeline.tune import ModelTuneOptions
+    from registry.pipeline.tune import tune as run
 
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
@@ -329,6 +329,6 @@ def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
 
 def _where(rpc: str | None, dop: int | None):
     from registry.measure.tracker import Tracker
-    from registry.tvm_side.pipeline import Where
+    from registry.pipeline.model_run import Where
 
     return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)

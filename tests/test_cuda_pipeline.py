@@ -19,7 +19,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from registry.cli.main import cli
-from registry.tvm_side import pipeline, zoo
+from registry.pipeline import model_run as pipeline
+from registry.tvm_side import zoo
 from registry.tvm_side.defaults import default_schedule
 from registry.tvm_side.signature import structural_hash
 from tests.gpu_standin import StandInGpuMeasurer

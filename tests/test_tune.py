@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from registry.cli.main import cli
+from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.store.models import TuningRecord
 from registry.store.store import Store
-from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side import zoo
 
 # -- the policy, no TVM ----------------------------------------------------------------------------------------------
@@ -132,11 +132,11 @@ def test_tune_respects_a_time_budget(sqlite_url, mlp):
 
 @pytest.mark.tvm
 def test_an_interrupted_run_resumes_without_measuring_anything_twice(sqlite_url, mlp):
+    from registry.pipeline.engine import TuneOptions
+    from registry.pipeline.model_run import Where
+    from registry.pipeline.tune import ModelTuneOptions, tune
     from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.pipeline import Where
     from registry.tvm_side.target import host_target
-    from registry.tvm_side.tune import ModelTuneOptions, tune
-    from registry.tvm_side.tuning.engine import TuneOptions
 
     calls = []
 
@@ -275,10 +275,10 @@ def test_a_task_metaschedule_cannot_build_a_space_for_is_tuned_with_its_producer
 
     from registry.measure.jobs import module_job
     from registry.measure.measurer import Measurer
+    from registry.pipeline.rules import rules_with_producers_inlined
     from registry.tvm_side.compat import TVM_ERRORS, prepare_tuning
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
-    from registry.tvm_side.tuning.rules import rules_with_producers_inlined
 
     prepare_tuning()
     target = host_target()

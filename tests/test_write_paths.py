@@ -26,8 +26,8 @@ OVERLAY = ROOT / "registry" / "share" / "overlay.py"
 WRITE_PATHS = {
     "import": "registry/share/log_import.py",
     "bundle, pull, sync": "registry/share/exchange_import.py",
-    "tune (and transfer's fallback tuning)": "registry/tvm_side/tuning/engine.py",
-    "transfer": "registry/tvm_side/transfer.py",
+    "tune (and transfer's fallback tuning)": "registry/pipeline/engine.py",
+    "transfer": "registry/pipeline/transfer.py",
     "RegistryDatabase (the Python API's, and tune_relax's)": "registry/records/database.py",
 }
 

@@ -70,7 +70,7 @@ class Bench:
 
         self.target = target_from_option("cuda") if not stand_in else _stand_in_target()
         if stand_in:
-            from registry.tvm_side import pipeline
+            from registry.pipeline import model_run as pipeline
             from tests.gpu_standin import StandInGpuMeasurer
 
             pipeline.Measurer = StandInGpuMeasurer
@@ -135,9 +135,9 @@ class Bench:
         plain's, and at most ``--seconds``."""
         from bench.sqlite_copy import copy_sqlite
         from bench.tuning.run import load
+        from registry.pipeline.engine import TuneOptions
+        from registry.pipeline.tune import ModelTuneOptions, tune
         from registry.store.store import Store
-        from registry.tvm_side.tune import ModelTuneOptions, tune
-        from registry.tvm_side.tuning.engine import TuneOptions
 
         db = self.work / db_name
         db.unlink(missing_ok=True)
@@ -158,7 +158,7 @@ class Bench:
                 metrics = {"not trained": str(e)}
             train_s = time.perf_counter() - t0
         loaded = load(model)
-        from registry.tvm_side.pipeline import extract
+        from registry.pipeline.model_run import extract
 
         n_tasks = len(extract(store, loaded, self.target))
         options = ModelTuneOptions(engine=TuneOptions(trials=self.trials_per_task * n_tasks, seconds=self.seconds))
@@ -182,8 +182,8 @@ class Bench:
     def transfer(self) -> dict:
         from bench.sqlite_copy import copy_sqlite
         from bench.tuning.run import load
+        from registry.pipeline.transfer import TransferOptions, transfer
         from registry.store.store import Store
-        from registry.tvm_side.transfer import TransferOptions, transfer
 
         db = self.work / "transfer.db"
         copy_sqlite(self.work / "tune-h128.db", db)
@@ -209,9 +209,9 @@ class Bench:
 
         from bench.tuning.run import load
         from registry.measure.jobs import interleaved_model_ms, module_job
+        from registry.pipeline.model_run import extract
         from registry.store.store import Store
         from registry.tvm_side.defaults import default_schedule
-        from registry.tvm_side.pipeline import extract
 
         out: dict = {}
         with self.measurer() as measurer:
@@ -260,8 +260,8 @@ def _stand_in_target():
 
 def _curve(bench: Bench, db: str, started: str, defaults_us: dict[str, float]) -> list[tuple[float, float]]:
     from bench.tuning.run import curve, load
+    from registry.pipeline.model_run import extract
     from registry.store.store import Store
-    from registry.tvm_side.pipeline import extract
 
     with Store(f"sqlite:///{bench.work / db}") as store:
         tasks = extract(store, load(BIG), bench.target)

@@ -70,10 +70,10 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     from tvm.s_tir import meta_schedule as ms
 
     from registry.measure.builder import PersistentBuilder
+    from registry.pipeline.model_run import extract
     from registry.records.database import RegistryDatabase
     from registry.store.store import Store
     from registry.tvm_side.compat import prepare_tuning
-    from registry.tvm_side.pipeline import extract
 
     stem = f"plain-{name}" if builder == "persistent" else f"plain-default-builder-{name}"
     meta_file = work / f"{stem}.json"
@@ -116,10 +116,10 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
 
 def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target, threads: int) -> dict:
     """registry tune on ``name`` over a copy of the plain registry of ``donor``."""
+    from registry.pipeline.engine import TuneOptions
+    from registry.pipeline.tune import ModelTuneOptions, tune
     from registry.store.store import Store
     from registry.tvm_side import predictor
-    from registry.tvm_side.tune import ModelTuneOptions, tune
-    from registry.tvm_side.tuning.engine import TuneOptions
 
     db_path = work / f"registry-{name}-from-{donor}.db"
     copy_sqlite(work / f"plain-{donor}.db", db_path)
@@ -149,7 +149,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
 
 
 def _task_weights(store, loaded, target):
-    from registry.tvm_side.pipeline import extract
+    from registry.pipeline.model_run import extract
 
     return {t.workload_id: (t.name, t.weight, t.mod) for t in extract(store, loaded, target)}
 
@@ -196,8 +196,8 @@ def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
 def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, budget: int = 8) -> dict:
     """``registry transfer`` of ``name`` (no fallback tuning) over a copy of ``donor``'s plain registry: the search
     time, kept in the result, and the registry it wrote, which the end-to-end timing compiles with."""
+    from registry.pipeline.transfer import TransferOptions, transfer
     from registry.store.store import Store
-    from registry.tvm_side.transfer import TransferOptions, transfer
 
     db_path = work / f"transfer-{name}-from-{donor}.db"
     copy_sqlite(work / f"plain-{donor}.db", db_path)

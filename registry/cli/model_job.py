@@ -94,7 +94,7 @@ def load_model(model_path: Path, input_shapes, target: str, name: str | None):
 def where(rpc: str | None, dop: int | None):
     """Where to measure, from --rpc and --dop."""
     from registry.measure.tracker import Tracker
-    from registry.tvm_side.pipeline import Where
+    from registry.pipeline.model_run import Where
 
     return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)
 

@@ -63,8 +63,8 @@ def transfer(
     """
     check_report_path(report_path)
     before_tvm(threads)
-    from registry.tvm_side.transfer import TransferOptions
-    from registry.tvm_side.transfer import transfer as run_transfer
+    from registry.pipeline.transfer import TransferOptions
+    from registry.pipeline.transfer import transfer as run_transfer
 
     place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)

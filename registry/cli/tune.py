@@ -113,8 +113,8 @@ def tune(
     """
     check_report_path(report_path)
     before_tvm(threads)
-    from registry.tvm_side.tune import ModelTuneOptions
-    from registry.tvm_side.tune import tune as run_tune
+    from registry.pipeline.tune import ModelTuneOptions
+    from registry.pipeline.tune import tune as run_tune
 
     place = where(rpc, dop)
     loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)

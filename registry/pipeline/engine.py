@@ -2,7 +2,7 @@
 
 MetaSchedule's own ``tune_tasks`` runs the search, the builder, the runner and the cost model in C++ and only stops
 at a trial count. Here the same pieces are driven batch by batch from Python, so that between batches the registry
-decides (``registry.tuning_policy``) which task goes next and which stop, and each batch:
+decides (``registry.pipeline.tuning_policy``) which task goes next and which stop, and each batch:
 
 1. proposes candidates with the task's ``EvolutionarySearch``, ranked by the cost model; with a predictor
    pre-trained on the registry (``registry predictor train``) that ranking is informed from the first trial;
@@ -37,15 +37,15 @@ from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
+from registry.pipeline.model_run import ModelRun, Progress, Task
+from registry.pipeline.rules import rules_with_producers_inlined
+from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.records.database import RegistryDatabase
 from registry.records.write import RecordWriter
 from registry.store.interface import RecordIn, record_trace_hash
 from registry.store.rows import FAILED_RUN_SECS
-from registry.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
-from registry.tvm_side.pipeline import ModelRun, Progress, Task
-from registry.tvm_side.tuning.rules import rules_with_producers_inlined
 from registry.verbosity import meta_schedule_level
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become

@@ -2,7 +2,7 @@
 
 1. The model's tasks are extracted and recorded; each task's default schedule is timed (the report's "before").
 2. Donors: the nearest stored workloads' best traces, applied to each task, seed its search.
-3. The engine (``registry.tvm_side.tuning.engine``) spends the budget across the tasks; every measured record goes
+3. The engine (``registry.pipeline.engine``) spends the budget across the tasks; every measured record goes
    to the registry at once, so an interrupted run resumes where it stopped.
 4. The model is compiled with the registry and timed end to end, as transfer does.
 """
@@ -14,16 +14,16 @@ from pathlib import Path
 
 from tvm.target import Target
 
+from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
+from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import find_donors
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage
-from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.tvm_side.signature import structural_hash
-from registry.tvm_side.tuning.engine import Engine, EngineTask, Outcome, TuneOptions
 
 DEFAULT_TRIALS_PER_TASK = 32  # the budget when neither trials nor seconds is given
 
@@ -52,7 +52,7 @@ class ModelTuneOptions:
         where: Where,
     ) -> ModelTuneOptions:
         """The options as `registry tune` and `registry.tune()` take them (``min_gain``, ``min_share`` in percent)."""
-        from registry.tuning_policy import TrimOptions
+        from registry.pipeline.tuning_policy import TrimOptions
 
         trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep)
         engine = TuneOptions(trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor)

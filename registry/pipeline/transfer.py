@@ -28,6 +28,9 @@ from registry import hostinfo
 from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
+from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.engine import EngineTask, TuneOptions
+from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.records.write import RecordWriter
 from registry.report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
@@ -36,11 +39,8 @@ from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
-from registry.tvm_side.donor_schedules import DonorSchedules
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.pipeline import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.tvm_side.signature import structural_hash
-from registry.tvm_side.tuning.engine import EngineTask, TuneOptions
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
     schedules transfer tried for them; each result is updated in place. Returns the tuning summary and history."""
     from dataclasses import replace
 
-    from registry.tvm_side.tune import run_engine, task_result, tuning_summary
+    from registry.pipeline.tune import run_engine, task_result, tuning_summary
 
     tasks = [task for task, _ in fallback]
     db = run.database(tasks, "tuned", opts.team)

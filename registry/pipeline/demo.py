@@ -1,6 +1,6 @@
 """``make demo``: build a small model in code, tune it into the registry, and show what was gained.
 
-Run as ``python -m registry.tvm_side.demo [--trials N]``; it writes to the configured registry (by default the
+Run as ``python -m registry.pipeline.demo [--trials N]``; it writes to the configured registry (by default the
 embedded SQLite file).
 """
 

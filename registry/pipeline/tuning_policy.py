@@ -1,6 +1,6 @@
 """How ``registry tune`` spends a budget across a model's tasks, and when it stops one (the Trimmer idea).
 
-Plain Python, no TVM: the engine (``registry.tvm_side.tuning``) reports each batch here and asks which task to
+Plain Python, no TVM: the engine (``registry.pipeline.engine``) reports each batch here and asks which task to
 tune next.
 
 - **Split by weight x latency.** The next batch goes to the live task with the largest ``weight x best latency``
