@@ -38,7 +38,7 @@ def __getattr__(name: str):
 
         return RegistryDatabase
     if name == "ModelReport":
-        from registry.report import ModelReport
+        from registry.report.model_report import ModelReport
 
         return ModelReport
     raise AttributeError(name)

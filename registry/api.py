@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tvm.target import Target
 
     from registry.records.database import RegistryDatabase
-    from registry.report import ModelReport
+    from registry.report.model_report import ModelReport
     from registry.store.interface import RegistryStorage
     from registry.store.rows import DeviceSpec
     from registry.tvm_side.frontend import LoadedModel

@@ -15,11 +15,11 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import func, select, update
 
 from registry import testing
-from registry.report_svg import PALETTE, Series, log_ticks, nice_ticks, step_chart
+from registry.cli.main import cli
+from registry.report.svg import PALETTE, Series, log_ticks, nice_ticks, step_chart
 from registry.store.models import TuningRecord
 from registry.store.store import Store
 from registry.tvm_side import zoo
@@ -172,7 +172,7 @@ def test_help_has_examples_and_the_run_commands_take_report(sqlite_url):
 
 
 def test_default_file_names_are_tame():
-    from registry.report_html import default_path
+    from registry.report.html import default_path
 
     assert default_path("resnet.v2") == Path("resnet.v2.report.html")
     assert default_path("../../etc/x y") == Path("etc_x_y.report.html") and default_path("..") == Path(

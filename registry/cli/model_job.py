@@ -100,7 +100,7 @@ def where(rpc: str | None, dop: int | None):
 
 
 def print_report(report, fmt: str) -> None:
-    from registry.report import summary_lines, task_table
+    from registry.report.model_report import summary_lines, task_table
 
     if fmt == "json":
         from registry.cli.schemas import ModelReportOutput

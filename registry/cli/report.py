@@ -25,7 +25,7 @@ report_option = click.option(
 def check_report_path(report_path: Path | None) -> None:
     """Before a long run: a report that could not be written is refused now, not after the run."""
     if report_path is not None:
-        from registry.report_html import check_writable
+        from registry.report.html import check_writable
 
         check_writable(report_path)
 
@@ -34,7 +34,7 @@ def write_run_report(ctx: Context, report_path: Path | None, run_report, sha256:
     """The report of the run that just ended; one line on stderr says where (stdout may be JSON)."""
     if report_path is None:
         return
-    from registry.report_html import write_report
+    from registry.report.html import write_report
 
     write_report(ctx.store, run_report.model, report_path, run=run_report, sha256=sha256)
     click.echo(f"report written to {report_path}", err=True)
@@ -67,7 +67,7 @@ def report(ctx: Context, model: str, output: Path | None, device: str | None, fm
       registry report resnet50 -o resnet50.html
       registry report bert --device host
     """
-    from registry.report_html import check_writable, default_path, write_report
+    from registry.report.html import check_writable, default_path, write_report
 
     path = output or default_path(model)
     check_writable(path)

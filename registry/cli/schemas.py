@@ -322,7 +322,7 @@ class Task(Open):
 
 
 class ModelReportOutput(Output, Open):
-    """Open: the report of registry.report.ModelReport.as_json (timings, tuning, ...)."""
+    """Open: the report of registry.report.model_report.ModelReport.as_json (timings, tuning, ...)."""
 
     command: ClassVar[str] = "transfer, tune"
     model_config = ConfigDict(extra="allow")

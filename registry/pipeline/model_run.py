@@ -23,7 +23,7 @@ from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
 from registry.measure.types import Measurement
 from registry.records.database import RegistryDatabase
-from registry.report import ModelReport, TaskResult, Timings
+from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
 from registry.store.rows import DeviceSpec, Signature
 from registry.tvm_side.compat import TVM_ERRORS, error_line

@@ -32,7 +32,7 @@ from registry.pipeline.donor_schedules import DonorSchedules
 from registry.pipeline.engine import EngineTask, TuneOptions
 from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.records.write import RecordWriter
-from registry.report import ModelReport, TaskResult
+from registry.report.model_report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, find_donors
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed

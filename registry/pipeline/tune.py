@@ -17,7 +17,7 @@ from tvm.target import Target
 from registry.pipeline.donor_schedules import DonorSchedules
 from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
 from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
-from registry.report import ModelReport, TaskResult
+from registry.report.model_report import ModelReport, TaskResult
 from registry.similarity.donors import find_donors
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed

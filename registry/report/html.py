@@ -2,7 +2,7 @@
 
 The page has the per-task table (source, donor and distance, before -> after, share of the model's latency) and
 best-latency-over-time curves, per task and for the model, drawn from the records' timestamps as inline SVG
-(``registry.report_svg``). With the report of the run that just ended (``--report`` on transfer and tune), the table
+(``registry.report.svg``). With the report of the run that just ended (``--report`` on transfer and tune), the table
 shows that run's before/after (each task's default schedule, timed by the run), and its per-batch history is drawn
 too. No TVM, no script, no external asset: the file opens anywhere, from disk.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from registry.errors import BadInputError
-from registry.report import ModelReport
-from registry.report_svg import PALETTE, Series, step_chart
+from registry.report.model_report import ModelReport
+from registry.report.svg import PALETTE, Series, step_chart
 from registry.store.interface import RecordPoint, RegistryStorage
 
 
