@@ -36,7 +36,7 @@ demo: install
 
 # The README's example models, written into examples/ (built in code: no download, no TVM).
 examples: install
-	$(PY) -m registry.examples examples
+	$(PY) -m registry.tvm_side.examples examples
 
 test: install-dev
 	$(VENV)/bin/pytest -q

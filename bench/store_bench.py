@@ -25,10 +25,11 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from registry import testing, tvmlog
+from registry import testing
 from registry.store import queries
 from registry.store.lookup import LookupFilter
 from registry.store.store import Store
+from registry.tvm_side import tvmlog
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS_PER_WORKLOAD = 100

@@ -219,8 +219,8 @@ def load_model(
         return _loaded_relax(model, params, name or "relax-model")
     if params is not None:
         raise BadInputError("params applies to a Relax IRModule; an ONNX model carries its weights")
-    from registry.onnx_prep import parse_input_shapes
     from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.onnx_prep import parse_input_shapes
 
     if isinstance(input_shapes, Mapping):
         shapes = {k: [int(d) for d in v] for k, v in input_shapes.items()}

@@ -19,10 +19,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from registry import hostinfo, tvmlog
+from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec, RecordIn
 from registry.store.validation import Problem
+from registry.tvm_side import tvmlog
 
 JSON = st.recursive(
     st.none()

@@ -19,14 +19,14 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from registry import testing, tvmlog
+from registry import testing
+from registry.cli.main import cli
 from registry.store.revision import VERSION_TABLE
 from registry.store.store import Store
-from registry.tvm_side import zoo
+from registry.tvm_side import tvmlog, zoo
 from tests.rows import rows_of
 
 

@@ -12,10 +12,11 @@ import tvm
 from click.testing import CliRunner
 from tvm.target import Target
 
-from registry import hostinfo, tvmlog
+from registry import hostinfo
 from registry.cli.main import cli
 from registry.errors import BadInputError
 from registry.store.rows import DeviceSpec
+from registry.tvm_side import tvmlog
 from registry.tvm_side.target import target_from_option
 from tests.shared_data import H100_LOG
 

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from registry import onnx_prep
 from registry.errors import BadInputError
+from registry.tvm_side import onnx_prep
 
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
 

@@ -18,7 +18,7 @@ from registry.measure.inputs import argument_bounds
 from registry.measure.jobs import module_job
 from registry.measure.measurer import Measurer
 from registry.measure.pool import WorkerPool
-from registry.onnx_inputs import ONES, ZEROS, Bound
+from registry.tvm_side.onnx_inputs import ONES, ZEROS, Bound
 from registry.tvm_side.target import host_target
 
 pytestmark = pytest.mark.tvm

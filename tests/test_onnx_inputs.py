@@ -9,8 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from registry import onnx_prep
-from registry.onnx_inputs import InputSpec, input_specs, make_inputs
+from registry.tvm_side import onnx_prep
+from registry.tvm_side.onnx_inputs import InputSpec, input_specs, make_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
 

@@ -8,9 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from registry import onnx_prep
 from registry.errors import BadInputError
-from registry.tvm_side import zoo
+from registry.tvm_side import onnx_prep, zoo
 
 
 def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -15,13 +15,12 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 
-from registry import predictor_blob
+from registry.cli.main import cli
 from registry.errors import RegistryWarning
 from registry.store.predictors import save_predictor
 from registry.store.store import Store
-from registry.tvm_side import zoo
+from registry.tvm_side import predictor_blob, zoo
 
 
 @pytest.fixture(autouse=True)

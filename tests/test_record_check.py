@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from registry import tvmlog
 from registry.cli.main import cli
 from registry.errors import BadInputError
 from registry.store.store import Store
+from registry.tvm_side import tvmlog
 from tests.rows import rows_of
 
 pytestmark = pytest.mark.tvm

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from registry import tvmlog
 from registry.cli.main import cli
 from registry.store.models import RegistryInfo, TuningRecord
 from registry.store.rows import RecordIn
 from registry.store.store import Store
+from registry.tvm_side import tvmlog
 from tests.rows import rows_of
 
 pytestmark = pytest.mark.tvm

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from registry import tvmlog
 from registry.cli.main import cli
 from registry.records.rebase import block_names, rebased, renaming
+from registry.tvm_side import tvmlog
 
 ROOT = Path(__file__).resolve().parents[1]
 THE_DOOR = ROOT / "registry" / "records" / "write.py"

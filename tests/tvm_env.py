@@ -70,8 +70,8 @@ def plant_fast_claim(logs: Path, dest: Path, factor: float = 10.0) -> float:
     import json
     import shutil
 
-    from registry import tvmlog
     from registry.store.rows import FAILED_RUN_SECS
+    from registry.tvm_side import tvmlog
 
     shutil.copytree(logs, dest)
     file = dest / tvmlog.RECORD_FILE

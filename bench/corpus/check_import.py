@@ -56,14 +56,15 @@ def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
 
 def folding_error(path: Path, shapes: dict[str, list[int]]) -> float | None:
     """The largest difference, relative to the output's largest value, between onnxruntime's outputs on the file and
-    on ``onnx_prep.prepare``'s folded copy (same inputs, from registry.onnx_inputs). None if the folding refused."""
+    on ``onnx_prep.prepare``'s folded copy (same inputs, from registry.tvm_side.onnx_inputs). None if the folding
+    refused."""
     import numpy as np
     import onnx
     import onnxruntime as ort
 
-    from registry import onnx_prep
     from registry.errors import BadInputError
-    from registry.onnx_inputs import input_specs, make_inputs
+    from registry.tvm_side import onnx_prep
+    from registry.tvm_side.onnx_inputs import input_specs, make_inputs
 
     model = onnx.load(str(path))
     try:

@@ -3,9 +3,10 @@
     .venv/bin/python bench/corpus/ort_reference.py [--threads 1] [--json OUT] [NAME ...]
 
 One intra-op and one inter-op thread by default (TVM's runtime here runs one thread unless told otherwise), all
-graph optimizations (``ORT_ENABLE_ALL``). Inputs come from ``registry.onnx_inputs`` (token ids within the vocabulary,
-masks of ones, floats standard normal), seeded, so TVM's end-to-end timing can use identical arrays. A sample is at
-least ``min_ms`` of back-to-back calls; the result is the median of ``samples`` samples, per call, in milliseconds.
+graph optimizations (``ORT_ENABLE_ALL``). Inputs come from ``registry.tvm_side.onnx_inputs`` (token ids within the
+vocabulary, masks of ones, floats standard normal), seeded, so TVM's end-to-end timing can use identical arrays. A
+sample is at least ``min_ms`` of back-to-back calls; the result is the median of ``samples`` samples, per call, in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import BY_NAME, MODELS, materialize  # noqa: E402
 from registry import onnx_prep  # noqa: E402
-from registry.onnx_inputs import input_specs, make_inputs  # noqa: E402
+from registry.tvm_side.onnx_inputs import input_specs, make_inputs  # noqa: E402
 
 
 def session(path: Path, intra_threads: int = 1, inter_threads: int = 1) -> ort.InferenceSession:

@@ -15,7 +15,7 @@ and the rows of the other models in ``--out`` are kept as they are.
 3. **One run, four latencies.** Per model, the untuned build, the build with transfer's registry, the build with
    tune's registry and onnxruntime are timed in turn, ``--rounds`` times (each a median of 7 samples of at least
    50 ms), medians; TVM's builds run in the registry's measurement worker, onnxruntime in this process with 1
-   intra- and 1 inter-op thread; both on the same inputs (``registry.onnx_inputs``).
+   intra- and 1 inter-op thread; both on the same inputs (``registry.tvm_side.onnx_inputs``).
 
 A model that does not import is a row with its one-line reason. Every command's JSON report is kept under
 ``WORK/reports``; the table goes to bench/results/corpus.json and is printed (docs/BENCHMARKS.md has it).

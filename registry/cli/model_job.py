@@ -79,8 +79,8 @@ def before_tvm(threads: int | None) -> None:
 
 def load_model(model_path: Path, input_shapes, target: str, name: str | None):
     """(loaded model, TVM target, runtime threads or None for the runtime's default, seconds it took)."""
-    from registry.onnx_prep import parse_input_shapes
     from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.onnx_prep import parse_input_shapes
     from registry.tvm_side.target import target_from_option
 
     start = time.perf_counter()

@@ -94,7 +94,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
     Example:
       registry predictor list --device host
     """
-    from registry.predictor_blob import LEGACY_KIND
+    from registry.tvm_side.predictor_blob import LEGACY_KIND
 
     store = ctx.existing_store
     device_id = store.resolve_one_device(device).id if device else None

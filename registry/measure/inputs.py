@@ -21,7 +21,7 @@ from tvm.ir.expr import TensorLoad
 from tvm.s_tir.stmt import SBlock
 from tvm.sym import Analyzer
 
-from registry.onnx_inputs import ONES, ZEROS, Bound
+from registry.tvm_side.onnx_inputs import ONES, ZEROS, Bound
 
 _BINARY = (
     tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod, tirx.Min, tirx.Max,

@@ -18,7 +18,7 @@ from tvm.target import Target
 
 from registry.measure.inputs import argument_bounds
 from registry.measure.types import KernelJob, Measurement, ModelJob
-from registry.onnx_inputs import Bound, ModelInput
+from registry.tvm_side.onnx_inputs import Bound, ModelInput
 
 if TYPE_CHECKING:
     from registry.measure.measurer import Measurer

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.onnx_inputs import Bound, ModelInput
+from registry.tvm_side.onnx_inputs import Bound, ModelInput
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,12 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
-from registry import hostinfo, tvmlog
+from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.records.write import RecordWriter
 from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord, open_storage
 from registry.store.validation import trace_is_sound
+from registry.tvm_side import tvmlog
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.signature import _plain, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec

@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry import tvmlog
 from registry.errors import UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.values import ExchangeFilters
+from registry.tvm_side import tvmlog
 
 
 @dataclass

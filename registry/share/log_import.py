@@ -9,13 +9,14 @@ from typing import Any
 
 import tvm
 
-from registry import hostinfo, tvmlog
+from registry import hostinfo
 from registry.errors import BadInputError
 from registry.records.record_check import RecordChecker
 from registry.records.write import checked_write
 from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.store.rows import LOG_ORIGIN, canonical_json
 from registry.store.validation import Problem
+from registry.tvm_side import tvmlog
 from registry.tvm_side.signature import workload_in
 from registry.tvm_side.target import device_spec, runtime_threads
 

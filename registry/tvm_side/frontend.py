@@ -10,10 +10,10 @@ import onnx
 from tvm.ir import IRModule
 from tvm.relax.frontend.onnx import from_onnx
 
-from registry import onnx_prep
 from registry.errors import BadInputError
-from registry.onnx_inputs import Bound, InputSpec, ModelInput, input_specs
+from registry.tvm_side import onnx_prep
 from registry.tvm_side.compat import error_line
+from registry.tvm_side.onnx_inputs import Bound, InputSpec, ModelInput, input_specs
 
 
 @dataclass
@@ -23,7 +23,7 @@ class LoadedModel:
     input_shapes: dict[str, list[int]]
     input_dtypes: dict[str, str]
     mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
-    # Values of the integer inputs: token ids within their embedding table (registry.onnx_inputs), masks ones.
+    # Values of the integer inputs: token ids within their embedding table (registry.tvm_side.onnx_inputs), masks ones.
     bounds: dict[str, Bound | None] = field(default_factory=dict)
 
     @property
@@ -41,7 +41,7 @@ def load_onnx(
     """Parse an ONNX file (or its bytes) and import it at fixed input shapes. Raises BadInputError on a bad file.
 
     ``input_shapes`` fixes the inputs it names (symbolic dimensions must be fixed); the others keep the file's shapes.
-    Shape arithmetic that is constant at these shapes is folded first (see registry.onnx_prep).
+    Shape arithmetic that is constant at these shapes is folded first (see registry.tvm_side.onnx_prep).
     """
     data = source if isinstance(source, bytes) else _read(source)
     where = str(source) if isinstance(source, Path) else name or "model"

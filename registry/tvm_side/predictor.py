@@ -33,10 +33,10 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.s_tir.meta_schedule.utils import shash2hex
 from tvm.target import Target
 
-from registry import hostinfo, predictor_blob, tvmlog
+from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.store.interface import RegistryStorage
-from registry.tvm_side import ORIGINAL_AFFINITY
+from registry.tvm_side import ORIGINAL_AFFINITY, predictor_blob, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
 
@@ -311,7 +311,7 @@ def train(
 
 
 def to_bytes(model: XGBModel) -> bytes:
-    """The model as ``registry.predictor_blob`` stores it: the booster as XGBoost JSON, the features as arrays."""
+    """The model as ``registry.tvm_side.predictor_blob`` stores it: the booster as XGBoost JSON, features as arrays."""
     groups = [predictor_blob.Group(g.group_hash, g.features, g.costs) for g in model.data.values()]
     return predictor_blob.encode(bytes(model.booster.save_raw("json")), groups)
 

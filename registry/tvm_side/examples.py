@@ -1,6 +1,6 @@
 """The README's example models (``make examples``): small ONNX files built in code, no download, no TVM.
 
-Run as ``python -m registry.examples [DIR]`` (default ``examples``). It writes:
+Run as ``python -m registry.tvm_side.examples [DIR]`` (default ``examples``). It writes:
 
 - ``mlp-sibling.onnx``: the demo's MLP with other shapes (batch 32, 96 -> 192 -> 48 instead of 16, 128 -> 256 -> 64),
   so its tasks are new to the registry but have close donors among the demo's records;

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from registry.onnx_prep import graph_inputs
+from registry.tvm_side.onnx_prep import graph_inputs
 
 # Operators an index flows through unchanged in value (the ids keep their range): Gather's indices may be reached
 # from the graph input through any chain of these.
