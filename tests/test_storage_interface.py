@@ -3,9 +3,7 @@ SQL implementation is picked by URL. No TVM here."""
 
 from __future__ import annotations
 
-import ast
 import inspect
-from pathlib import Path
 
 import pytest
 
@@ -13,34 +11,10 @@ from registry import testing
 from registry.errors import BadInputError, DatabaseError
 from registry.store.interface import RegistryStorage, open_storage, record_trace_hash
 from registry.store.store import Store
+from tests.imports import ROOT, imported, module_name
 
-ROOT = Path(__file__).resolve().parent.parent
 # The store's internals: its tables, its SQL, and the code that writes.
 PRIVATE = {"registry.store.models", "registry.store.queries", "registry.store.ingest"}
-
-
-def _module(path: Path) -> str:
-    """The dotted name ``path`` is imported as."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imported(source: str, module: str, is_package: bool = False) -> set[str]:
-    """Every module name an import statement in ``source`` names, relative imports resolved against ``module``."""
-    names: set[str] = set()
-    package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            names.add(base)
-            names.update(f"{base}.{a.name}" for a in node.names)  # `from registry.store import queries`
-    return names
 
 
 def _private(names: set[str]) -> set[str]:
@@ -53,7 +27,7 @@ def test_nothing_outside_the_store_imports_its_internals():
         for path in sorted((ROOT / top).rglob("*.py")):
             if (ROOT / "registry" / "store") in path.parents:
                 continue
-            found = _private(_imported(path.read_text(), _module(path), path.name == "__init__.py"))
+            found = _private(imported(path.read_text(), module_name(path), path.name == "__init__.py"))
             offenders += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(found)]
     assert not offenders, "use registry.store.interface.RegistryStorage instead:\n" + "\n".join(offenders)
 
@@ -70,12 +44,12 @@ def test_nothing_outside_the_store_imports_its_internals():
     ],
 )
 def test_the_check_sees_every_spelling(source):
-    assert _private(_imported(source, "registry.similarity.donors"))
+    assert _private(imported(source, "registry.similarity.donors"))
 
 
 def test_the_check_lets_the_interface_through():
     source = "from registry.store.interface import RegistryStorage\nfrom registry.store import lookup, rows"
-    assert not _private(_imported(source, "registry.share.export"))
+    assert not _private(imported(source, "registry.share.export"))
 
 
 def _members() -> list[str]:
