@@ -1,4 +1,6 @@
-"""What a record must be before it is stored: the one check every write path calls, and what it needs.
+"""What a record must be before it is stored, and the doors records pass through: the one check (``record_check``,
+replayed in ``replay_pool``'s workers), the one write door (``write``), MetaSchedule's database over the registry
+(``database``), moving a trace between copies of a workload (``rebase``), and ``registry check`` (``audit``).
 
-May import ``registry.measure``, ``registry.store`` and the modules below them; never the pipeline above it.
+May import ``registry.measure`` and the layers below it.
 """

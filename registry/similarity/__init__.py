@@ -1,1 +1,5 @@
-"""Operator similarity: fixed-length embeddings of workload signatures and a FAISS index over them. No TVM here."""
+"""Operator similarity: the FAISS index over the stored workloads' embeddings (``index``), and the choice of donors
+for a task (``donors``). The embedding itself is computed where it is stored (``registry.store.embedding``).
+
+May import ``registry.store`` only. No TVM here.
+"""
