@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from registry import hostinfo
 from registry.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto, IRModule]  # noqa: UP007
     StoreLike = Union[RegistryStorage, str, os.PathLike, None]  # noqa: UP007
 
-THREADS_ENV = "TVM_NUM_THREADS"
 
 __all__ = ["database", "host_device", "host_target", "transfer", "tune"]
 
@@ -293,7 +293,7 @@ def _threads(threads: int | None) -> int | None:
     """The CLI's rule: the argument, else ``$TVM_NUM_THREADS``, else None (the runtime's default)."""
     if threads is not None:
         return int(threads)
-    env = os.environ.get(THREADS_ENV, "")
+    env = os.environ.get(hostinfo.THREADS_ENV, "")
     return int(env) if env.isdigit() else None
 
 

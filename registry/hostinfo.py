@@ -8,6 +8,9 @@ import re
 import socket
 from importlib import metadata
 
+# The variable TVM's runtime reads its thread count from, once, when its thread pool starts.
+THREADS_ENV = "TVM_NUM_THREADS"
+
 
 @functools.cache
 def cpu_model() -> str:

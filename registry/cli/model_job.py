@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from pathlib import Path
 
 import click
 
+from registry import hostinfo
 from registry.cli.options import common_options, output_options, overlay_option, trust_option
 from registry.cli.output import Progress, echo_model, echo_table
-
-THREADS_ENV = "TVM_NUM_THREADS"
 
 
 def model_options(command):
@@ -32,8 +30,8 @@ def model_options(command):
         click.option(
             "--threads",
             type=click.IntRange(1),
-            help=f"Runtime threads to measure and run with [default: ${THREADS_ENV}, else TVM's default, 1 here]. "
-            "Records are only reused under the same thread count.",
+            help=f"Runtime threads to measure and run with [default: ${hostinfo.THREADS_ENV}, else TVM's default, 1 "
+            "here]. Records are only reused under the same thread count.",
         ),
         click.option(
             "--target",
@@ -73,30 +71,8 @@ def before_tvm(threads: int | None) -> None:
     from registry.measure import zygote
 
     if threads is not None:
-        os.environ[THREADS_ENV] = str(threads)
+        os.environ[hostinfo.THREADS_ENV] = str(threads)
     zygote.start_early()
-
-
-def load_model(model_path: Path, input_shapes, target: str, name: str | None):
-    """(loaded model, TVM target, runtime threads or None for the runtime's default, seconds it took)."""
-    from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.onnx_prep import parse_input_shapes
-    from registry.tvm_side.target import target_from_option
-
-    start = time.perf_counter()
-    shapes = parse_input_shapes(input_shapes)
-    tvm_target = target_from_option(target)
-    loaded = load_onnx(model_path, shapes, name=name or model_path.stem)
-    threads = int(os.environ[THREADS_ENV]) if os.environ.get(THREADS_ENV, "").isdigit() else None
-    return loaded, tvm_target, threads, time.perf_counter() - start
-
-
-def where(rpc: str | None, dop: int | None):
-    """Where to measure, from --rpc and --dop."""
-    from registry.measure.tracker import Tracker
-    from registry.pipeline.model_run import Where
-
-    return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)
 
 
 def print_report(report, fmt: str) -> None:
@@ -115,4 +91,4 @@ def print_report(report, fmt: str) -> None:
         click.echo(line)
 
 
-__all__ = ["Progress", "load_model", "model_options", "print_report", "before_tvm", "where"]
+__all__ = ["Progress", "model_options", "print_report", "before_tvm"]

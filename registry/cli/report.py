@@ -30,13 +30,13 @@ def check_report_path(report_path: Path | None) -> None:
         check_writable(report_path)
 
 
-def write_run_report(ctx: Context, report_path: Path | None, run_report, sha256: str | None) -> None:
+def write_run_report(ctx: Context, report_path: Path | None, run_report) -> None:
     """The report of the run that just ended; one line on stderr says where (stdout may be JSON)."""
     if report_path is None:
         return
     from registry.report.html import write_report
 
-    write_report(ctx.store, run_report.model, report_path, run=run_report, sha256=sha256)
+    write_report(ctx.store, run_report.model, report_path, run=run_report, sha256=run_report.sha256)
     click.echo(f"report written to {report_path}", err=True)
 
 

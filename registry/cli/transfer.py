@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.model_job import Progress, before_tvm, load_model, model_options, print_report, where
+from registry.cli.model_job import Progress, before_tvm, model_options, print_report
 from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
@@ -63,17 +63,13 @@ def transfer(
     """
     check_report_path(report_path)
     before_tvm(threads)
-    from registry.pipeline.transfer import TransferOptions
-    from registry.pipeline.transfer import transfer as run_transfer
+    from registry import api
 
-    place = where(rpc, dop)
-    loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
-    options = TransferOptions(
-        budget=candidates, neighbours=neighbours, team=team, output=output, tune_trials=tune_trials, where=place
-    )
     with Progress("transfer") as progress:
-        report = run_transfer(
-            ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s
-        )
+        report = api.transfer(
+            model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
+            output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials, team=team, rpc=rpc,
+            dop=dop, progress=progress,
+        )  # fmt: skip
     print_report(report, fmt)
-    write_run_report(ctx, report_path, report, loaded.sha256)
+    write_run_report(ctx, report_path, report)

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from registry.cli.model_job import Progress, before_tvm, load_model, model_options, print_report, where
+from registry.cli.model_job import Progress, before_tvm, model_options, print_report
 from registry.cli.options import Context, pass_ctx
 from registry.cli.report import check_report_path, report_option, write_run_report
 
@@ -113,16 +113,13 @@ def tune(
     """
     check_report_path(report_path)
     before_tvm(threads)
-    from registry.pipeline.tune import ModelTuneOptions
-    from registry.pipeline.tune import tune as run_tune
+    from registry import api
 
-    place = where(rpc, dop)
-    loaded, tvm_target, runtime_threads, import_s = load_model(model_path, input_shapes, target, name)
-    options = ModelTuneOptions.from_flags(
-        trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
-        predictor=predictor, team=team, output=output, where=place,
-    )  # fmt: skip
     with Progress("tune", seconds=seconds) as progress:
-        report = run_tune(ctx.store, loaded, tvm_target, runtime_threads, options, progress=progress, import_s=import_s)
+        report = api.tune(
+            model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
+            output=output, trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain,
+            min_share=min_share, batch=batch, team=team, rpc=rpc, dop=dop, progress=progress,
+        )  # fmt: skip
     print_report(report, fmt)
-    write_run_report(ctx, report_path, report, loaded.sha256)
+    write_run_report(ctx, report_path, report)

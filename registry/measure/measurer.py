@@ -46,7 +46,7 @@ from registry.measure.types import (
 from registry.measure.worker import MEMORY_ENV
 from registry.store.rows import DeviceSpec
 from registry.tvm_side import ORIGINAL_AFFINITY
-from registry.tvm_side.target import THREADS_ENV, canonical_target
+from registry.tvm_side.target import canonical_target
 
 KERNEL_TIMEOUT_S = 60.0  # one kernel job: its build (when it has one), loading, inputs and the timing itself
 MODEL_TIMEOUT_S = 600.0  # an untuned model can take seconds per run: 7 timed runs and a warm-up
@@ -89,7 +89,7 @@ class Measurer:
             if servers < 1:
                 raise RegistryError(f"the RPC tracker at {rpc.address} has no free server of key {rpc.key!r}")
         # TVM_BIND_THREADS=0: each measurement in flight is given cores of its own here; TVM must not re-pin them.
-        env = {"TVM_BIND_THREADS": "0", **({THREADS_ENV: str(threads)} if threads else {})}
+        env = {"TVM_BIND_THREADS": "0", **({hostinfo.THREADS_ENV: str(threads)} if threads else {})}
         if self.device_type == "cpu" and rpc is None:
             env[MEMORY_ENV] = str(_worker_memory_mb())
         self.pool = WorkerPool(1, env, verbose=verbose, gpu=uses_gpu(self.device_type))
@@ -113,11 +113,8 @@ class Measurer:
             most = 1 if self.device_type == "cuda" else max(1, len(self._cores) // max(1, self.threads))
             self.dop, self._auto = max(1, dop or 1), dop is None and most > 1
             self.pool.size = max(self.dop, most)
-        self.device = DeviceSpec(
-            target=canonical_target(target),
-            num_threads=self.threads,
-            host_model=self.description.model,
-            tvm_version=self.description.tvm_version,
+        self.device = DeviceSpec.of(
+            canonical_target(target), self.threads, self.description.model, self.description.tvm_version
         )
 
     # -- the device ------------------------------------------------------------------------------------------------
@@ -131,7 +128,8 @@ class Measurer:
         if threads and self.device_type == "cpu" and desc.threads != threads:
             raise RegistryError(
                 f"TVM's runtime on {where} runs {desc.threads} thread(s), not {threads}: it reads "
-                f"{THREADS_ENV} once, when it starts" + (" (set it where the RPC server starts)" if self.rpc else "")
+                f"{hostinfo.THREADS_ENV} once, when it starts"
+                + (" (set it where the RPC server starts)" if self.rpc else "")
             )
         problem = target_mismatch(self.target, desc, where)
         if problem:

@@ -130,10 +130,11 @@ def _describe(request: dict[str, Any], remote) -> dict[str, Any]:
         }
         model, version = _remote_cpu_model(remote), _remote_tvm_version(remote)
     if kind == "cuda":
-        driver, cuda = _nvidia_driver(remote), _cuda_version(dev)
-        details.update(compute_version=str(dev.compute_version), driver=driver, cuda=cuda)
-        model = hostinfo.gpu_identity(str(dev.device_name), driver, cuda)
-        threads = 0  # a GPU's latency does not depend on the host runtime's thread count: not part of its identity
+        from registry.tvm_side.target import cuda_release, gpu_model
+
+        driver = _nvidia_driver(remote)
+        details.update(compute_version=str(dev.compute_version), driver=driver, cuda=cuda_release(dev))
+        model = gpu_model(dev, driver)
     return {"kind": kind, "model": model, "threads": threads, "tvm_version": version, "details": details}
 
 
@@ -176,15 +177,6 @@ def _nvidia_driver(remote) -> str | None:
     try:
         return hostinfo.nvidia_driver(bytes(remote.download(hostinfo.NVIDIA_DRIVER_FILE)).decode("utf-8", "replace"))
     except Exception:  # noqa: BLE001 - not an NVIDIA machine, or a server that does not serve the file
-        return None
-
-
-def _cuda_version(dev) -> str | None:
-    """The CUDA version TVM's runtime was built with, e.g. 13000 -> "13.0"."""
-    try:
-        version = int(dev.api_version)
-        return f"{version // 1000}.{version % 1000 // 10}"
-    except Exception:  # noqa: BLE001 - not reported by every runtime
         return None
 
 

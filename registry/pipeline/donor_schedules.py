@@ -1,4 +1,8 @@
-"""Candidate schedules for a task from its donors' stored traces: what transfer measures, and what seeds tuning."""
+"""Candidate schedules for a task from its donors' stored traces: what transfer measures, and what seeds tuning.
+
+Both ask the same two questions, here: which stored records may donate (``find``: the nearest stored workloads of
+the task's operator kind, from the FAISS index), and which distinct programs their traces make of the task
+(``distinct``)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ from tvm.ir import IRModule
 from tvm.s_tir.schedule import Schedule
 from tvm.target import Target
 
-from registry.similarity.donors import Donor
+from registry.similarity.donors import Donor, find_donors
+from registry.similarity.index import SimilarityIndex
+from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage
 from registry.tvm_side import apply_trace
+from registry.tvm_side.signature import structural_hash
 
 
 class DonorSchedules:
@@ -21,6 +28,33 @@ class DonorSchedules:
     def __init__(self, store: RegistryStorage, target: Target) -> None:
         self.store, self.target = store, target
         self._donor_mods: dict[int, IRModule] = {}
+
+    def find(self, index: SimilarityIndex, task, device_id: int, neighbours: int, per_device: int = 2) -> list[Donor]:
+        """The stored records that may donate to ``task`` (a ``model_run.Task``), in the order worth trying: those of
+        its ``neighbours`` nearest other workloads of the same operator kind (see ``find_donors``)."""
+        return find_donors(
+            index,
+            embed(task.signature),
+            device_id,
+            self.target.kind.name,
+            k=neighbours,
+            per_device=per_device,
+            exclude=frozenset({task.workload_id}),
+        )
+
+    def distinct(self, mod: IRModule, donors: list[Donor], count: int, resample: int) -> list[tuple[Donor, Schedule]]:
+        """Up to ``count`` distinct programs made of ``mod`` by the donors (``candidates``), trying at most four
+        times as many: two donors, or a donor and a re-sample, can give the same program."""
+        picked: list[tuple[Donor, Schedule]] = []
+        seen: set[str] = set()
+        for attempt, (donor, sch) in enumerate(self.candidates(mod, donors, resample)):
+            key = structural_hash(sch.mod)
+            if key not in seen:
+                seen.add(key)
+                picked.append((donor, sch))
+            if len(picked) >= count or attempt + 1 >= 4 * count:
+                break
+        return picked
 
     def candidates(self, mod: IRModule, donors: list[Donor], resample: int) -> Iterator[tuple[Donor, Schedule]]:
         """(donor, schedule) pairs: every donor record as it is, then the two nearest donors' decisions re-sampled

@@ -192,6 +192,7 @@ def finish(run: ModelRun, results: list[TaskResult], output: Path | None) -> Mod
         output=str(output) if output is not None else None,
         errors=errors,
         device_id=run.db.device_id,
+        sha256=loaded.sha256,
     )
 
 

@@ -33,14 +33,13 @@ from registry.pipeline.engine import EngineTask, TuneOptions
 from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
-from registry.similarity.donors import Donor, find_donors
+from registry.similarity.donors import Donor
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.signature import structural_hash
 
 
 @dataclass
@@ -146,16 +145,9 @@ class _Resolver:
             result.source = "exact"
             result.after_us = timing.median_us if timing is not None and timing.ok else best.mean_s * 1e6
             return result
-        vector = embed(task.signature)
         with self.clock("donors"):
-            donors = find_donors(
-                self.index,
-                vector,
-                self.db.device_id,
-                self.target.kind.name,
-                k=self.opts.neighbours,
-                per_device=self.opts.per_device,
-                exclude=frozenset({task.workload_id}),
+            donors = self.schedules.find(
+                self.index, task, self.db.device_id, self.opts.neighbours, per_device=self.opts.per_device
             )
         winner = self._best_candidate(task, donors, result)
         if winner is None:
@@ -171,7 +163,7 @@ class _Resolver:
                 stacklevel=2,
             )
             return result
-        self.index.add(task.workload_id, vector)  # a donor for the model's later tasks
+        self.index.add(task.workload_id, embed(task.signature))  # a donor for the model's later tasks
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
@@ -184,20 +176,8 @@ class _Resolver:
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):
         """Up to ``budget`` distinct candidate programs from the donors, timed together (on a GPU they are built on
         every core at once), and the fastest that ran: (donor, schedule, timing), or None."""
-        picked: list[tuple[Donor, object]] = []
-        seen: set[str] = set()
-        candidates = self.schedules.candidates(task.mod, donors, self.opts.budget)
-        attempts = 0
-        while len(picked) < self.opts.budget and attempts < 4 * self.opts.budget:
-            attempts += 1
-            with self.clock("donors"):
-                nxt = next(candidates, None)
-            if nxt is None:
-                break
-            key = structural_hash(nxt[1].mod)
-            if key not in seen:  # two donors, or a donor and a re-sample, can give the same program
-                seen.add(key)
-                picked.append(nxt)
+        with self.clock("donors"):
+            picked = self.schedules.distinct(task.mod, donors, self.opts.budget, resample=self.opts.budget)
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)

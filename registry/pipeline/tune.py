@@ -18,12 +18,9 @@ from registry.pipeline.donor_schedules import DonorSchedules
 from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
 from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
 from registry.report.model_report import ModelReport, TaskResult
-from registry.similarity.donors import find_donors
 from registry.similarity.index import SimilarityIndex
-from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage
 from registry.tvm_side.frontend import LoadedModel
-from registry.tvm_side.signature import structural_hash
 
 DEFAULT_TRIALS_PER_TASK = 32  # the budget when neither trials nor seconds is given
 
@@ -96,22 +93,10 @@ def donor_seeds(store, target, device_id, tasks: list[Task], neighbours: int, pe
     schedules = DonorSchedules(store, target)
     out: dict[int, list] = {}
     for task in tasks:
-        donors = find_donors(
-            index,
-            embed(task.signature),
-            device_id,
-            target.kind.name,
-            k=neighbours,
-            exclude=frozenset({task.workload_id}),
-        )
-        seen: set[str] = set()
-        for _donor, sch in schedules.candidates(task.mod, donors, resample=0):
-            key = structural_hash(sch.mod)
-            if key not in seen:
-                seen.add(key)
-                out.setdefault(task.workload_id, []).append(sch)
-            if len(seen) >= per_task:
-                break
+        donors = schedules.find(index, task, device_id, neighbours)
+        picked = schedules.distinct(task.mod, donors, per_task, resample=0)
+        if picked:
+            out[task.workload_id] = [sch for _, sch in picked]
     return out
 
 

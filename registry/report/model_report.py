@@ -70,6 +70,7 @@ class ModelReport:
     # The tuner's per-batch history: {seconds, trials, task, best_us: {task: µs or None}, model_us}; None: no tuning
     history: list[dict[str, Any]] | None = None
     device_id: int | None = None  # the registry's device row the records were filed under (not in the JSON)
+    sha256: str | None = None  # the model file's, as the registry records the model (not in the JSON)
 
     @property
     def speedup(self) -> float | None:

@@ -53,6 +53,13 @@ class DeviceSpec:
     host_model: str
     tvm_version: str
 
+    @classmethod
+    def of(cls, target: dict[str, Any], threads: int, host_model: str, tvm_version: str) -> DeviceSpec:
+        """The device of records measured for ``target`` with ``threads`` runtime threads: a GPU's latency does not
+        depend on the host runtime's thread count, so it is no part of a GPU device's identity (0)."""
+        gpu = target.get("kind") in GPU_KINDS
+        return cls(target=target, num_threads=0 if gpu else threads, host_model=host_model, tvm_version=tvm_version)
+
     @functools.cached_property
     def target_json(self) -> str:
         return canonical_json(self.target)

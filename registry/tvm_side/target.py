@@ -17,8 +17,6 @@ from registry.errors import BadInputError
 from registry.store.rows import GPU_KINDS, DeviceSpec
 from registry.tvm_side.compat import TVM_ERRORS, error_line, unpin
 
-THREADS_ENV = "TVM_NUM_THREADS"
-
 
 def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
     """The target as TVM exports it, as a plain dict: the same target always gives the same dict.
@@ -141,8 +139,8 @@ def cuda_target() -> Target:
 
 def runtime_threads() -> int:
     """Threads the TVM runtime measures with: ``$TVM_NUM_THREADS``, else what the runtime reports (1 here)."""
-    if os.environ.get(THREADS_ENV):
-        return int(os.environ[THREADS_ENV])
+    if os.environ.get(hostinfo.THREADS_ENV):
+        return int(os.environ[hostinfo.THREADS_ENV])
     return running_threads()
 
 
@@ -157,14 +155,9 @@ def device_spec(
     target: Target | dict[str, Any] | str, num_threads: int | None = None, host_model: str | None = None
 ) -> DeviceSpec:
     canon = canonical_target(target)
-    gpu = canon.get("kind") in GPU_KINDS
-    return DeviceSpec(
-        target=canon,
-        # a GPU's latency does not depend on the host runtime's threads: not part of its identity
-        num_threads=0 if gpu else num_threads if num_threads is not None else runtime_threads(),
-        host_model=host_model or _default_host_model(canon),
-        tvm_version=hostinfo.tvm_version(),
-    )
+    if num_threads is None and canon.get("kind") not in GPU_KINDS:  # a GPU's is no part of its device: not asked
+        num_threads = runtime_threads()
+    return DeviceSpec.of(canon, num_threads or 0, host_model or _default_host_model(canon), hostinfo.tvm_version())
 
 
 def _default_host_model(target: dict[str, Any]) -> str:
@@ -176,6 +169,20 @@ def _default_host_model(target: dict[str, Any]) -> str:
                 f"these records are for a {target.get('kind')} GPU and this machine has none: say which GPU they were "
                 'measured on with --host-model, e.g. --host-model "NVIDIA H100 80GB HBM3"'
             )
-        cuda = f"{int(dev.api_version) // 1000}.{int(dev.api_version) % 1000 // 10}" if dev.api_version else None
-        return hostinfo.gpu_identity(str(dev.device_name), hostinfo.local_nvidia_driver(), cuda)
+        return gpu_model(dev, hostinfo.local_nvidia_driver())
     return hostinfo.cpu_model()
+
+
+def cuda_release(dev) -> str | None:
+    """The CUDA release TVM's runtime was built with, as the device reports it: 13000 -> "13.0"."""
+    try:
+        version = int(dev.api_version)
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - not reported by every runtime
+        return None
+
+
+def gpu_model(dev, driver: str | None) -> str:
+    """A CUDA device as the registry names its hardware: its name, the driver and the CUDA release, since records of
+    two drivers or CUDA releases must not mix (``registry devices`` shows it)."""
+    return hostinfo.gpu_identity(str(dev.device_name), driver, cuda_release(dev))
