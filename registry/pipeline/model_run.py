@@ -93,7 +93,10 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
     tasks = []
     for w, t in zip(workloads, extracted, strict=True):
         wid = ids[w.ident]
-        mod = t.dispatched[0] if stored[wid].mod_json == w.mod_json else tvm.ir.load_json(stored[wid].mod_json)
+        # (a stored copy that cannot be read is left out with a warning; the registry's write door then refuses
+        # the task's records, and the task keeps its own module)
+        same = wid not in stored or stored[wid].mod_json == w.mod_json
+        mod = t.dispatched[0] if same else tvm.ir.load_json(stored[wid].mod_json)
         tasks.append(Task(t.task_name, int(t.weight), mod, w.ident, wid, w.signature, kernel_arguments(mod)))
     return tasks
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from registry.records.record_check import RecordChecker
+from registry.store.decode import parse
 from registry.store.interface import DeviceRow, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
 from registry.store.validation import Problem
 from registry.store.values import StoredWorkload, Verdict
@@ -53,7 +54,7 @@ def audit(
     checker, result, verdicts = RecordChecker(), AuditResult(), []
     for row in rows:
         spec = _spec(row)
-        with store.device_records(row.id) as found:
+        with store.device_records(row.id, unsound=True) as found:
             records = iter(found.records)
             while chunk := list(itertools.islice(records, CHUNK)):
                 progress(result.checked, total, row.name)
@@ -77,12 +78,11 @@ def _check(
 ) -> list[Problem | None]:
     items, problems = [], [None] * len(chunk)
     for i, r in enumerate(chunk):
-        w = workloads[r.workload_id]
-        try:
-            trace = json.loads(r.trace_json)
-        except (ValueError, RecursionError):
-            problems[i] = Problem("its trace is not JSON")
+        if r.problem is not None:  # its row cannot be used at all (registry.store.decode)
+            problems[i] = Problem(r.problem)
             continue
+        w = workloads[r.workload_id]
+        trace = json.loads(r.trace_json)
         record = RecordIn((w.shash, w.module_equality), spec, trace, tuple(r.run_secs), "tuned", "")
         items.append((i, record, w.mod_json))
     for (i, _, _), problem in zip(items, checker.check([(rec, m) for _, rec, m in items]), strict=True):
@@ -91,4 +91,5 @@ def _check(
 
 
 def _spec(row: DeviceRow) -> DeviceSpec:
-    return DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+    return DeviceSpec(parse(row.target_json, f"device {row.id}'s target"), row.num_threads, row.host_model,
+                      row.tvm_version)  # fmt: skip

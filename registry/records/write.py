@@ -49,6 +49,9 @@ class _Modules:
         stored = self.store.workloads_by_id(sorted(set(ids.values()))) if ids else {}
         for ident in todo:
             mine = self.incoming.get(ident)
+            if ident in ids and ids[ident] not in stored:  # stored, but its row cannot be read (a warning said so)
+                self.checked_on[ident], self.names[ident] = "", None
+                continue
             theirs = stored[ids[ident]].mod_json if ident in ids else None
             self.checked_on[ident] = theirs or mine or ""
             self.names[ident] = {} if theirs is None or mine is None else renaming(mine, theirs)
@@ -56,6 +59,8 @@ class _Modules:
     def moved(self, record: RecordIn) -> RecordIn | Problem:
         """The record as it applies to the module it is checked on."""
         if not self.checked_on.get(record.workload):
+            if record.workload in self.names:
+                return Problem("the registry's copy of its workload cannot be read (`registry check` says more)")
             return Problem("its workload is neither in the registry nor written with it")
         names = self.names[record.workload]
         if names is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from registry.errors import UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
+from registry.store.decode import parse
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.values import ExchangeFilters
 from registry.tvm_side import tvmlog
@@ -31,7 +32,7 @@ def export_database(
     ``device`` may be omitted when the registry knows exactly one.
     """
     dev = _pick_device(store, device)
-    target = json.loads(dev.target_json)
+    target = parse(dev.target_json, f"device {dev.id}'s target")
     with store.device_records(dev.id, best_only=best_only) as found:
         workloads = found.workloads
         index = {wid: i for i, wid in enumerate(workloads)}

@@ -319,16 +319,20 @@ class OverlayStorage:
         return mine + (self.shared.count_records(shared) if shared is not None else 0)
 
     @contextlib.contextmanager
-    def device_records(self, device_id: int, *, best_only: bool = False) -> Iterator[DeviceRecords]:
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> Iterator[DeviceRecords]:
         """Both databases' records of the device, the overlay's first; the shared registry's workloads under their
         shifted ids (a workload stored in both appears twice, each with its own records)."""
         shared = self._shared_device(device_id)
         with contextlib.ExitStack() as stack:
             parts = []
             if device_id < SHARED_BASE:
-                parts.append((stack.enter_context(self.overlay.device_records(device_id, best_only=best_only)), 0))
+                found = self.overlay.device_records(device_id, best_only=best_only, unsound=unsound)
+                parts.append((stack.enter_context(found), 0))
             if shared is not None:
-                parts.append((stack.enter_context(self.shared.device_records(shared, best_only=best_only)), 1))
+                found = self.shared.device_records(shared, best_only=best_only, unsound=unsound)
+                parts.append((stack.enter_context(found), 1))
             workloads: dict[int, StoredWorkload] = {}
             streams = []
             for found, from_shared in parts:

@@ -21,7 +21,6 @@ Records of devices this machine cannot measure (another CPU, thread count or TVM
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from registry.measure.builder import PersistentBuilder
 from registry.measure.jobs import artifact_job, kernel_arguments, traced_job
 from registry.measure.measurer import Measurer
 from registry.measure.types import KernelJob, Measurement, failed
+from registry.store.decode import parse
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.values import Claim, Verdict
 
@@ -136,7 +136,7 @@ def _measurer_for(row: DeviceRow, threads: int) -> Measurer | None:
     if row.tvm_version != hostinfo.tvm_version():
         return None  # another TVM release: no need to start a worker to know
     try:
-        measurer = Measurer(Target(json.loads(row.target_json)), threads or None)
+        measurer = Measurer(Target(parse(row.target_json, f"device {row.id}'s target")), threads or None)
     except RegistryError:  # a target this machine cannot run, or a thread count its runtime cannot give
         return None
     if measurer.device.key != row.key:

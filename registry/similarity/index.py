@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 from sqlalchemy.engine import make_url
 
 from registry.config import registry_home
+from registry.errors import RegistryWarning
 from registry.store.embedding import DIM
 from registry.store.engine import redact
 from registry.store.interface import RegistryStorage
@@ -87,10 +89,21 @@ class SimilarityIndex:
     def rebuild(self) -> IndexStatus:
         """Build the index from SQL and save it with its manifest (written last, so a crash leaves it stale)."""
         state = self._sql_state()
-        ids, vectors = [], []
+        ids, vectors, bad = [], [], []
         for wid, blob in self.store.indexed_embeddings():
+            vector = np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * DIM else None
+            if vector is None or not np.isfinite(vector).all():  # a row no registry wrote: no donor to anyone
+                bad.append(wid)
+                continue
             ids.append(wid)
-            vectors.append(np.frombuffer(blob, dtype=np.float32))
+            vectors.append(vector)
+        if bad:
+            warnings.warn(
+                f"{len(bad)} workload(s) left out of the similarity index: their stored embedding is not "
+                f"{DIM} finite floats (first: workload {bad[0]})",
+                RegistryWarning,
+                stacklevel=2,
+            )
         index = faiss.IndexIDMap2(faiss.IndexFlatL2(DIM))
         if ids:
             index.add_with_ids(np.vstack(vectors), np.asarray(ids, dtype=np.int64))

@@ -13,8 +13,7 @@ hash and decisions, a record by (workload, device, trace hash, origin), a model 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import zlib
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
@@ -24,6 +23,8 @@ import orjson
 from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
+from registry.errors import RegistryWarning
+from registry.store.decode import CorruptRow, inflate, parse
 from registry.store.ingest import insert, registry_id, upsert_model, whole_trace_hash
 from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
@@ -72,37 +73,80 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0) ->
         .order_by(ModelTask.model_id, ModelTask.workload_id)
     ).all()
     wl_ids |= {t.workload_id for t in tasks}
+    # A row that cannot be decoded is left out, with the records that need it, and one warning says so: a crafted
+    # row must not stop every export and sync of a shared registry (registry.store.decode).
+    skips = _Skips()
     idents = {}
     for wid, shash, mode, mod_z in conn.execute(
         select(Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z)
         .where(Workload.id.in_(wl_ids))
         .order_by(Workload.id)
     ):
-        idents[wid] = (shash, mode)
-        out.workloads.append(ExWorkload(shash, mode, zlib.decompress(mod_z).decode()))
+        with skips:
+            out.workloads.append(ExWorkload(shash, mode, inflate(mod_z, f"workload {wid}")))
+            idents[wid] = (shash, mode)
     keys = {}
     device_cols = (Device.id, Device.key, Device.target_json, Device.num_threads, Device.host_model, Device.tvm_version)
     for did, key, target, threads, host_model, tvm in conn.execute(
         select(*device_cols).where(Device.id.in_(dev_ids)).order_by(Device.id)
     ):
-        keys[did] = key
-        out.devices.append(ExDevice(key, json.loads(target), threads, host_model, tvm))
+        with skips:
+            out.devices.append(ExDevice(key, parse(target, f"device {did}'s target"), threads, host_model, tvm))
+            keys[did] = key
     by_model: dict[int, list] = {}
     for t in tasks:
-        by_model.setdefault(t.model_id, []).append((idents[t.workload_id], t.task_name, t.weight))
+        if t.workload_id in idents:
+            by_model.setdefault(t.model_id, []).append((idents[t.workload_id], t.task_name, t.weight))
     model_cols = (Model.id, Model.name, Model.sha256, Model.input_shapes_json)
     for mid, name, sha, shapes in conn.execute(select(*model_cols).where(Model.id.in_(model_ids)).order_by(Model.id)):
-        out.models.append(ExModel(name, sha, json.loads(shapes), by_model.get(mid, [])))
+        with skips:
+            out.models.append(ExModel(name, sha, parse(shapes, f"model {name}'s shapes"), by_model.get(mid, [])))
     skel_ids = select(TuningRecord.skeleton_id).where(*where).distinct()
     for h, insts_z in conn.execute(
         select(TraceSkeleton.hash, TraceSkeleton.insts_json_z).where(TraceSkeleton.id.in_(skel_ids))
     ):
-        out.skeletons[h] = zlib.decompress(insts_z).decode()
-    out.records = lambda: _records(conn, where, idents, keys)
+        with skips:
+            out.skeletons[h] = _insts(insts_z, h)
+    out.records = lambda: _records(conn, where, idents, keys, out.skeletons, skips)
     return out
 
 
-def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> Iterator[list[ExRecord]]:
+def _insts(insts_z: bytes, h: str) -> str:
+    """A skeleton's instructions, checked to be JSON (a bundle carries them as text)."""
+    text = inflate(insts_z, f"trace skeleton {h[:12]}")
+    parse(text, f"trace skeleton {h[:12]}")
+    return text
+
+
+class _Skips:
+    """Rows left out of one read: a ``with`` block that hits a CorruptRow skips what it was building."""
+
+    def __init__(self) -> None:
+        self.count, self.first = 0, None
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind, error, _tb) -> bool:
+        if isinstance(error, CorruptRow):
+            self.count += 1
+            self.first = self.first or str(error)
+            return True
+        return False
+
+    def warn(self) -> None:
+        if self.count:
+            warnings.warn(
+                f"{self.count} row(s) left out, corrupt (first: {self.first}), with the records that need them; "
+                "`registry check` marks corrupt records",
+                RegistryWarning,
+                stacklevel=3,
+            )
+
+
+def _records(
+    conn: Connection, where: list[Any], idents: dict, keys: dict, skeletons: dict, skips: _Skips
+) -> Iterator[list[ExRecord]]:
     donor = aliased(TuningRecord)
     donor_wl = aliased(Workload)
     donor_dev = aliased(Device)
@@ -136,26 +180,20 @@ def _records(conn: Connection, where: list[Any], idents: dict, keys: dict) -> It
     )
     chunks = _sqlite_chunks(conn, stmt) if conn.dialect.name == "sqlite" else _row_chunks(conn, stmt)
     for rows in _one_ahead(chunks):
-        yield [
-            ExRecord(
-                rid,
-                idents[wid],
-                keys[did],
-                skel,
-                decisions,
-                orjson.loads(secs),
-                source,
-                origin,
-                team,
-                model,
-                host,
-                tool,
-                created,
-                ((d_shash, d_mode), d_key, d_hash, d_origin) if d_shash is not None else None,
-            )
-            for (rid, wid, did, skel, decisions, secs, source, origin, team, model, host, tool, created,
-                 d_shash, d_mode, d_key, d_hash, d_origin) in rows
-        ]  # fmt: skip
+        chunk = []
+        for (rid, wid, did, skel, decisions, secs, source, origin, team, model, host, tool, created,
+             d_shash, d_mode, d_key, d_hash, d_origin) in rows:  # fmt: skip
+            if wid not in idents or did not in keys or skel not in skeletons:
+                skips.count += 1  # what it needs was left out
+                continue
+            with skips:
+                chunk.append(ExRecord(
+                    rid, idents[wid], keys[did], skel, decisions, parse(secs, f"the latencies of record {rid}"),
+                    source, origin, team, model, host, tool, created,
+                    ((d_shash, d_mode), d_key, d_hash, d_origin) if d_shash is not None else None,
+                ))  # fmt: skip
+        yield chunk
+    skips.warn()
 
 
 def _one_ahead(chunks: Iterator[T]) -> Iterator[T]:

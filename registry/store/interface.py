@@ -194,8 +194,12 @@ class RegistryStorage(Protocol):
     def count_records(self, device_id: int) -> int:
         """How many records a device has, failed ones included."""
 
-    def device_records(self, device_id: int, *, best_only: bool = False) -> AbstractContextManager[DeviceRecords]:
-        """A device's records (or each workload's best) with their workloads, as of one moment."""
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> AbstractContextManager[DeviceRecords]:
+        """A device's records (or each workload's best) with their workloads, as of one moment. A record whose row
+        cannot be used (registry.store.decode) is left out with a warning, or with ``unsound`` handed out with its
+        ``problem``."""
 
     def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
         """What earlier runs measured of a workload on a device: what tuning resumes from."""

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import zlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -11,6 +10,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from registry.errors import RegistryWarning
+from registry.store.decode import CorruptRow, RecordReader, inflate, parse
 from registry.store.models import (
     BestRecord,
     Device,
@@ -76,32 +77,31 @@ def devices(conn: Session) -> list[dict[str, Any]]:
             "host_model": d.host_model,
             "tvm_version": d.tvm_version,
             "records": n,
-            "target": json.loads(d.target_json),
+            "target": _loads(d.target_json),
         }
         for d, n in conn.execute(stmt)
     ]
 
 
-class _Skeletons:
-    """Decompressed instruction lists by skeleton id: a stream of records decompresses each one once."""
-
-    def __init__(self, conn: Session, preload=None) -> None:
-        """``preload``: a select of skeleton ids to fetch in one query up front."""
-        self.conn, self.cache = conn, {}
-        if preload is not None:
-            stmt = select(TraceSkeleton.id, TraceSkeleton.insts_json_z).where(TraceSkeleton.id.in_(preload))
-            self.cache = {i: zlib.decompress(z).decode() for i, z in conn.execute(stmt)}
-
-    def __call__(self, skeleton_id: int) -> str:
-        if skeleton_id not in self.cache:
-            z = self.conn.execute(select(TraceSkeleton.insts_json_z).where(TraceSkeleton.id == skeleton_id)).scalar()
-            self.cache[skeleton_id] = zlib.decompress(z).decode()
-        return self.cache[skeleton_id]
+def _loads(text: str) -> Any:
+    """JSON a listing shows as it is, or None where a row holds no JSON (a listing must not fail on one row)."""
+    try:
+        return parse(text, "a row")
+    except CorruptRow:
+        return None
 
 
-def _stored(row, insts: _Skeletons) -> StoredRecord:
-    rid, wid, skeleton_id, decisions, run_secs, mean_s = row
-    return StoredRecord(rid, wid, f"[{insts(skeleton_id)},{decisions}]", json.loads(run_secs), mean_s)
+def reader(conn: Session, preload=None) -> RecordReader:
+    """Stored records from rows of ``_RECORD_COLS``, each skeleton decoded once; ``preload``: a select of skeleton
+    ids to fetch in one query up front."""
+    found = RecordReader(
+        lambda sid: conn.execute(select(TraceSkeleton.insts_json_z).where(TraceSkeleton.id == sid)).scalar()
+    )
+    if preload is not None:
+        found.preload(
+            conn.execute(select(TraceSkeleton.id, TraceSkeleton.insts_json_z).where(TraceSkeleton.id.in_(preload)))
+        )
+    return found
 
 
 _RECORD_COLS = (
@@ -124,12 +124,17 @@ def top_k(conn: Session, workload_id: int, device_id: int, k: int, trust: str = 
         .order_by(TIER, TuningRecord.mean_s, TuningRecord.id)
         .limit(k)
     )
-    insts = _Skeletons(conn)
-    return [replace(_stored(r[:-1], insts), tier=r[-1]) for r in conn.execute(stmt)]
+    records = reader(conn)
+    out = [replace(record, tier=r[-1]) for r in conn.execute(stmt) if (record := records.record(r[:-1])) is not None]
+    records.warn()
+    return out
 
 
-def device_records(conn: Session, device_id: int, *, best_only: bool = False) -> Iterator[StoredRecord]:
-    """Every record of a device (or only each workload's best), in workload order."""
+def device_records(
+    conn: Session, device_id: int, *, best_only: bool = False, unsound: bool = False
+) -> Iterator[StoredRecord]:
+    """Every record of a device (or only each workload's best), in workload order; with ``unsound`` those that
+    cannot be used too, with their ``problem``."""
     if best_only:
         stmt = select(*_RECORD_COLS).join(BestRecord, BestRecord.record_id == TuningRecord.id)
         stmt = stmt.where(BestRecord.device_id == device_id)
@@ -137,9 +142,13 @@ def device_records(conn: Session, device_id: int, *, best_only: bool = False) ->
         stmt = select(*_RECORD_COLS).where(TuningRecord.device_id == device_id)
     stmt = stmt.order_by(TuningRecord.workload_id, TuningRecord.mean_s.is_(None), TuningRecord.mean_s)
     # All skeletons first: the stream below holds a cursor open, and they are few.
-    insts = _Skeletons(conn, preload=stmt.with_only_columns(TuningRecord.skeleton_id).order_by(None).distinct())
+    records = reader(conn, preload=stmt.with_only_columns(TuningRecord.skeleton_id).order_by(None).distinct())
     for row in conn.execute(stmt, execution_options={"yield_per": 2000}):
-        yield _stored(row, insts)
+        record = records.record(row, keep=unsound)
+        if record is not None:
+            yield record
+    if not unsound:
+        records.warn()
 
 
 def count_records(conn: Session, device_id: int) -> int:
@@ -151,9 +160,15 @@ def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
     stmt = select(
         Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z, Workload.args_info_json
     ).where(Workload.id.in_(ids))
-    return {
-        i: StoredWorkload(i, s, m, zlib.decompress(z).decode(), json.loads(a)) for i, s, m, z, a in conn.execute(stmt)
-    }
+    found, skipped = {}, []
+    for i, s, m, z, a in conn.execute(stmt):
+        try:
+            found[i] = StoredWorkload(i, s, m, inflate(z, f"workload {i}"), parse(a, f"workload {i}'s arguments"))
+        except CorruptRow as e:
+            skipped.append(str(e))
+    if skipped:  # its records are then skipped by whoever needs the workload: they cannot be applied to it
+        warnings.warn(f"{skipped[0]}; it is skipped (`registry check` marks its records)", RegistryWarning, 3)
+    return found
 
 
 def workload_id(conn: Session, shash: str, module_equality: str) -> int | None:
@@ -184,11 +199,14 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         .join(Workload, Workload.id == ranked.c.workload_id)
         .where(ranked.c.rank <= per_device)
     )
-    insts = _Skeletons(conn)
+    records = reader(conn)
     out = []
     for row in conn.execute(stmt):
         *cols, device_id, rnk, task_name = row
-        out.append(DonorRecord(_stored(cols, insts), device_id, rnk, task_name))
+        record = records.record(cols)
+        if record is not None:
+            out.append(DonorRecord(record, device_id, rnk, task_name))
+    records.warn()
     return out
 
 
@@ -199,7 +217,7 @@ def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState
     rows = conn.execute(stmt).all()
     return TuningState(
         tuned=sum(1 for _, _, source in rows if source == "tuned"),
-        traces={h: json.loads(secs) for h, secs, _ in rows},
+        traces={h: secs for h, text, _ in rows if isinstance(secs := _loads(text), list)},
     )
 
 
@@ -230,10 +248,14 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
         ).first()
         if found is not None:
             donor = f"{found[0]} on {found[1]}"
+    records = reader(conn)
+    record = records.record(row[: len(_RECORD_COLS)])
+    if record is None:
+        raise CorruptRow(f"{records.first}; `registry check` marks such records")
     return RecordProvenance(
-        _stored(row[: len(_RECORD_COLS)], _Skeletons(conn)),
+        record,
         shash,
-        zlib.decompress(mod_z).decode(),
+        inflate(mod_z, f"workload {shash}"),
         source,
         donor_id,
         donor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -318,13 +319,20 @@ class Store:
             return queries.count_records(conn, device_id)
 
     @contextlib.contextmanager
-    def device_records(self, device_id: int, *, best_only: bool = False) -> Iterator[values.DeviceRecords]:
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> Iterator[values.DeviceRecords]:
         """The records stream from an open snapshot: use them inside the ``with`` block."""
         with self.read(snapshot=True) as conn:
             ids = queries.device_workload_ids(conn, device_id, best_only=best_only)
-            found = queries.workloads_by_id(conn, ids) if ids else {}
-            records = queries.device_records(conn, device_id, best_only=best_only)
-            yield values.DeviceRecords({i: found[i] for i in ids}, records)
+            found = queries.workloads_by_id(conn, ids) if ids else {}  # a corrupt one is left out, with a warning
+            records = queries.device_records(conn, device_id, best_only=best_only, unsound=unsound)
+            if unsound:
+                lost = "the registry's copy of its workload cannot be read"
+                records = (r if r.workload_id in found else replace(r, trace_json="", problem=lost) for r in records)
+            else:
+                records = (r for r in records if r.workload_id in found)
+            yield values.DeviceRecords(found, records)
 
     def tuning_state(self, workload_id: int, device_id: int) -> values.TuningState:
         with self.read() as conn:

@@ -29,6 +29,9 @@ class StoredRecord:
     # 0: measured by its registry or verified there; 1: imported as claimed. Filled in by ``top_k``, whose order it
     # is the first key of, so that the answers of two registries can be merged in the same order.
     tier: int = 0
+    # Why its row cannot be used (then ``trace_json`` is empty): only from ``device_records(..., unsound=True)``,
+    # for ``registry check``, which marks such records.
+    problem: str | None = None
 
 
 @dataclass

@@ -7,15 +7,15 @@ matters most; then the others, fastest first, as they are next in line once a be
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from registry.store.decode import parse
 from registry.store.ingest import recompute_best
 from registry.store.models import BestRecord, Model, ModelTask, TuningRecord, Workload
-from registry.store.queries import _Skeletons
+from registry.store.queries import reader
 from registry.store.values import Claim, Verdict
 
 
@@ -64,11 +64,14 @@ def claims(conn: Session, ids: Sequence[int]) -> list[Claim]:
         .outerjoin(BestRecord, BestRecord.record_id == TuningRecord.id)
         .where(TuningRecord.id.in_(ids))
     )
-    insts = _Skeletons(conn)
+    records = reader(conn)
     found = {}
     for rid, wid, did, shash, task, skeleton, decisions, mean_s, best in conn.execute(stmt):
-        trace = json.loads(f"[{insts(skeleton)},{decisions}]")
-        found[rid] = Claim(rid, wid, did, shash, task, trace, mean_s, bool(best))
+        record = records.record((rid, wid, skeleton, decisions, "[0.0]", mean_s))
+        if record is not None:  # a record whose trace is not sound is not built, let alone timed
+            trace = parse(record.trace_json, f"record {rid}")
+            found[rid] = Claim(rid, wid, did, shash, task, trace, mean_s, bool(best))
+    records.warn()
     return [found[i] for i in ids if i in found]
 
 
