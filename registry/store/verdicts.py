@@ -57,6 +57,7 @@ def claims(conn: Session, ids: Sequence[int]) -> list[Claim]:
             Workload.task_name,
             TuningRecord.skeleton_id,
             TuningRecord.decisions_json,
+            TuningRecord.run_secs_json,
             TuningRecord.mean_s,
             BestRecord.record_id.is_not(None),
         )
@@ -66,8 +67,8 @@ def claims(conn: Session, ids: Sequence[int]) -> list[Claim]:
     )
     records = reader(conn)
     found = {}
-    for rid, wid, did, shash, task, skeleton, decisions, mean_s, best in conn.execute(stmt):
-        record = records.record((rid, wid, skeleton, decisions, "[0.0]", mean_s))
+    for rid, wid, did, shash, task, skeleton, decisions, secs, mean_s, best in conn.execute(stmt):
+        record = records.record((rid, wid, skeleton, decisions, secs, mean_s))
         if record is not None:  # a record whose trace is not sound is not built, let alone timed
             trace = parse(record.trace_json, f"record {rid}")
             found[rid] = Claim(rid, wid, did, shash, task, trace, mean_s, bool(best))
