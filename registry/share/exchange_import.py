@@ -94,6 +94,8 @@ def _record(
     workload, device, skeleton = workloads.get(r.workload), devices.get(r.device_key), insts.get(r.skeleton)
     if workload is None or device is None or skeleton is None:
         return Problem("refers to a workload, device or instruction list the set does not hold", trace=False)
+    if not isinstance(r.origin, str) or not r.origin:  # a record that travels says which registry measured it
+        return Problem("it does not name the registry that measured it (no origin)", trace=False)
     try:
         decisions = orjson.loads(r.decisions_json)
     except orjson.JSONDecodeError:

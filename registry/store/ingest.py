@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import zlib
@@ -70,6 +71,18 @@ def record_trace_hash(trace: Any) -> str:
     return whole_trace_hash(canonical_json(trace[0]), canonical_json(trace[1]))
 
 
+def fitted(value: str | None, column, what: str, *, cut: bool = False) -> str | None:
+    """``value`` within ``column``'s length, the same on every database (SQLite enforces none, PostgreSQL refuses
+    what is longer). ``cut``: a name the registry derives (a task's, a device's) is shortened, and kept distinct by a
+    digest of the whole; anything else too long is refused in one line (BadInputError)."""
+    limit = column.type.length
+    if value is None or len(value) <= limit:
+        return value
+    if cut:
+        return value[: limit - 9] + "~" + hashlib.sha256(value.encode()).hexdigest()[:8]
+    raise BadInputError(f"{what} is {len(value)} characters long; a registry keeps at most {limit}")
+
+
 def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, int]:
     """Ids of ``specs`` by key, creating the devices not seen before."""
     unique = {s.key: s for s in specs}
@@ -78,14 +91,14 @@ def upsert_devices(conn: Connection, specs: Iterable[DeviceSpec]) -> dict[str, i
     rows = [
         dict(
             key=s.key,
-            name=s.name,
-            kind=s.kind,
+            name=fitted(s.name, Device.name, "the device name", cut=True),
+            kind=fitted(s.kind, Device.kind, "the target kind"),
             target_json=s.target_json,
-            mcpu=s.mcpu,
+            mcpu=fitted(s.mcpu, Device.mcpu, "the target's mcpu", cut=True),
             num_cores=s.num_cores,
             num_threads=s.num_threads,
-            host_model=s.host_model,
-            tvm_version=s.tvm_version,
+            host_model=fitted(s.host_model, Device.host_model, "the device's host model"),
+            tvm_version=fitted(s.tvm_version, Device.tvm_version, "the TVM version"),
         )
         for s in sorted(unique.values(), key=lambda s: s.key)
     ]
@@ -107,7 +120,10 @@ def upsert_workloads(conn: Connection, workloads: Sequence[WorkloadIn], result: 
         for wid, shash, mode in new:
             ids[(shash, mode)] = wid
             for pos, (shape, dtype) in enumerate(unique[(shash, mode)].signature.args):
-                arg_rows.append(dict(workload_id=wid, position=pos, shape=shape_text(shape), dtype=dtype))
+                shape_ = fitted(shape_text(shape), WorkloadArg.shape, "an argument's shape", cut=True)
+                arg_rows.append(
+                    dict(workload_id=wid, position=pos, shape=shape_, dtype=fitted(dtype, WorkloadArg.dtype, "a dtype"))
+                )
         if arg_rows:
             conn.execute(insert(conn, WorkloadArg), arg_rows)
     result.workloads_present += len(unique) - len(ids)
@@ -123,14 +139,14 @@ def _workload_row(w: WorkloadIn) -> dict[str, Any]:
         module_equality=w.module_equality,
         mod_json_z=zlib.compress(w.mod_json.encode()),
         args_info_json=canonical_json(w.args_info),
-        op_kind=sig.op_kind,
-        task_name=sig.task_name,
-        iter_kinds=sig.iter_kinds,
+        op_kind=fitted(sig.op_kind, Workload.op_kind, "an operator kind"),
+        task_name=fitted(sig.task_name, Workload.task_name, "a task name", cut=True),
+        iter_kinds=fitted(sig.iter_kinds, Workload.iter_kinds, "a workload's loop kinds", cut=True),
         extents_json=json.dumps(list(sig.extents)),
         args_json=json.dumps([{"shape": list(s), "dtype": d} for s, d in sig.args]),
         flops=float(sig.flops),
         embedding=embed(sig).tobytes(),
-        tvm_version=w.tvm_version,
+        tvm_version=fitted(w.tvm_version, Workload.tvm_version, "the TVM version"),
     )
 
 
@@ -202,21 +218,39 @@ def prepare_records(records: Sequence[RecordIn], here: str) -> PreparedRecords:
             raise BadInputError(f"unknown trust level {trust!r}; expected one of {', '.join(TRUST_LEVELS)}")
         insts, decisions = split_trace(r)
         device = devices.setdefault(r.device.key, r.device)
+        # A record written without an origin was measured by this process; what a record that travelled says of its
+        # own origin is a claim, and never raises its trust (a bundle naming this registry stays "imported").
         origin = r.origin or here
-        # A record measured here, away and back, is this registry's own measurement again.
-        trust = "measured" if origin == here and trust == "imported" else trust
         key = (r.workload, device.key, whole_trace_hash(insts, decisions), origin)
         if key in rows:
             continue
         row = (
             r.workload, device.key, key[2], insts, decisions, orjson.dumps(r.run_secs).decode(), r.mean_s, r.ok,
-            r.source, r.donor_record_id, r.team, r.model, r.host, device.tvm_version, r.tool_version, origin, trust,
+            r.source, r.donor_record_id, _team(r.team), _model(r.model), _host(r.host), device.tvm_version,
+            _tool(r.tool_version), _origin(origin), trust,
         )  # fmt: skip
         rows[key] = (*row, _utc(r.created_at)) if timed else row
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
     return PreparedRecords(ordered, devices, {k[0] for k in rows}, timed, len(records) - len(rows))
+
+
+def _limited(column, what: str, cut: bool = False):
+    """``fitted`` for one column, remembering what it passed (a batch repeats a few values many times)."""
+
+    @functools.lru_cache(maxsize=1024)
+    def fit(value: str | None) -> str | None:
+        return fitted(value, column, what, cut=cut)
+
+    return fit
+
+
+_team = _limited(TuningRecord.team, "the team name")
+_model = _limited(TuningRecord.model, "the model name")
+_host = _limited(TuningRecord.host, "the host name", cut=True)
+_tool = _limited(TuningRecord.tool_version, "the tool version")
+_origin = _limited(TuningRecord.origin, "a record's origin")
 
 
 def insert_records(
@@ -375,12 +409,17 @@ def upsert_model(
 
     Seeing the same file at the same shapes again replaces its task list, which extraction determines.
     """
-    shapes = canonical_json(input_shapes)
+    shapes = fitted(canonical_json(input_shapes), Model.input_shapes_json, "the model's input shapes")
+    name = fitted(name, Model.name, "the model name")
     stmt = insert(conn, Model).on_conflict_do_nothing(index_elements=["sha256", "input_shapes_json"])
     conn.execute(stmt, dict(name=name, sha256=sha256, input_shapes_json=shapes))
     model_id = conn.execute(select(Model.id).where(Model.sha256 == sha256, Model.input_shapes_json == shapes)).scalar()
     conn.execute(ModelTask.__table__.delete().where(ModelTask.model_id == model_id))
-    rows = [dict(model_id=model_id, workload_id=w, task_name=n, weight=wt) for w, (n, wt) in sorted(tasks.items())]
+    rows = [
+        dict(model_id=model_id, workload_id=w, task_name=fitted(n, ModelTask.task_name, "a task name", cut=True),
+             weight=wt)
+        for w, (n, wt) in sorted(tasks.items())
+    ]  # fmt: skip
     if rows:
         conn.execute(insert(conn, ModelTask), rows)
     return model_id
