@@ -184,7 +184,7 @@ def _tamper(bundle: Path, out: Path, member: str, edit) -> Path:
     "member, edit, says",
     [
         ("records.jsonl", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:], "checksum"),
-        ("records.jsonl", lambda d: d[: len(d) // 2], "checksum"),
+        ("records.jsonl", lambda d: d[: len(d) // 2], "truncated or altered"),
         ("manifest.json", lambda d: d.replace(b'"version": 1', b'"version": 7'), "newer"),
         ("manifest.json", lambda d: b"{", "manifest"),
     ],

@@ -37,6 +37,7 @@ from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecor
 FORMAT = "tvm-registry-bundle"
 VERSION = 1
 MEMBERS = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
+MAX_MANIFEST = 16 << 20  # bytes: a manifest is a few KB; one declared larger is not read at all
 
 
 @dataclass
@@ -52,17 +53,28 @@ class BundleInfo:
 
 
 def is_bundle(path: Path) -> bool:
-    """Whether ``path`` is a file that claims to be a bundle (a zip archive); TVM logs are JSON files or folders."""
-    return path.is_file() and zipfile.is_zipfile(path)
+    """Whether ``path`` is a file that claims to be a bundle: a zip archive, or named ``.bundle`` (a truncated one is
+    no readable zip, and is still a bundle to refuse as such); TVM logs are JSON files or folders."""
+    if not path.is_file():
+        return False
+    if path.suffix == ".bundle":
+        return True
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04" or zipfile.is_zipfile(path)
 
 
 def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> BundleInfo:
-    """Write ``exchange`` to ``path`` (through a temporary file: an interrupted export leaves no half bundle)."""
+    """Write ``exchange`` to ``path`` (through a temporary file: an interrupted export leaves no half bundle).
+    Raises BadInputError when ``path`` cannot be written."""
     tmp = path.with_name(f".{path.name}.partial")
     sums: dict[str, dict[str, Any]] = {}
     n_records = 0
     try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+        try:
+            zf = zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6)
+        except OSError as e:
+            raise BadInputError(f"cannot write the bundle {path}: {e.strerror or e}") from None
+        with zf:
             index = {w.ident: i for i, w in enumerate(exchange.workloads)}
             devices = {d.key: i for i, d in enumerate(exchange.devices)}
             _member(zf, "devices.jsonl", (d.__dict__ for d in exchange.devices), sums)
@@ -104,7 +116,10 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
             zf.writestr("manifest.json", json.dumps(manifest, indent=1))
         tmp.replace(path)
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder it could not be written in: nothing was
     return BundleInfo(path, exchange.origin, created, counts["devices"], counts["workloads"], n_records,
                       counts["models"], path.stat().st_size)  # fmt: skip
 
@@ -152,12 +167,16 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
     devices = [ExDevice(**_fields(d, ExDevice, where)) for d in _lines(zf, "devices.jsonl", where)]
     keys = [d.key for d in devices]
     out = ExchangeSet(origin=str(manifest.get("origin", "")), devices=devices, workloads=workloads)
-    out.skeletons = {s["hash"]: s["insts"] for s in _lines(zf, "skeletons.jsonl", where)}
+    try:
+        out.skeletons = {str(s["hash"]): str(s["insts"]) for s in _lines(zf, "skeletons.jsonl", where)}
+    except (KeyError, TypeError) as e:
+        raise BadInputError(f"{where}: malformed skeleton entry ({type(e).__name__}: {e})") from None
     try:
         out.models = [
-            ExModel(m["name"], m["sha256"], m["input_shapes"], [(idents[i], t, int(w)) for i, t, w in m["tasks"]])
+            ExModel(m["name"], m["sha256"], m["input_shapes"],
+                    [(_at(idents, i, "workload"), t, int(w)) for i, t, w in m["tasks"]])
             for m in _lines(zf, "models.jsonl", where)
-        ]
+        ]  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise BadInputError(f"{where}: malformed model entry ({type(e).__name__}: {e})") from None
     out.n_records = int(manifest["counts"]["records"])
@@ -178,28 +197,52 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
 
 def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     try:
-        manifest = json.loads(zf.read("manifest.json"))
+        size = zf.getinfo("manifest.json").file_size
     except KeyError:
         raise BadInputError(f"{where}: a zip file without manifest.json is not a registry bundle") from None
-    except ValueError as e:
+    if size > MAX_MANIFEST:
+        raise BadInputError(f"{where}: its manifest declares {size} bytes (at most {MAX_MANIFEST} are read)")
+    try:
+        manifest = orjson.loads(zf.read("manifest.json"))
+    except orjson.JSONDecodeError as e:
         raise BadInputError(f"{where}: its manifest is not JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BadInputError(f"{where}: not a registry bundle (its manifest names no format {FORMAT!r})")
     version = manifest.get("version")
-    if not isinstance(version, int) or version > VERSION:
+    if not _count(version) or version < 1:
+        raise BadInputError(f"{where}: its manifest's format version is {version!r}, not a positive whole number")
+    if version > VERSION:
         raise BadInputError(
             f"{where}: bundle format version {version}, written by a newer registry (this one reads up to version "
             f"{VERSION}): upgrade tvm-registry"
         )
     if not isinstance(manifest.get("members"), dict) or not isinstance(manifest.get("counts"), dict):
-        raise BadInputError(f"{where}: its manifest lacks the members' checksums")
+        raise BadInputError(f"{where}: its manifest lacks the members' checksums or counts")
+    counts = manifest["counts"]
+    for name in ("devices", "workloads", "skeletons", "models", "records"):
+        if not _count(counts.get(name)):
+            raise BadInputError(f"{where}: its manifest's count of {name} is {counts.get(name)!r}, not a count")
     return manifest
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a whole number at least 0 as JSON gives one (not a bool, not a string)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _check_member(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:
     expected = manifest["members"].get(name)
     if not isinstance(expected, dict):
         raise BadInputError(f"{where}: {name} is not listed in the manifest")
+    try:
+        declared = zf.getinfo(name).file_size
+    except KeyError:
+        raise BadInputError(f"{where}: {name} is missing (truncated or altered bundle)") from None
+    if declared != expected.get("bytes"):  # checked before a byte of it is inflated
+        raise BadInputError(
+            f"{where}: {name} declares {declared} bytes, its manifest {expected.get('bytes')!r} (truncated or altered "
+            "bundle)"
+        )
     digest = hashlib.sha256()
     try:
         with zf.open(name) as f:
@@ -220,6 +263,13 @@ def _lines(zf: zipfile.ZipFile, name: str, where: str) -> Iterator[Any]:
                 raise BadInputError(f"{where}: {name}:{line_no}: not JSON ({e})") from None
 
 
+def _at(items: list, index: Any, what: str) -> Any:
+    """``items[index]`` for an index a bundle gives: a whole number in range (Python would read -1 as the last)."""
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(items):
+        raise IndexError(f"{what} index {index!r} is not one of the bundle's {len(items)}")
+    return items[index]
+
+
 def _fields(row: Any, cls, where: str) -> dict[str, Any]:
     names = list(cls.__dataclass_fields__)
     if not isinstance(row, dict) or set(row) != set(names):
@@ -231,7 +281,8 @@ def _record(row: Any, idents: list, keys: list, where: str) -> ExRecord:
     try:
         (rid, w, d, skeleton, decisions, secs, source, origin, team, model, host, tool, created, donor) = row
         return ExRecord(
-            int(rid), idents[w], keys[d], str(skeleton), str(decisions), [float(s) for s in secs], str(source),
+            int(rid), _at(idents, w, "workload"), _at(keys, d, "device"), str(skeleton), str(decisions),
+            [float(s) for s in secs], str(source),
             str(origin), team, model, host, str(tool), dt.datetime.fromisoformat(created),
             ((donor[0], donor[1]), donor[2], donor[3], donor[4]) if donor else None,
         )  # fmt: skip

@@ -40,7 +40,7 @@ def import_exchange(
     checker.pool.start()  # a replay worker's TVM import, overlapping the workload checks
     progress = progress or (lambda _done, _total, _what: None)
     progress(0, exchange.n_records, f"checking {len(exchange.workloads)} workloads")
-    workloads = {w.ident: checked_workload(f"{where}: workload {w.shash}", w.mod_json) for w in exchange.workloads}
+    workloads = {w.ident: _workload(w, where) for w in exchange.workloads}
     devices = {d.key: _device(d, where) for d in exchange.devices}
     insts = {h: (text, _json(text, f"{where}: skeleton {h}")) for h, text in exchange.skeletons.items()}
     extras = IngestExtras(
@@ -63,6 +63,19 @@ def import_exchange(
         store, unique, batches, checker=checker, skip_invalid=skip_invalid, progress=progress,
         total=exchange.n_records, extras=extras,
     )  # fmt: skip
+
+
+def _workload(w, where: str) -> WorkloadIn:
+    """A workload as sent, checked: its module (``checked_workload``), and the hash it states against the module's,
+    recomputed here. They agree for a bundle of this TVM release from a registry on this platform (the hash is
+    platform-dependent); a bundle whose records name one workload and whose module is another is refused."""
+    checked = checked_workload(f"{where}: workload {w.shash}", w.mod_json)
+    if checked.shash != w.shash:
+        raise BadInputError(
+            f"{where}: workload {w.shash} holds a module whose structural hash is {checked.shash} here "
+            "(altered, or written on another platform: TVM's hash is platform-dependent)"
+        )
+    return checked
 
 
 def _json(text: str, where: str):

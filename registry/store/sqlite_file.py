@@ -20,20 +20,24 @@ from registry.store.revision import VERSION_TABLE
 _HEADER = b"SQLite format 3\x00"
 
 
+def file_of(url: str) -> Path | None:
+    """The file an SQLite URL names; None for another database, or SQLite in memory."""
+    if not url.startswith("sqlite:"):
+        return None
+    rest = url.split("?", 1)[0][len("sqlite:") :]
+    if not rest.startswith("///") or rest[3:] in ("", ":memory:"):
+        return None
+    return Path(rest[3:]).expanduser()
+
+
 def missing(url: str) -> str | None:
     """Why a read-only command finds no registry at ``url`` without creating anything, or None. Only SQLite URLs are
     judged here (a missing or empty file, a missing folder); a server database is judged by its tables."""
     from registry.errors import NO_REGISTRY_HINT
 
-    if not url.startswith("sqlite:"):
+    path = file_of(url)
+    if path is None:
         return None
-    rest = url.split("?", 1)[0][len("sqlite:") :]
-    if not rest.startswith("///"):
-        return None
-    database = rest[3:]
-    if database in ("", ":memory:"):
-        return None
-    path = Path(database).expanduser()
     if path.is_dir():
         return None  # problem() names it
     if not path.parent.is_dir():
