@@ -111,6 +111,7 @@ def transfer(
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
+    verbose: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ModelReport:
     """``registry transfer`` from Python: compile ``model`` with the schedules of similar tuned operators, write what
@@ -122,7 +123,8 @@ def transfer(
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
     ``output``: where to export the compiled library; ``overlay``: an SQLite file that takes every write, ``db`` (a
-    URL or path) then being only read (``registry.share.overlay``). The rest is as the CLI's options of the same names.
+    URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
+    (TVM's warnings and errors) on stderr, as ``-vv`` shows it. The rest is as the CLI's options of the same names.
     """
     from registry.pipeline.transfer import TransferOptions
     from registry.pipeline.transfer import transfer as run
@@ -133,7 +135,7 @@ def transfer(
         team=team,
         output=Path(output) if output is not None else None,
         tune_trials=tune_trials,
-        where=_where(rpc, dop),
+        where=_where(rpc, dop, verbose),
     )
     return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
 
@@ -159,6 +161,7 @@ def tune(
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
+    verbose: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ModelReport:
     """``registry tune`` from Python: tune ``model``'s tasks, seeded from the registry, every measured record written
@@ -173,7 +176,8 @@ def tune(
 
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
-        predictor=predictor, team=team, output=Path(output) if output is not None else None, where=_where(rpc, dop),
+        predictor=predictor, team=team, output=Path(output) if output is not None else None,
+        where=_where(rpc, dop, verbose),
     )  # fmt: skip
     return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
 
@@ -292,6 +296,8 @@ def _target(target: TargetLike) -> Target:
 def _threads(threads: int | None) -> int | None:
     """The CLI's rule: the argument, else ``$TVM_NUM_THREADS``, else None (the runtime's default)."""
     if threads is not None:
+        if not 1 <= int(threads) <= hostinfo.MAX_THREADS:
+            raise BadInputError(f"threads: {threads} is not between 1 and {hostinfo.MAX_THREADS}")
         return int(threads)
     env = os.environ.get(hostinfo.THREADS_ENV, "")
     return int(env) if env.isdigit() else None
@@ -327,8 +333,8 @@ def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
     return _store(db) or open_storage(None), True
 
 
-def _where(rpc: str | None, dop: int | None):
+def _where(rpc: str | None, dop: int | None, verbose: bool = False):
     from registry.measure.tracker import Tracker
     from registry.pipeline.model_run import Where
 
-    return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop)
+    return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop, verbose=verbose)

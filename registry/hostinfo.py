@@ -10,6 +10,9 @@ from importlib import metadata
 
 # The variable TVM's runtime reads its thread count from, once, when its thread pool starts.
 THREADS_ENV = "TVM_NUM_THREADS"
+# The most runtime threads the registry runs or files records under: TVM's thread pool aborts the process when it
+# cannot start what it is asked for (100,000 did), and no machine it tunes for has more cores.
+MAX_THREADS = 1024
 
 
 @functools.cache

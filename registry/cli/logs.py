@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from registry import hostinfo
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 
@@ -17,7 +18,7 @@ from registry.cli.output import Progress, echo_model
 @click.option("--model", help="Provenance: the model these records were tuned for.")
 @click.option(
     "--threads",
-    type=click.IntRange(1),
+    type=click.IntRange(1, hostinfo.MAX_THREADS),
     help="Runtime threads the logs were measured with "
     "[default: this TVM runtime's, i.e. $TVM_NUM_THREADS or 1 here]. TVM's logs do not record it.",
 )

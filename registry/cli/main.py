@@ -39,6 +39,14 @@ class RegistryGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
+            return self._invoke(ctx)
+        except BaseException as e:
+            if isinstance(ctx.obj, Context) and not (isinstance(e, SystemExit) and not e.code):
+                ctx.obj.undo_new_registry()  # a refused write into a new file leaves no empty registry behind
+            raise
+
+    def _invoke(self, ctx: click.Context):
+        try:
             return super().invoke(ctx)
         except click.UsageError as e:
             raise _one_line(e) from None

@@ -29,7 +29,7 @@ def model_options(command):
         ),
         click.option(
             "--threads",
-            type=click.IntRange(1),
+            type=click.IntRange(1, hostinfo.MAX_THREADS),
             help=f"Runtime threads to measure and run with [default: ${hostinfo.THREADS_ENV}, else TVM's default, 1 "
             "here]. Records are only reused under the same thread count.",
         ),

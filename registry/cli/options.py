@@ -12,6 +12,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import click
 
@@ -31,6 +32,8 @@ class Context:
         self.trust = "imported"  # --trust: the least trusted records read (registry.store.trust)
         self.overlay: str | None = None  # --overlay: the SQLite file that takes the writes; --db is then only read
         self._store = None
+        self._new_file: Path | None = None  # an SQLite registry this command created (see undo_new_registry)
+        self.db_given = False  # --db on the command line (not from the environment)
 
     @property
     def store(self):
@@ -41,10 +44,32 @@ class Context:
 
             self._store = open_overlay(self.url, self.overlay, trust=self.trust)
         elif self._store is None:
+            from registry.config import resolve_database_url
+            from registry.store import sqlite_file
             from registry.store.interface import open_storage
 
+            path = sqlite_file.file_of(resolve_database_url(self.url))
+            self._new_file = path if path is not None and not path.exists() else None
             self._store = open_storage(self.url, trust=self.trust)
         return self._store
+
+    def undo_new_registry(self) -> None:
+        """After a command failed: the SQLite registry it created, if it holds no record, is removed with its side
+        files, so that a refused import into a new file leaves nothing behind (a registry with a record stays)."""
+        if self._new_file is None or self._store is None:
+            return
+        try:
+            empty = not any(d["records"] for d in self._store.devices())
+        except Exception:  # noqa: BLE001 - a registry that cannot even be read back is not one to keep either
+            empty = True
+        self._store.close()
+        self._store = None
+        if empty:
+            side = [Path(f"{self._new_file}{s}") for s in ("-wal", "-shm")] + [
+                self._new_file.with_suffix(".migrate.lock")
+            ]
+            for path in (self._new_file, *side):
+                path.unlink(missing_ok=True)
 
     @property
     def existing_store(self):
@@ -116,9 +141,11 @@ def _add_verbosity(delta: int) -> Callable:
     return callback
 
 
-def _set_db(ctx: click.Context, _param, value: str | None) -> None:
+def _set_db(ctx: click.Context, param, value: str | None) -> None:
     if value is not None and not ctx.resilient_parsing:
-        ctx.ensure_object(Context).url = value
+        obj = ctx.ensure_object(Context)
+        obj.url = value
+        obj.db_given = obj.db_given or ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
 
 
 DB_HELP = (

@@ -37,6 +37,8 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
       registry sync team.db postgresql://registry@db-host/registry
       registry sync postgresql://registry@db-host/registry mine.db --model bert-base
     """
+    if ctx.db_given:
+        raise click.UsageError("sync names its SOURCE and DESTINATION; --db does not apply to it")
     from registry.share.export import exchange_filters
     from registry.share.sync import sync as run_sync
     from registry.store.interface import open_storage

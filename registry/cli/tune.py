@@ -119,7 +119,8 @@ def tune(
         report = api.tune(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain,
-            min_share=min_share, batch=batch, team=team, rpc=rpc, dop=dop, progress=progress,
+            min_share=min_share, batch=batch, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
+            progress=progress,
         )  # fmt: skip
     print_report(report, fmt)
     write_run_report(ctx, report_path, report)

@@ -76,7 +76,10 @@ def main() -> None:
                     os.close(fd)
         else:
             reply = {"status": _end(request["pid"])}
-        sock.send(orjson.dumps(reply))
+        try:
+            sock.send(orjson.dumps(reply))
+        except OSError:
+            return  # the registry process died while it waited for this reply (kill -9): nothing left to tell
 
 
 if __name__ == "__main__":

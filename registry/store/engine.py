@@ -59,7 +59,10 @@ def _sqlite_engine(url) -> Engine:
         refused = sqlite_file.problem(path)  # before the first connection turns the file to WAL mode
         if refused:
             raise DatabaseError(refused)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DatabaseError(f"cannot create the registry {path}: {e.strerror or e} ({path.parent})") from None
     engine = create_engine(
         url,
         # An in-memory database lives only as long as its one connection, which an import's write-behind thread

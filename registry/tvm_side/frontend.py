@@ -51,6 +51,7 @@ def load_onnx(
     except Exception as e:  # noqa: BLE001 - protobuf and onnx raise many kinds for a corrupt file
         raise BadInputError(f"{where}: not a valid ONNX model ({str(e).splitlines()[0][:200]})") from None
     label = name or (source.stem if isinstance(source, Path) else model.graph.name or "model")
+    onnx_prep.check_opset(model, where)
     shapes = onnx_prep.fixed_input_shapes(model, input_shapes or {})
     model = onnx_prep.prepare(model, shapes, where)
     _check_ops(model, label)  # after folding: an unsupported op on a constant shape path is gone by now

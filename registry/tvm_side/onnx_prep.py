@@ -22,6 +22,9 @@ from registry.errors import BadInputError
 # Folding stops at values bigger than this many elements: shape arithmetic is tiny, and evaluating weight transforms
 # here would only copy the weights.
 MAX_FOLDED_ELEMENTS = 1 << 16
+# One model input's size, at most: 2 GiB is a batch of 170 1024x1024 RGB images in float32. Past it, measuring the
+# model needs more memory than the machines that tune hold, and TVM indexes some buffers with 32 bits.
+MAX_INPUT_BYTES = 2 << 30
 MAX_FOLD_ROUNDS = 16
 # Nodes that are never evaluated here, even on constant inputs: random values must stay random (Dropout is random
 # when its training_mode input is true), and sequence and optional values are not tensors an initializer can hold.
@@ -46,6 +49,15 @@ def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, list[int
             raise BadInputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers") from None
         shapes[name] = shape
     return shapes
+
+
+def check_opset(model: onnx.ModelProto, where: str) -> None:
+    """Refuse an operator set newer than the installed onnx package defines: nothing can say what its operators
+    mean (TVM's importer would read them as the newest it knows)."""
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            raise BadInputError(f"{where}: ONNX opset {opset.version}, but the newest this onnx knows is {newest}")
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -99,6 +111,14 @@ def fixed_input_shapes(model: onnx.ModelProto, given: dict[str, list[int]]) -> d
             raise BadInputError(
                 f"input {name!r} has symbolic dimensions ({_shape_text(dims)}); fix them with "
                 f"--input-shape {name}={','.join(str(d) if isinstance(d, int) and d > 0 else '1' for d in dims)}"
+            )
+    dtypes = input_dtypes(model)
+    for name, shape in shapes.items():
+        size = math.prod(shape) * np.dtype(dtypes.get(name, "float32")).itemsize
+        if size > MAX_INPUT_BYTES:
+            raise BadInputError(
+                f"input {name!r} at {_shape_text(shape)} holds {size / 2**30:.3g} GiB; an input may hold at most "
+                f"{MAX_INPUT_BYTES >> 30} GiB (give a smaller --input-shape)"
             )
     return shapes
 

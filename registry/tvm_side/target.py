@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import tvm
 from tvm.target import Target
 
@@ -26,7 +27,7 @@ def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
     """
     if not isinstance(target, Target):
         try:
-            target = Target(json.loads(target) if isinstance(target, str) else target)
+            target = Target(_json(target) if isinstance(target, str) else target)
         except TVM_ERRORS as e:
             raise BadInputError(f"not a valid TVM target {_short(target)}: {error_line(e)}") from None
     canon = json.loads(str(target))
@@ -70,7 +71,19 @@ def target_problem(target: dict[str, Any]) -> str | None:
         if not known:
             return f"mcpu {cpu!r} is not a CPU that LLVM knows for {triple}" if cpu else f"LLVM knows no {triple!r}"
     host = target.get("host")
+    if isinstance(host, dict) and isinstance(host.get("host"), dict):
+        return "its host has a host of its own (a host is the CPU that launches the target's code, and has none)"
     return target_problem(host) if isinstance(host, dict) else None
+
+
+def _json(text: str) -> Any:
+    """A target given as JSON text; BadInputError for what is not JSON, or nests deeper than orjson reads (1,024)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadInputError(
+            f'--target {_short(text)}: expected "host", "cuda" or a TVM target as JSON, e.g. {{"kind": "llvm"}}'
+        ) from None
 
 
 @contextlib.contextmanager
@@ -115,12 +128,7 @@ def target_from_option(text: str) -> Target:
         return host_target()
     if text == "cuda":
         return cuda_target()
-    try:
-        spec = json.loads(text)
-    except ValueError:
-        raise BadInputError(
-            f'--target {text!r}: expected "host", "cuda" or a TVM target as JSON, e.g. {{"kind": "llvm"}}'
-        ) from None
+    spec = _json(text)
     if isinstance(spec, dict) and spec.get("kind") == "llvm":
         spec.setdefault("num-cores", os.cpu_count() or 1)
     return Target(canonical_target(spec))
