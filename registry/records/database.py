@@ -70,6 +70,7 @@ class RegistryDatabase(PyDatabase):
         self.store = open_storage(store) if store is None or isinstance(store, str) else store
         self.device = device or device_spec(target, num_threads)
         self.device_id = self.store.device_id(self.device)
+        self._generic = _generic_twins(self.store, self.device)
         self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
         self.task_names = dict(task_names or {})
         # shash -> (workload row id, TVM Workload, args_info): each module is loaded or committed once per process.
@@ -158,7 +159,11 @@ class RegistryDatabase(PyDatabase):
             return []
         wid, wl, args = known
         # A few more than asked for: a record that cannot be used (see _record) leaves its place to the next best.
-        stored = self.store.top_k(wid, self.device_id, top_k + SPARE_RECORDS)
+        # Then this machine's records tuned for a generic CPU (see _generic_twins), after the device's own.
+        stored = itertools.chain(
+            self.store.top_k(wid, self.device_id, top_k + SPARE_RECORDS),
+            *(self.store.top_k(wid, twin, top_k + SPARE_RECORDS) for twin in self._generic),
+        )
         usable = (t for t in (self._record(r, wl, args) for r in stored) if t is not None)
         return list(itertools.islice(usable, top_k))
 
@@ -194,6 +199,29 @@ class RegistryDatabase(PyDatabase):
 
     def __len__(self) -> int:
         return self.store.count_records(self.device_id)
+
+
+def _generic_twins(store: RegistryStorage, device: DeviceSpec) -> list[int]:
+    """For a CPU device whose target names its mcpu: the devices of the same machine (CPU, runtime threads, cores,
+    TVM release) whose target names none, which is how plain TVM tunes by default and what an imported log of this
+    machine then holds. Their records are usable here (a schedule's code does not depend on the mcpu it was timed
+    under), and rank after the device's own records whatever their latency, which was measured by other code."""
+    target = device.target
+    if target.get("kind") != "llvm" or not target.get("mcpu"):
+        return []
+    twins = []
+    for row in store.all_devices():
+        try:
+            theirs = json.loads(row.target_json)
+        except ValueError:
+            continue
+        same_machine = (row.host_model, row.num_threads, row.tvm_version) == (
+            device.host_model, device.num_threads, device.tvm_version)  # fmt: skip
+        if same_machine and theirs.get("kind") == "llvm" and not theirs.get("mcpu") and (
+            theirs.get("num-cores") == target.get("num-cores") and theirs.get("mtriple") == target.get("mtriple")
+        ):  # fmt: skip
+            twins.append(row.id)
+    return twins
 
 
 def _trace(r: StoredRecord) -> list | None:

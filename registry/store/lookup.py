@@ -114,10 +114,29 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
 
 def resolve_one_device(sql: Sql, selector: str) -> DeviceRow:
     found = resolve_devices(sql, selector)
+    if len(found) > 1 and selector.strip() == "host":
+        found = host_device(found)
     if len(found) > 1:
         choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
         raise UnknownDeviceError(f"device {selector!r} is ambiguous; give its id, one of: {choices}")
     return found[0]
+
+
+def host_device(found: list[DeviceRow]) -> list[DeviceRow]:
+    """Of this machine's devices, the one(s) ``transfer`` and ``tune`` file records under here: a target naming
+    its mcpu before a generic one (plain TVM's usual target, which an imported log brings), then the runtime thread
+    count ``$TVM_NUM_THREADS`` asks for. Without TVM, which alone knows this CPU's mcpu, this is the closest rule."""
+
+    def rank(d: DeviceRow) -> tuple[bool, bool]:
+        try:
+            target = json.loads(d.target_json)
+        except ValueError:
+            target = {}
+        env = os.environ.get(hostinfo.THREADS_ENV, "")
+        return bool(target.get("mcpu")), (d.num_threads == int(env)) if env.isdigit() else True
+
+    best = max(rank(d) for d in found)
+    return [d for d in found if rank(d) == best]
 
 
 # -- lookup ---------------------------------------------------------------------------------------------------
