@@ -117,7 +117,7 @@ def m_target(data, trace, record) -> None:
 
 
 def m_none(data, trace, record) -> None:
-    """Unchanged, or the decisions of another record of the same instructions: valid records must pass."""
+    """Unchanged: the control, a valid record must pass."""
 
 
 MUTATIONS = [m_index, m_value, m_tile, m_tile, m_categorical, m_add, m_drop, m_instruction, m_reorder]

@@ -69,7 +69,8 @@ def test_tune_takes_a_relax_module(tmp_path):
     report = registry.tune(mod, db=url, name="relax-mlp", trials=4, batch=4, dop=1, output=tmp_path / "m.so")
     assert isinstance(report, registry.ModelReport)
     assert report.model == "relax-mlp" and len(report.tasks) == 1
-    assert report.tasks[0].source in ("tuned", "default") and report.tasks[0].measurements > 0
+    task = report.tasks[0]  # 4 trials beat the naive loops of an untuned CPU kernel
+    assert task.source == "tuned" and task.measurements > 0 and task.after_us < task.before_us, task
     assert (tmp_path / "m.so").is_file()
     assert report.as_json()["tasks"][0]["name"] == report.tasks[0].name
     assert device_count(f"sqlite:///{url}") == 1

@@ -18,7 +18,8 @@ from registry.measure.inputs import argument_bounds
 from registry.measure.jobs import module_job
 from registry.measure.measurer import Measurer
 from registry.measure.pool import WorkerPool
-from registry.tvm_side.onnx_inputs import ONES, ZEROS, Bound
+from registry.measure.types import PRECISE
+from registry.tvm_side.onnx_inputs import ONES, Bound
 from registry.tvm_side.target import host_target
 
 pytestmark = pytest.mark.tvm
@@ -87,7 +88,6 @@ def test_integer_arguments_get_the_range_of_what_they_index():
     assert argument_bounds(take_normalized) == [None, Bound(0, 100), None]
     assert argument_bounds(strided) == [None, Bound(0, 50), None]  # 2 * 49 + 1 = 99, the last row
     assert argument_bounds(masked) == [None, ONES, None]  # not an index: ones (a mask, never a zero divisor)
-    assert ZEROS != ONES
 
 
 def _job(func):
@@ -97,7 +97,8 @@ def _job(func):
 def test_an_embedding_lookup_runs_on_in_range_ids():
     with Measurer(host_target()) as measurer:
         [m] = measurer.kernels([_job(take_normalized)])
-    assert m.ok and m.median_s < 1e-3, m
+    # it ran (random ids past the table's 100 rows would read out of bounds) and was timed as PRECISE asks
+    assert m.ok and len(m.run_secs) == PRECISE.repeat and all(0 < s < float("inf") for s in m.run_secs), m
 
 
 def test_a_crashing_kernel_costs_that_measurement_only():

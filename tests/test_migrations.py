@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 
+from registry.cli.main import cli
 from registry.errors import SchemaOutdatedError
 from registry.store import migrate, schema
 from registry.store.engine import create
@@ -150,11 +152,23 @@ def test_a_writer_waits_for_a_migration_in_progress_instead_of_refusing_its_midw
     with schema._migration_lock(engine):  # this process is "migrating"
         migrate.run_upgrade(engine, "0002")
         writer = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
-        assert writer.poll() is None, writer.communicate()[1]  # waiting for the lock, not refused
+        lock = str(Path(make_url(sqlite_url).database).with_suffix(".migrate.lock"))
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline and not _holds(writer.pid, lock):
+            time.sleep(0.05)
+        time.sleep(0.5)  # it holds the lock file open: it reached the schema check and waits on the lock
+        assert writer.poll() is None and _holds(writer.pid, lock), writer.communicate()[1]
         migrate.run_upgrade(engine)
     _, err = writer.communicate(timeout=120)
     assert writer.returncode == 0, err
+
+
+def _holds(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def test_0004_drops_the_records_foreign_keys_and_keeps_every_row(db_url):

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+
 from registry.cli.main import cli
 
 pytestmark = pytest.mark.tvm
@@ -41,10 +42,12 @@ def test_transfer_then_tune_run_to_the_end_on_a_real_export(sqlite_url, name):
     tasks = transferred["tasks"]
     assert len(tasks) >= 5 and not transferred["errors"], transferred["errors"]
     assert all(t["before_us"] is not None for t in tasks), [t for t in tasks if t["before_us"] is None]
-    assert transferred["untuned_ms"] > 0 and transferred["final_ms"] > 0
+    # an empty registry donates nothing: transfer keeps TVM's defaults, and the model runs as fast (grossly)
+    assert transferred["final_ms"] <= 1.5 * transferred["untuned_ms"], transferred
 
     tuned = _run(sqlite_url, "tune", model, *_shapes(name), "--trials", "8", "--no-predictor")
-    assert not tuned["errors"] and tuned["final_ms"] > 0
+    # 8 trials beat naive loops somewhere, and the model gets faster (untuned CPU code is naive loops)
+    assert not tuned["errors"] and tuned["final_ms"] < tuned["untuned_ms"], tuned
     assert sum(t["measurements"] for t in tuned["tasks"]) >= 1
     assert all(t["source"] != "failed" for t in tuned["tasks"]), tuned["tasks"]
 

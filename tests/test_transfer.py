@@ -109,7 +109,7 @@ def test_dynamic_reshape_imports_once_the_input_shape_is_given(sqlite_url, tmp_p
     assert missing.exit_code == 1 and "--input-shape x=1,64" in missing.output, missing.output
 
     result = transfer_json(sqlite_url, str(path), "--input-shape", "x=8,64", "-o", str(tmp_path / "exported.so"))
-    assert len(result["tasks"]) >= 1 and result["final_ms"] > 0
+    assert len(result["tasks"]) >= 1 and not result["errors"]  # what it computes is checked below
 
     # The folded, compiled model computes what the original ONNX graph computes.
     import numpy as np

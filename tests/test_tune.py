@@ -21,20 +21,40 @@ from registry.tvm_side import zoo
 # -- the policy, no TVM ----------------------------------------------------------------------------------------------
 
 
+def test_calibration_keeps_the_largest_degree_within_tolerance_and_stops_at_the_first_beyond():
+    """A made-up machine: candidates slow down by 2% at 2 at once, 4% at 4, 30% at 8. The degree chosen is 4, 8
+    is probed and refused, 16 never (interference only grows); the latencies alone come back for the caller."""
+    from registry.measure.calibrate import calibrate
+
+    slowdown = {1: 1.0, 2: 1.02, 4: 1.04, 8: 1.3, 16: 2.0}
+    asked = []
+
+    def measure_at(d, items):
+        asked.append((d, len(items)))
+        return [1e-3 * (1 + i % 3) * slowdown[d] for i in items]
+
+    cal, alone = calibrate(measure_at, list(range(6)), max_dop=16)
+    assert cal.dop == 4 and [d for d, _ in cal.table] == [1, 2, 4, 8] and [d for d, _ in asked] == [1, 2, 4, 8]
+    assert alone == [1e-3 * (1 + i % 3) for i in range(6)] and asked[3] == (8, 8)  # the probe cycled to fill 8
+    assert calibrate(lambda d, items: [float("inf")] * len(items), list(range(6)), 16)[0].dop == 1  # nothing ran
+
+
 def _tasks():
     return [TaskState("big", 4, default_us=1000.0), TaskState("small", 1, default_us=100.0)]
 
 
-def test_batches_go_to_tasks_in_proportion_to_weight_times_latency():
+def test_batches_go_to_tasks_by_weight_times_latency_per_batch_so_far():
+    """A task's claim on the next batch is its share of the model's latency over the batches it has had: the big
+    task (4 x 1000 µs) takes the first batches, the small one (1 x 100 µs) its first once 4000 / (1 + n) < 100,
+    that is after the big task's 40th."""
     planner = Planner(_tasks(), Budget(), TrimOptions(min_share=0, min_gain_per_min=0))
     picks = []
-    for _ in range(12):
+    for _ in range(45):
         task = planner.next_task(0.0)
         picks.append(task.name)
         planner.record_batch(task, task.best_us, 1.0)
-    # 4000 vs 100 µs of the model: the big task gets nearly every batch, the small one a batch only once the big
-    # one's share per batch has fallen to its level (4000 / (1 + n) < 100 needs n >= 40)
-    assert picks.count("big") == 12
+    first_small = picks.index("small")
+    assert picks[:first_small] == ["big"] * first_small and 39 <= first_small <= 41, picks
 
 
 def test_a_task_that_stops_improving_is_stopped_and_the_other_goes_on():
@@ -209,8 +229,7 @@ def test_parallel_measurement_agrees_grossly_with_serial_measurement():
     with Measurer(target) as measurer:
         quick = measurer.measure(jobs)
         cal = measurer.calibration
-        assert cal is not None and cal.table[0] == (1, 1.0) and 1 <= cal.dop <= 2
-        assert dict(cal.table)[cal.dop] <= 1.05  # the chosen degree does not distort latencies
+        assert cal is not None and 1 <= cal.dop <= 2  # calibrated on this batch (calibrate() has tests of its own)
         recorded = [m.median_s for m in measurer.recheck(jobs)]
     args_info = ms.arg_info.ArgInfo.from_prim_func(next(iter(mod.functions.values())))
     plain = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(**PRECISE.runner_config()))

@@ -7,9 +7,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import select
 
+from registry.cli.main import cli
 from registry.store.models import BestRecord, TuningRecord
 from registry.store.store import Store
 from tests.tvm_env import plant_fast_claim
@@ -40,7 +40,8 @@ def test_verify_disputes_the_planted_record_and_verifies_honest_ones(planted):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     rows = out["rows"]
-    assert rows and out["verified"] + out["disputed"] == len(rows) and out["records_per_s"] > 0
+    # a gross floor for the pace (13 records/s measured here; docs/BENCHMARKS.md): a verify that stalls fails
+    assert rows and out["verified"] + out["disputed"] == len(rows) and out["records_per_s"] >= 1
     plant = next(r for r in rows if abs(r["claimed_us"] - claimed_s * 1e6) < 1e-3)
     assert plant["verdict"] == "disputed" and plant["ratio"] > float(TOLERANCE), plant
     assert "slower than claimed" in plant["reason"]
