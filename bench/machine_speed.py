@@ -34,3 +34,38 @@ def python_reference_s(runs: int = 3) -> float:
 
 if __name__ == "__main__":
     print(python_reference_s())
+
+
+def provenance(speed: bool = True) -> dict:
+    """What every result file records beside its numbers: the machine (CPU model, cores, load, and the plain-Python
+    reference above), the commit of the code measured, and the date. Numbers are comparable only with these."""
+    import datetime as dt
+    import os
+    import platform
+    import subprocess
+    from pathlib import Path
+
+    from registry import hostinfo
+
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    machine = {"cpu": hostinfo.cpu_model(), "cores": os.cpu_count(), "load": os.getloadavg(), "os": platform.platform()}
+    if speed:
+        machine["python_reference_s"] = python_reference_s()
+    return {
+        "machine": machine,
+        "commit": (commit.stdout.strip() or os.environ.get("REGISTRY_COMMIT", "unknown"))
+        + (" (modified)" if dirty else ""),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def stamped(result):
+    """``result`` with its ``provenance`` (see ``provenance``): a dict gets the key, each dict of a list too."""
+    where = provenance()
+    for item in result if isinstance(result, list) else [result]:
+        if isinstance(item, dict):
+            item["provenance"] = where
+    return result

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.ort_reference import reference_ms  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
@@ -108,7 +109,7 @@ def main() -> None:
                    "search_s": report["search_s"], "ms": time_model(path, shapes, db, args.rounds)}  # fmt: skip
             results["models"][name] = row
             print(name, json.dumps(row), flush=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    args.out.write_text(json.dumps(stamped(results), indent=1) + "\n")
 
 
 if __name__ == "__main__":

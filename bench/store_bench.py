@@ -25,6 +25,9 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.machine_speed import stamped  # noqa: E402
 from registry import testing
 from registry.store import queries
 from registry.store.lookup import LookupFilter
@@ -287,7 +290,7 @@ def main() -> None:
             for p in logs.iterdir():
                 p.unlink()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    args.out.write_text(json.dumps(stamped(results), indent=2))
     print_tables(results)
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.machine_speed import python_reference_s  # noqa: E402
+from bench.machine_speed import python_reference_s, stamped  # noqa: E402
 from bench.store_bench import write_logs  # noqa: E402
 from registry import tvmlog  # noqa: E402
 from registry.share.log_import import import_logs  # noqa: E402
@@ -139,7 +139,7 @@ def main() -> None:
     out["pull_to_sqlite_records_per_s"] = (n + extra) / pull_s
     print(json.dumps(out, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    args.out.write_text(json.dumps(stamped(out), indent=1) + "\n")
 
 
 if __name__ == "__main__":

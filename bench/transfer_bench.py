@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine_speed import stamped  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
 # Two input shapes per family: image size for the CNNs, sequence length for the encoders.
@@ -196,7 +197,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
-            {"target": str(target), "threads": threads, "trials_per_task": args.trials_per_task, "rows": rows},
+            stamped({"target": str(target), "threads": threads, "trials_per_task": args.trials_per_task, "rows": rows}),
             indent=2,
         )
     )

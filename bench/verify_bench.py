@@ -27,7 +27,7 @@ ROOT = HERE.parent
 REGISTRY = Path(sys.executable).parent / "registry"
 sys.path.insert(0, str(ROOT))
 
-from bench.machine_speed import python_reference_s  # noqa: E402
+from bench.machine_speed import python_reference_s, stamped  # noqa: E402
 from registry import hostinfo  # noqa: E402
 from tests.tvm_env import plant_fast_claim, tiny_model, tune_with_plain_tvm  # noqa: E402
 
@@ -103,7 +103,7 @@ def main() -> None:
         "median_records_per_s_in_verify": statistics.median(r["records_per_s_in_verify"] for r in runs),
         "planted_caught_every_run": all(r["planted_caught"] for r in runs),
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(stamped(report), indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

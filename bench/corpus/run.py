@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import MODELS, CorpusModel, materialize  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 
 REGISTRY = str(Path(sys.executable).with_name("registry"))
@@ -228,7 +229,7 @@ def main() -> None:
         kept.update({r["model"]: r for r in table})
         table = [kept[m.name] for m in MODELS if m.name in kept]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    args.out.write_text(json.dumps(stamped(table), indent=1) + "\n")
     print(f"\n{'model':26} {'family':10} {'tasks':>5} {'untuned':>9} {'transfer':>9} {'tune':>9} {'ort':>8}")
     for r in table:
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import onnx  # noqa: E402
 
+from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
@@ -96,7 +97,7 @@ def main() -> None:
             )
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    args.out.write_text(json.dumps(stamped(rows), indent=2) + "\n")
     print(
         f"\n{'model':12} {'tasks':>5} {'cand.':>5} {'in-process s':>13} {'isolated s':>11} {'ratio':>6} "
         f"{'total ratio':>11}"

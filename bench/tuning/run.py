@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
@@ -387,7 +388,7 @@ def main() -> None:
         donor = args.models[(i + 1) % len(args.models)]
         results.append(compare(name, donor, args.work, args.trials_per_task, target, threads, args.default_builder))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+        args.out.write_text(json.dumps(stamped(results), indent=1))
     plot(results, args.out.with_suffix(".png"))
     print(table(results))
 
