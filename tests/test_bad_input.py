@@ -424,11 +424,225 @@ DATABASE_CASES = {
     "a registry of a newer registry": Case(_suite_db_at("9999"), "written by a newer registry"),
 }
 
-CASES = {**LOG_CASES, **ONNX_CASES, **CLI_CASES, **DATABASE_CASES}
+# -- bundles: a real one (the suite's logs imported and exported), edited member by member ---------------------------
+
+_BUNDLES: dict[str, Path] = {}
+
+
+def _real_bundle(env: Env) -> Path:
+    """A bundle of the suite's real logs, made once per session (its import and export check every record)."""
+    key = str(env.logs)
+    if key not in _BUNDLES:
+        folder = env.tmp.parent / f"bundle-of-{env.logs.name}"
+        folder.mkdir(exist_ok=True)
+        db, path = folder / "source.db", folder / "real.bundle"
+        for args in (["import", str(env.logs)], ["export", "--bundle", str(path)]):
+            done = CliRunner().invoke(cli, ["--db", str(db), *args])
+            assert done.exit_code == 0, done.output
+        _BUNDLES[key] = path
+    return _BUNDLES[key]
+
+
+def _bundle(edit_rows=None, edit_manifest=None, *, member: str = "records.jsonl", raw=None):
+    """``registry import`` of the real bundle with one member's rows edited (``edit_rows(rows)``, rows as parsed
+    JSON) and the manifest's checksum of it made to match, or the manifest edited (``edit_manifest(dict)``), or the
+    whole file replaced by ``raw(bytes)``."""
+    import hashlib
+    import zipfile
+
+    def setup(env: Env) -> tuple[list[str], str | None]:
+        src, dest = _real_bundle(env), env.tmp / "edited.bundle"
+        if raw is not None:
+            dest.write_bytes(raw(src.read_bytes()))
+            return ["import", str(dest)], None
+        with zipfile.ZipFile(src) as zf:
+            members = {n: zf.read(n) for n in zf.namelist()}
+        manifest = json.loads(members["manifest.json"])
+        if edit_rows is not None:
+            rows = [json.loads(line) for line in members[member].splitlines()]
+            data = b"".join(json.dumps(r).encode() + b"\n" for r in edit_rows(rows) or rows)
+            members[member] = data
+            manifest["members"][member] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        if edit_manifest is not None:
+            edit_manifest(manifest)
+        members["manifest.json"] = json.dumps(manifest).encode()
+        with zipfile.ZipFile(dest, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return ["import", str(dest)], None
+
+    return setup
+
+
+def _each(field: int, value):
+    def edit(rows):
+        for row in rows:
+            row[field] = value
+
+    return edit
+
+
+def _first(edit):
+    def rows(rs):
+        edit(rs[0])
+
+    return rows
+
+
+def _big_manifest(manifest):
+    manifest["padding"] = " " * (17 << 20)  # declared (and stored) past the 16 MiB a manifest may hold
+
+
+def _huge_model(elements_dims: list[int]) -> Callable[[Env], Path]:
+    def make(env: Env) -> Path:
+        from onnx import TensorProto, helper
+
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, elements_dims)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, elements_dims)
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "huge", [x], [y])
+        return _model(env, "huge.onnx", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+    return make
+
+
+def _opset(version: int) -> Callable[[Env], Path]:
+    def make(env: Env) -> Path:
+        model = zoo.exported_mlp()
+        model.opset_import[0].version = version
+        return _model(env, "opset.onnx", model)
+
+    return make
+
+
+def _deep_target(env: Env) -> list[str]:
+    return ["transfer", str(_model(env)), *SHAPE, "--target", '{"kind": ' + "[" * 5000 + "]" * 5000 + "}"]
+
+
+def _bundle_onto_registry(env: Env) -> tuple[list[str], str | None]:
+    """`export --bundle` naming the registry's own SQLite file (on PostgreSQL too: a SQLite registry of its own)."""
+    db = env.tmp / "own.db"
+    done = CliRunner().invoke(cli, ["--db", str(db), "import", str(env.logs)])
+    assert done.exit_code == 0, done.output
+    return ["export", "--bundle", str(db)], f"sqlite:///{db}"
+
+
+def _into_new_file(env: Env) -> tuple[list[str], str | None]:
+    """A refused import into a registry file that does not exist yet: nothing may be left behind."""
+    bad = env.tmp / "bad_log"
+    shutil.copytree(env.logs, bad)
+    (bad / tvmlog.RECORD_FILE).write_text("not json\n")
+    return ["import", str(bad)], f"sqlite:///{env.tmp / 'fresh' / 'new.db'}"
+
+
+BUNDLE_CASES = {
+    "bundle: a record whose workload index is negative": Case(_bundle(_each(1, -1)), "workload index -1"),
+    "bundle: a record whose device index is negative": Case(_bundle(_each(2, -1)), "device index -1"),
+    "bundle: a record whose workload index is past the list": Case(_bundle(_each(1, 10**6)), "workload index"),
+    "bundle: a model whose task index is negative": Case(
+        _bundle(
+            lambda rows: [{"name": "m", "sha256": "0" * 64, "input_shapes": {}, "tasks": [[-1, "t", 1]]}],
+            member="models.jsonl",
+        ),
+        "workload index -1",
+    ),  # fmt: skip
+    "bundle: a workload whose stated hash is not its module's": Case(
+        _bundle(_first(lambda w: w.__setitem__("shash", "123456789")), member="workloads.jsonl"),
+        "structural hash",
+    ),
+    "bundle: a record without an origin": Case(_bundle(_each(7, "")), "no origin"),
+    "bundle: a record whose latencies are not numbers": Case(_bundle(_each(5, ["fast"])), "malformed record"),
+    "bundle: a record that is not a list": Case(_bundle(lambda rows: [{"a": 1}]), "malformed record"),
+    "bundle: manifest counts missing": Case(_bundle(edit_manifest=lambda m: m.pop("counts")), "counts"),
+    "bundle: a manifest count that is not a number": Case(
+        _bundle(edit_manifest=lambda m: m["counts"].__setitem__("records", "many")), "not a count"
+    ),
+    "bundle: a negative manifest count": Case(
+        _bundle(edit_manifest=lambda m: m["counts"].__setitem__("devices", -3)), "not a count"
+    ),
+    "bundle: a format version that is a string": Case(
+        _bundle(edit_manifest=lambda m: m.__setitem__("version", "1")), "not a positive whole number"
+    ),
+    "bundle: a member's declared size is not its own": Case(
+        _bundle(edit_manifest=lambda m: m["members"]["records.jsonl"].__setitem__("bytes", 10**12)),
+        "declares",
+    ),
+    "bundle: a manifest of 17 MiB": Case(_bundle(edit_manifest=_big_manifest), "at most"),
+    "bundle: a truncated file": Case(_bundle(raw=lambda data: data[: len(data) // 2]), "not a readable bundle"),
+    "bundle: a zip without a manifest": Case(
+        _bundle(edit_manifest=None, raw=lambda data: _zip_without_manifest()), "without manifest.json"
+    ),
+}
+
+
+def _zip_without_manifest() -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("records.jsonl", "{}\n")
+    return buf.getvalue()
+
+
+AUDIT_CASES = {
+    "export --bundle to a path under /proc": _cmd("export", "--bundle", "/proc/x.bundle", fragment="cannot write"),
+    "export --bundle into a folder that does not exist": Case(
+        _on_suite_db(lambda env: ["export", "--bundle", str(env.tmp / "none" / "x.bundle")]), "cannot write"
+    ),
+    "export --bundle onto the registry's own file": Case(_bundle_onto_registry, "registry's own database file"),
+    "transfer --overlay under /proc": Case(
+        _transfer(_model, *SHAPE, "--overlay", "/proc/x/o.db"), "cannot create the registry"
+    ),
+    "tune --overlay under /proc": Case(
+        _transfer(_model, *SHAPE, "--overlay", "/proc/x/o.db", command="tune"), "cannot create the registry"
+    ),
+    "a registry under /proc": Case(
+        lambda env: (["import", str(env.logs)], "sqlite:////proc/x/r.db"),
+        "cannot create the registry",
+        watch_suite_db=True,
+    ),
+    "a target nested 5,000 deep": Case(_on_suite_db(_deep_target), 'expected "host"'),
+    "a target whose host has a host": Case(
+        _transfer(_model, *SHAPE, "--target", '{"kind": "llvm", "host": {"kind": "llvm", "host": {"kind": "llvm"}}}'),
+        "host has a host",
+    ),
+    "ONNX opset 999": Case(_transfer(_opset(999), *SHAPE), "opset 999"),
+    "an ONNX input of 65536^3 floats": Case(_transfer(_huge_model([65536, 65536, 65536])), "at most 2 GiB"),
+    "an ONNX input of 2^40 floats": Case(_transfer(_huge_model([1 << 20, 1 << 20])), "at most 2 GiB"),
+    "--input-shape of 99999999999 x 64": Case(_transfer(_model, "--input-shape", "x=99999999999,64"), "at most 2 GiB"),
+    "--input-shape of 10 GiB": Case(_transfer(_model, "--input-shape", "x=42000000,64"), "at most 2 GiB"),
+    "tune: --input-shape of 10 GiB": Case(
+        _transfer(_model, "--input-shape", "x=42000000,64", command="tune"), "at most 2 GiB"
+    ),
+    "--rpc to a tracker that does not answer": Case(
+        _transfer(_model, *SHAPE, "--rpc", "127.0.0.1:1:key"), "cannot reach the RPC tracker"
+    ),
+    "--rpc with port 0": Case(_transfer(_model, *SHAPE, "--rpc", "127.0.0.1:0:key"), "HOST:PORT:KEY"),
+    "--threads 100000": Case(_transfer(_model, *SHAPE, "--threads", "100000"), "--threads", code=2),
+    "tune --threads 100000": Case(
+        _transfer(_model, *SHAPE, "--threads", "100000", command="tune"), "--threads", code=2
+    ),
+    "import --threads 100000": _cmd("import", "x", "--threads", "100000", fragment="--threads", code=2),
+    "a refused import into a new registry file": Case(_into_new_file, "not valid JSON"),
+    "sync with --db": _cmd("sync", "--db", "x.db", "a.db", "b.db", fragment="--db does not apply", code=2),
+    "pull of a bundle that is not shipped": _cmd("pull", "no-such-bundle", fragment="no-such-bundle"),
+    "check of an unknown device": _cmd("check", "--device", "tpu-9000", fragment="tpu-9000"),
+    "verify of an unknown device": _cmd("verify", "--device", "tpu-9000", fragment="tpu-9000"),
+    "report of a model that is not stored": _cmd("report", "no-such-model", fragment="no-such-model"),
+    "tune: a target that is not JSON": Case(
+        _transfer(_model, *SHAPE, "--target", "{nope", command="tune"), 'expected "host"'
+    ),
+    "transfer: a dimension of zero": Case(_transfer(_model, "--input-shape", "x=0,64"), "positive integers"),
+    "transfer: a negative dimension": Case(_transfer(_model, "--input-shape", "x=-8,64"), "positive integers"),
+    "transfer: --candidates 0": Case(_transfer(_model, *SHAPE, "--candidates", "0"), "--candidates", code=2),
+    "tune: --trials 0": Case(_transfer(_model, *SHAPE, "--trials", "0", command="tune"), "--trials", code=2),
+}
+
+CASES = {**LOG_CASES, **ONNX_CASES, **CLI_CASES, **DATABASE_CASES, **BUNDLE_CASES, **AUDIT_CASES}
 
 
 def test_the_suite_is_large_enough():
-    assert len(CASES) >= 60, len(CASES)
+    assert len(CASES) >= 120, len(CASES)
 
 
 @pytest.mark.tvm
