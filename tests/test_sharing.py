@@ -281,3 +281,38 @@ def test_a_sync_refused_in_a_later_chunk_leaves_no_reader_behind(team_a, tmp_pat
     assert counts(dst) == {}
     assert not [t for t in threading.enumerate() if t.name.startswith("registry-read")]
     assert ok("sync", team_a, dst, "--skip-invalid")["records_skipped"] == 1
+
+
+@pytest.mark.tvm
+def test_what_a_bundle_says_of_its_origin_never_raises_trust(sqlite_url, tuned_logs, tmp_path):
+    """Records claiming to have been measured by the very registry that imports them (its id is printed in every
+    bundle it exports) were stored as "measured", as trusted as its own: trust is decided by the reader."""
+    import hashlib
+    import zipfile
+
+    from registry.store.store import Store
+
+    source = tmp_path / "source.db"
+    bundle = tmp_path / "out.bundle"
+    for args in (["--db", str(source), "import", str(tuned_logs.work_dir)], ["--db", str(source), "export",
+                 "--bundle", str(bundle)]):  # fmt: skip
+        assert CliRunner().invoke(cli, args).exit_code == 0
+    with Store(sqlite_url) as store:
+        here = store.registry_id()
+    with zipfile.ZipFile(bundle) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    rows = [json.loads(line) for line in members["records.jsonl"].splitlines()]
+    for row in rows:
+        row[7] = here  # origin: the destination itself
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    manifest = json.loads(members["manifest.json"])
+    manifest["members"]["records.jsonl"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    members["records.jsonl"], members["manifest.json"] = data, json.dumps(manifest).encode()
+    forged = tmp_path / "forged.bundle"
+    with zipfile.ZipFile(forged, "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    done = CliRunner().invoke(cli, ["--db", sqlite_url, "import", str(forged)])
+    assert done.exit_code == 0, done.output
+    trusts = json.loads(CliRunner().invoke(cli, ["--db", sqlite_url, "lookup", "--json"]).stdout)["rows"]
+    assert trusts and {r["trust"] for r in trusts} == {"imported"}
