@@ -393,10 +393,10 @@ def plot(result: dict, path: Path) -> None:
 
     c = result["convergence"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label, total in (("plain_curve", "plain tune_relax", c["plain_s"]),
-                              ("registry_curve", "registry tune (empty registry)", c["registry_s"])):  # fmt: skip
-        points = c[key]
-        ax.step([t for t, _ in points] + [total], [us for _, us in points] + [points[-1][1]], where="post", label=label)
+    from bench.tuning.run import step_curve
+
+    step_curve(ax, c["plain_curve"], c["plain_s"], "plain tune_relax")
+    step_curve(ax, c["registry_curve"], c["registry_s"], "registry tune (empty registry)")
     ax.axhline(c["plain_final_est_us"], color="grey", linestyle=":", linewidth=1, label="plain's final")
     ax.axvline(c["plain_s"] / 3, color="grey", linestyle="--", linewidth=1, label="a third of plain's time")
     ax.set_ylim(c["plain_final_est_us"] * 0.85, c["plain_final_est_us"] * 1.6)

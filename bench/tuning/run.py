@@ -294,6 +294,13 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
     }
 
 
+def step_curve(ax, points: list, end_s: float, label: str, scale: float = 1.0) -> None:
+    """An estimated-latency curve (seconds, µs) as steps, running on flat to the end of its run (``end_s``)."""
+    xs = [t for t, _ in points] + [end_s]
+    ys = [us * scale for _, us in points] + [points[-1][1] * scale]
+    ax.step(xs, ys, where="post", label=label)
+
+
 def plot(results: list[dict], path: Path) -> None:
     """Top row: whole runs, log scale. Bottom row: the last 20% above plain's final estimate, linear."""
     import matplotlib
@@ -306,10 +313,7 @@ def plot(results: list[dict], path: Path) -> None:
         final = r["plain_final_est_us"] / 1000
         for row, ax in enumerate(axes[:, col]):
             for kind, label in (("plain", "plain tune_relax"), ("registry", "registry tune")):
-                points = r[f"{kind}_curve"]
-                xs = [t for t, _ in points] + [r[f"{kind}_s"]]  # the curve runs on, flat, to the end of the run
-                ys = [us / 1000 for _, us in points] + [points[-1][1] / 1000]
-                ax.step(xs, ys, where="post", label=label)
+                step_curve(ax, r[f"{kind}_curve"], r[f"{kind}_s"], label, scale=1 / 1000)
             ax.axhline(final, color="grey", linestyle=":", linewidth=1)
             ax.set_xlabel("wall time, s")
             if row == 0:

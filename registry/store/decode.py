@@ -54,6 +54,35 @@ def parse(text: str | bytes, what: str) -> Any:
         raise CorruptRow(f"{what} is corrupt: not JSON ({str(e).split(':')[0]})") from None
 
 
+class Skipped:
+    """Rows one read left out: how many, and the first with why; one warning when the read is done. As a context
+    manager, a CorruptRow raised inside the block is counted and the block's work left undone."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.count, self.first = what, 0, None
+
+    def add(self, why: str) -> None:
+        self.count += 1
+        self.first = self.first or why
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, _kind, error, _tb) -> bool:
+        if isinstance(error, CorruptRow):
+            self.add(str(error))
+            return True
+        return False
+
+    def warn(self) -> None:
+        if self.count:
+            warnings.warn(
+                f"{self.count} {self.what} (first: {self.first}); `registry check` marks such records",
+                RegistryWarning,
+                stacklevel=3,
+            )
+
+
 class RecordReader:
     """Stored records from their rows, their traces checked as far as no workload is needed; see the module
     docstring. Call ``warn`` once the read is done."""
@@ -62,8 +91,7 @@ class RecordReader:
         """``skeleton(skeleton_id)``: that skeleton's compressed instructions (a query)."""
         self._fetch = skeleton
         self._skeletons: dict[int, tuple[str, Any] | CorruptRow] = {}
-        self.skipped = 0
-        self.first: str | None = None
+        self.skipped = Skipped("stored record(s) skipped, not sound")
 
     def preload(self, rows) -> None:
         """(skeleton id, compressed instructions) rows fetched ahead in one query."""
@@ -99,16 +127,9 @@ class RecordReader:
                 raise CorruptRow(f"record {rid}: {problem}")
         except (CorruptRow, TraceProblem) as e:
             why = str(e) if isinstance(e, CorruptRow) else f"record {rid}: {e}"
-            self.skipped += 1
-            self.first = self.first or why
+            self.skipped.add(why)
             return StoredRecord(rid, wid, "", [], mean_s, problem=why) if keep else None
         return StoredRecord(rid, wid, f"[{skeleton[0]},{decisions_json}]", run_secs, mean_s)
 
     def warn(self) -> None:
-        if self.skipped:
-            warnings.warn(
-                f"{self.skipped} stored record(s) skipped, not sound (first: {self.first}); "
-                "`registry check` marks such records",
-                RegistryWarning,
-                stacklevel=3,
-            )
+        self.skipped.warn()

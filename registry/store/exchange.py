@@ -13,7 +13,6 @@ hash and decisions, a record by (workload, device, trace hash, origin), a model 
 from __future__ import annotations
 
 import datetime as dt
-import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
@@ -23,8 +22,7 @@ import orjson
 from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, update
 from sqlalchemy.orm import aliased
 
-from registry.errors import RegistryWarning
-from registry.store.decode import CorruptRow, inflate, parse
+from registry.store.decode import Skipped, inflate, parse
 from registry.store.ingest import insert, registry_id, upsert_model, whole_trace_hash
 from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
@@ -75,7 +73,7 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0) ->
     wl_ids |= {t.workload_id for t in tasks}
     # A row that cannot be decoded is left out, with the records that need it, and one warning says so: a crafted
     # row must not stop every export and sync of a shared registry (registry.store.decode).
-    skips = _Skips()
+    skips = Skipped("row(s) left out, corrupt, with the records that need them")
     idents = {}
     for wid, shash, mode, mod_z in conn.execute(
         select(Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z)
@@ -118,34 +116,8 @@ def _insts(insts_z: bytes, h: str) -> str:
     return text
 
 
-class _Skips:
-    """Rows left out of one read: a ``with`` block that hits a CorruptRow skips what it was building."""
-
-    def __init__(self) -> None:
-        self.count, self.first = 0, None
-
-    def __enter__(self) -> None:
-        pass
-
-    def __exit__(self, kind, error, _tb) -> bool:
-        if isinstance(error, CorruptRow):
-            self.count += 1
-            self.first = self.first or str(error)
-            return True
-        return False
-
-    def warn(self) -> None:
-        if self.count:
-            warnings.warn(
-                f"{self.count} row(s) left out, corrupt (first: {self.first}), with the records that need them; "
-                "`registry check` marks corrupt records",
-                RegistryWarning,
-                stacklevel=3,
-            )
-
-
 def _records(
-    conn: Connection, where: list[Any], idents: dict, keys: dict, skeletons: dict, skips: _Skips
+    conn: Connection, where: list[Any], idents: dict, keys: dict, skeletons: dict, skips: Skipped
 ) -> Iterator[list[ExRecord]]:
     donor = aliased(TuningRecord)
     donor_wl = aliased(Workload)
@@ -184,7 +156,7 @@ def _records(
         for (rid, wid, did, skel, decisions, secs, source, origin, team, model, host, tool, created,
              d_shash, d_mode, d_key, d_hash, d_origin) in rows:  # fmt: skip
             if wid not in idents or did not in keys or skel not in skeletons:
-                skips.count += 1  # what it needs was left out
+                skips.add(f"record {rid} needs a row left out")
                 continue
             with skips:
                 chunk.append(ExRecord(

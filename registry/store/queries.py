@@ -251,7 +251,7 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
     records = reader(conn)
     record = records.record(row[: len(_RECORD_COLS)])
     if record is None:
-        raise CorruptRow(f"{records.first}; `registry check` marks such records")
+        raise CorruptRow(f"{records.skipped.first}; `registry check` marks such records")
     return RecordProvenance(
         record,
         shash,
