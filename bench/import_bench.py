@@ -33,7 +33,7 @@ _CHILD = """
 import json, sys, time
 from pathlib import Path
 import registry
-from registry.store.store import Store
+from registry.store.sql.store import Store
 from registry.share.log_import import import_logs
 store = Store(sys.argv[1])
 t = time.perf_counter()

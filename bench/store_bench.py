@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine_speed import stamped  # noqa: E402
 from registry import testing
-from registry.store import queries
-from registry.store.lookup import LookupFilter
-from registry.store.store import Store
+from registry.store.sql import queries
+from registry.store.sql.lookup import LookupFilter
+from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -100,7 +100,7 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
 
     from registry.pipeline.transfer import TransferOptions, transfer
     from registry.share.log_import import import_logs
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{tmp}/registry.db")

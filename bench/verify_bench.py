@@ -45,7 +45,7 @@ def one_run(logs: Path, claimed_s: float) -> dict:
     """One `registry verify --json` as a user runs it, in a fresh process: its wall time includes the interpreter's
     start, TVM's import and the workers' start. The command's own figure (``seconds``) is the verify call alone."""
     from registry.share.log_import import import_logs
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     with tempfile.TemporaryDirectory(prefix="verify-bench-") as tmp:
         store = Store(f"sqlite:///{tmp}/registry.db")

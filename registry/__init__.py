@@ -30,7 +30,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "Store":
-        from registry.store.store import Store
+        from registry.store.sql.store import Store
 
         return Store
     if name == "RegistryDatabase":

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from registry.store.revision import VERSION_TABLE
+from registry.store.sql.revision import VERSION_TABLE
 
 
 def rows_of(url: str) -> dict[str, Any]:

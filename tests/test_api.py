@@ -11,7 +11,7 @@ import pytest
 
 import registry
 from registry.errors import BadInputError
-from registry.store.store import Store
+from registry.store.sql.store import Store
 from tests.tvm_env import tiny_model, tune_with_plain_tvm
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ from sqlalchemy.engine import make_url
 
 from registry import testing
 from registry.cli.main import cli
-from registry.store.revision import VERSION_TABLE
-from registry.store.store import Store
+from registry.store.sql.revision import VERSION_TABLE
+from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog, zoo
 from tests.rows import rows_of
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 
 from registry import testing
-from registry.store.store import Store
+from registry.cli.main import cli
+from registry.store.sql.store import Store
 
 
 def run(url: str, *args: str):

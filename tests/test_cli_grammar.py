@@ -21,7 +21,7 @@ from registry.cli.main import cli
 from registry.cli.options import LOGGERS, configure_logging
 from registry.cli.output import Progress
 from registry.report.model_report import ModelReport, TaskResult, summary_lines, task_table
-from registry.store.store import Store
+from registry.store.sql.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 

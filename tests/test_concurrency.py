@@ -8,9 +8,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from registry.store import schema
-from registry.store.models import BestRecord, TuningRecord, Workload
-from registry.store.store import Store
+from registry.store.sql import schema
+from registry.store.sql.models import BestRecord, TuningRecord, Workload
+from registry.store.sql.store import Store
 
 WORKERS, WORKLOADS, PER = 4, 6, 5
 ROOT = Path(__file__).resolve().parent.parent

@@ -120,5 +120,5 @@ def test_no_folder_holds_more_than_a_quarter_of_the_code():
 
 def test_the_check_sees_an_arrow_that_runs_up():
     """The rule itself, on made-up edges: a store module importing the pipeline is refused."""
-    assert _layer("registry.store.ingest")[0] > _layer("registry.pipeline.tune")[0]
+    assert _layer("registry.store.sql.ingest")[0] > _layer("registry.pipeline.tune")[0]
     assert _layer("registry.share.sync")[0] == _layer("registry.pipeline.tune")[0]  # siblings: neither way

@@ -14,10 +14,10 @@ from sqlalchemy.engine import make_url
 
 from registry.cli.main import cli
 from registry.errors import SchemaOutdatedError
-from registry.store import migrate, schema
-from registry.store.engine import create
-from registry.store.models import Base
-from registry.store.store import Store
+from registry.store.sql import migrate, schema
+from registry.store.sql.engine import create
+from registry.store.sql.models import Base
+from registry.store.sql.store import Store
 
 
 def test_head_constant_matches_the_migrations():
@@ -148,7 +148,7 @@ def test_a_writer_waits_for_a_migration_in_progress_instead_of_refusing_its_midw
     import time
 
     engine = create(sqlite_url)
-    code = f"from registry.store.store import Store; Store({sqlite_url!r}).close()"
+    code = f"from registry.store.sql.store import Store; Store({sqlite_url!r}).close()"
     with schema._migration_lock(engine):  # this process is "migrating"
         migrate.run_upgrade(engine, "0002")
         writer = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)

@@ -15,8 +15,8 @@ from registry import testing
 from registry.cli.main import cli
 from registry.share.log_import import import_logs
 from registry.share.overlay import SHARED_BASE, OverlayStorage, open_overlay
-from registry.store.models import Model, TuningRecord
-from registry.store.store import Store
+from registry.store.sql.models import Model, TuningRecord
+from registry.store.sql.store import Store
 from tests.pg_roles import empty, granted_roles, require_postgresql
 from tests.rows import rows_of
 from tests.test_transfer import sibling  # noqa: F401 - a fixture: the tiny model's operator at other shapes

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from registry.cli.main import cli
 from registry.errors import RegistryError
-from registry.store.predictors import list_predictors
 from registry.store.rows import DeviceSpec
-from registry.store.store import Store
+from registry.store.sql.predictors import list_predictors
+from registry.store.sql.store import Store
 
 # Six dense layers at batch 8, each its own matmul workload: 64->128, 128->32, ... 80->112. Four workloads of 16
 # records (training on two, judging two) gave a held-out Spearman from 0.3 to 0.7 between tuning runs, and single

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from registry.cli.main import cli
 from registry.errors import RegistryWarning
-from registry.store.predictors import save_predictor
-from registry.store.store import Store
+from registry.store.sql.predictors import save_predictor
+from registry.store.sql.store import Store
 from registry.tvm_side import predictor_blob, zoo
 
 

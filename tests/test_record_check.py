@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from registry.cli.main import cli
 from registry.errors import BadInputError
-from registry.store.store import Store
+from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog
 from tests.rows import rows_of
 

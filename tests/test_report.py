@@ -20,8 +20,8 @@ from sqlalchemy import func, select, update
 from registry import testing
 from registry.cli.main import cli
 from registry.report.svg import PALETTE, Series, log_ticks, nice_ticks, step_chart
-from registry.store.models import TuningRecord
-from registry.store.store import Store
+from registry.store.sql.models import TuningRecord
+from registry.store.sql.store import Store
 from registry.tvm_side import zoo
 from tests.rows import rows_of
 

@@ -13,9 +13,9 @@ from sqlalchemy.engine import make_url
 from registry import testing
 from registry.cli.main import cli
 from registry.errors import AccessDeniedError, BadInputError
-from registry.store import predictors, roles
-from registry.store.revision import HEAD, VERSION_TABLE
-from registry.store.store import Store
+from registry.store.sql import predictors, roles
+from registry.store.sql.revision import HEAD, VERSION_TABLE
+from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog
 from tests.pg_roles import empty, granted_roles, require_postgresql
 from tests.rows import rows_of

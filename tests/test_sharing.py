@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from registry.cli.main import cli
-from registry.store.models import RegistryInfo, TuningRecord
 from registry.store.rows import RecordIn
-from registry.store.store import Store
+from registry.store.sql.models import RegistryInfo, TuningRecord
+from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog
 from tests.rows import rows_of
 
@@ -221,8 +221,8 @@ def test_sync_from_a_missing_or_unreachable_registry_is_one_line(tmp_path, sqlit
 def test_sync_between_schema_revisions_is_refused(team_a, tmp_path):
     from sqlalchemy import text
 
-    from registry.store import schema
-    from registry.store.engine import create
+    from registry.store.sql import schema
+    from registry.store.sql.engine import create
 
     old = f"sqlite:///{tmp_path / 'old.db'}"
     Store(old).close()
@@ -240,7 +240,7 @@ def test_sqlite_hands_over_the_records_the_generic_read_does(team_a, monkeypatch
     donors and times included, is what the row-by-row read of any other database gives."""
     from sqlalchemy import text
 
-    from registry.store import exchange
+    from registry.store.sql import exchange
     from registry.store.values import ExchangeFilters
 
     store = Store(team_a)
@@ -269,7 +269,7 @@ def test_a_sync_refused_in_a_later_chunk_leaves_no_reader_behind(team_a, tmp_pat
 
     from sqlalchemy import text
 
-    from registry.store import exchange
+    from registry.store.sql import exchange
 
     with Store(team_a) as store, store.engine.begin() as conn:
         conn.execute(
@@ -290,7 +290,7 @@ def test_what_a_bundle_says_of_its_origin_never_raises_trust(sqlite_url, tuned_l
     import hashlib
     import zipfile
 
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     source = tmp_path / "source.db"
     bundle = tmp_path / "out.bundle"

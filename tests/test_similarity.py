@@ -13,8 +13,8 @@ from registry import testing
 from registry.cli.main import cli
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import DIM, embed
-from registry.store.models import Workload
-from registry.store.store import Store
+from registry.store.sql.models import Workload
+from registry.store.sql.store import Store
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import pytest
 from registry import testing
 from registry.errors import BadInputError, DatabaseError
 from registry.store.interface import RegistryStorage, open_storage, record_trace_hash
-from registry.store.store import Store
+from registry.store.sql.store import Store
 from tests.imports import ROOT, imported, module_name
 
 # The store's internals: its tables, its SQL, and the code that writes.
-PRIVATE = {"registry.store.models", "registry.store.queries", "registry.store.ingest"}
+PRIVATE = {"registry.store.sql.models", "registry.store.sql.queries", "registry.store.sql.ingest"}
 
 
 def _private(names: set[str]) -> set[str]:
@@ -35,12 +35,12 @@ def test_nothing_outside_the_store_imports_its_internals():
 @pytest.mark.parametrize(
     "source",
     [
-        "from registry.store import queries",
-        "from registry.store.models import Workload",
-        "import registry.store.ingest",
-        "from registry.store import lookup, ingest as i",
-        "from ..store import models",
-        "def f():\n    from registry.store.queries import top_k",
+        "from registry.store.sql import queries",
+        "from registry.store.sql.models import Workload",
+        "import registry.store.sql.ingest",
+        "from registry.store.sql import lookup, ingest as i",
+        "from ..store.sql import models",
+        "def f():\n    from registry.store.sql.queries import top_k",
     ],
 )
 def test_the_check_sees_every_spelling(source):
@@ -48,7 +48,7 @@ def test_the_check_sees_every_spelling(source):
 
 
 def test_the_check_lets_the_interface_through():
-    source = "from registry.store.interface import RegistryStorage\nfrom registry.store import lookup, rows"
+    source = "from registry.store.interface import RegistryStorage\nfrom registry.store.sql import lookup\nfrom registry.store import rows"
     assert not _private(imported(source, "registry.share.export"))
 
 

@@ -7,10 +7,10 @@ from sqlalchemy import event, func, inspect, select
 
 from registry import testing
 from registry.errors import BadInputError, UnknownDeviceError
-from registry.store import schema
-from registry.store.lookup import LookupFilter
-from registry.store.models import BestRecord, TuningRecord
-from registry.store.store import Store
+from registry.store.sql import schema
+from registry.store.sql.lookup import LookupFilter
+from registry.store.sql.models import BestRecord, TuningRecord
+from registry.store.sql.store import Store
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_a_bulk_write_refreshes_planner_statistics(sqlite_url):
 
 def test_a_bulk_write_is_the_same_whichever_way_it_goes_in(store):
     """Past ingest.COPY_ROWS records PostgreSQL takes COPY instead of INSERTs: same rows, same best, idempotent."""
-    from registry.store import ingest
+    from registry.store.sql import ingest
 
     n_workloads, per = 5, ingest.COPY_ROWS // 5 + 10
     first, _, _ = fill(store, n_workloads, per)
@@ -153,7 +153,7 @@ def test_a_measurement_time_is_kept_and_one_without_a_zone_is_utc(store, bulk):
     import dataclasses
     import datetime as dt
 
-    from registry.store import ingest
+    from registry.store.sql import ingest
 
     dev, per = testing.device(), ingest.COPY_ROWS if bulk else 3
     naive = dt.datetime(2026, 1, 2, 3, 4, 5, 678000)

@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from registry.cli.main import cli
 from registry.share.log_import import import_logs
-from registry.store.models import Model, ModelTask, TuningRecord, Workload
-from registry.store.store import Store
+from registry.store.sql.models import Model, ModelTask, TuningRecord, Workload
+from registry.store.sql.store import Store
 from registry.tvm_side import zoo
 
 

@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 
 from registry.cli.main import cli
 from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
-from registry.store.models import TuningRecord
-from registry.store.store import Store
+from registry.store.sql.models import TuningRecord
+from registry.store.sql.store import Store
 from registry.tvm_side import zoo
 
 # -- the policy, no TVM ----------------------------------------------------------------------------------------------

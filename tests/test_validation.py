@@ -10,7 +10,7 @@ import pytest
 
 from registry import testing
 from registry.errors import BadInputError
-from registry.store.store import Store
+from registry.store.sql.store import Store
 from registry.store.validation import (
     MAX_RUN_SECS,
     Problem,

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from registry.cli.main import cli
-from registry.store.models import BestRecord, TuningRecord
-from registry.store.store import Store
+from registry.store.sql.models import BestRecord, TuningRecord
+from registry.store.sql.store import Store
 from tests.tvm_env import plant_fast_claim
 
 # The default. Honest records of the tiny matmul measured here at 0.06-1.3x their claim (plain TVM timed them with

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from registry.store.write_behind import write_behind
+from registry.store.sql.write_behind import write_behind
 
 
 class Recorder:
@@ -104,7 +104,7 @@ def test_a_write_error_stops_the_producer_within_one_batch():
 def test_an_in_memory_registry_takes_batches_written_behind():
     """An in-memory SQLite registry has one connection, made in this thread; the writer thread uses it too."""
     from registry import testing
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     store = Store("sqlite://")
     dev = testing.device()

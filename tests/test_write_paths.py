@@ -83,7 +83,7 @@ def _store_renamed_copy(url: str, logs: Path) -> str:
     """Stores the log's first workload as another model's copy (other block names) and returns that module."""
     import tvm
 
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
     from registry.tvm_side.signature import workload_in
 
     [workload] = tvmlog.read_workloads(logs / tvmlog.WORKLOAD_FILE)[:1]

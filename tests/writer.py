@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from registry import testing
-from registry.store.store import Store
+from registry.store.sql.store import Store
 
 
 def main(url: str, worker: int, n_workloads: int, per: int) -> None:

@@ -143,7 +143,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
     from registry.measure.jobs import interleaved_model_ms
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 

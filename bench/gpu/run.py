@@ -137,7 +137,7 @@ class Bench:
         from bench.tuning.run import load
         from registry.pipeline.engine import TuneOptions
         from registry.pipeline.tune import ModelTuneOptions, tune
-        from registry.store.store import Store
+        from registry.store.sql.store import Store
 
         db = self.work / db_name
         db.unlink(missing_ok=True)
@@ -183,7 +183,7 @@ class Bench:
         from bench.sqlite_copy import copy_sqlite
         from bench.tuning.run import load
         from registry.pipeline.transfer import TransferOptions, transfer
-        from registry.store.store import Store
+        from registry.store.sql.store import Store
 
         db = self.work / "transfer.db"
         copy_sqlite(self.work / "tune-h128.db", db)
@@ -194,7 +194,7 @@ class Bench:
 
     def check(self) -> dict:
         from registry.records.audit import audit
-        from registry.store.store import Store
+        from registry.store.sql.store import Store
 
         out = {}
         for step, (_, name) in REGISTRIES.items():
@@ -210,7 +210,7 @@ class Bench:
         from bench.tuning.run import load
         from registry.measure.jobs import interleaved_model_ms, module_job
         from registry.pipeline.model_run import extract
-        from registry.store.store import Store
+        from registry.store.sql.store import Store
         from registry.tvm_side.defaults import default_schedule
 
         out: dict = {}
@@ -240,7 +240,7 @@ def _database(path: Path, target):
     """A registry's records for the one device it holds (whatever this machine's driver string says now)."""
     from registry.records.database import RegistryDatabase
     from registry.store.interface import DeviceSpec
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     store = Store(f"sqlite:///{path}")
     [row] = store.all_devices()
@@ -261,7 +261,7 @@ def _stand_in_target():
 def _curve(bench: Bench, db: str, started: str, defaults_us: dict[str, float]) -> list[tuple[float, float]]:
     from bench.tuning.run import curve, load
     from registry.pipeline.model_run import extract
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     with Store(f"sqlite:///{bench.work / db}") as store:
         tasks = extract(store, load(BIG), bench.target)

@@ -73,7 +73,7 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     from registry.measure.builder import PersistentBuilder
     from registry.pipeline.model_run import extract
     from registry.records.database import RegistryDatabase
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
     from registry.tvm_side.compat import prepare_tuning
 
     stem = f"plain-{name}" if builder == "persistent" else f"plain-default-builder-{name}"
@@ -119,7 +119,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
     """registry tune on ``name`` over a copy of the plain registry of ``donor``."""
     from registry.pipeline.engine import TuneOptions
     from registry.pipeline.tune import ModelTuneOptions, tune
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
     from registry.tvm_side import predictor
 
     db_path = work / f"registry-{name}-from-{donor}.db"
@@ -159,7 +159,7 @@ def curve(store, loaded, target, device_id: int, started: str, defaults: dict[in
     """(seconds since start, estimated model latency µs) at every change; records stored before start count at 0."""
     from sqlalchemy import select
 
-    from registry.store.models import TuningRecord
+    from registry.store.sql.models import TuningRecord
 
     weights = {wid: w for wid, (_, w, _) in _task_weights(store, loaded, target).items()}
     t0 = dt.datetime.fromisoformat(started)
@@ -198,7 +198,7 @@ def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, bu
     """``registry transfer`` of ``name`` (no fallback tuning) over a copy of ``donor``'s plain registry: the search
     time, kept in the result, and the registry it wrote, which the end-to-end timing compiles with."""
     from registry.pipeline.transfer import TransferOptions, transfer
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
 
     db_path = work / f"transfer-{name}-from-{donor}.db"
     copy_sqlite(work / f"plain-{donor}.db", db_path)
@@ -216,7 +216,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
     from registry.measure.jobs import module_job
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
-    from registry.store.store import Store
+    from registry.store.sql.store import Store
     from registry.tvm_side.defaults import default_schedule
 
     base = plain(name, work, tpt, target, threads)

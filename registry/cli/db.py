@@ -33,9 +33,9 @@ def upgrade(ctx: Context, fmt: str) -> None:
     Example:
       registry --db postgresql://registry@db-host/registry db upgrade
     """
-    from registry.store.engine import redact
     from registry.store.interface import open_storage
-    from registry.store.revision import HEAD
+    from registry.store.sql.engine import redact
+    from registry.store.sql.revision import HEAD
 
     store = open_storage(ctx.url, check_schema=False)
     try:
@@ -64,9 +64,9 @@ def current(ctx: Context, fmt: str) -> None:
     Example:
       registry db current
     """
-    from registry.store.engine import redact
     from registry.store.interface import open_storage
-    from registry.store.revision import HEAD
+    from registry.store.sql.engine import redact
+    from registry.store.sql.revision import HEAD
 
     store = open_storage(ctx.url, check_schema=False, create_new=False)
     try:
@@ -107,9 +107,9 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
 
     from registry.config import resolve_database_url
     from registry.errors import BadInputError
-    from registry.store import roles
-    from registry.store.engine import redact, translated_errors
-    from registry.store.store import Store
+    from registry.store.sql import roles
+    from registry.store.sql.engine import redact, translated_errors
+    from registry.store.sql.store import Store
 
     if read_only == writer:
         raise click.UsageError("give one of --read-only and --writer")

@@ -21,7 +21,7 @@ def stats(ctx: Context, fmt: str) -> None:
     Example:
       registry stats
     """
-    from registry.store.engine import redact
+    from registry.store.sql.engine import redact
 
     store = ctx.existing_store
     s = store.stats()

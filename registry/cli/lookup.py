@@ -52,7 +52,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
       registry lookup --op matmul --format csv > matmul.csv
     """
     from registry.config import resolve_database_url
-    from registry.store import lookup as q
+    from registry.store.sql import lookup as q
 
     f = q.LookupFilter(
         op=op,

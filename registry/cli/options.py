@@ -29,7 +29,7 @@ class Context:
     def __init__(self, url: str | None = None, verbosity: int = 0) -> None:
         self.url = url
         self.verbosity = verbosity  # -1: -q (errors only); 0: default; 1: -v (INFO); 2: -vv (DEBUG)
-        self.trust = "imported"  # --trust: the least trusted records read (registry.store.trust)
+        self.trust = "imported"  # --trust: the least trusted records read (registry.store.sql.trust)
         self.overlay: str | None = None  # --overlay: the SQLite file that takes the writes; --db is then only read
         self._store = None
         self._new_file: Path | None = None  # an SQLite registry this command created (see undo_new_registry)
@@ -45,8 +45,8 @@ class Context:
             self._store = open_overlay(self.url, self.overlay, trust=self.trust)
         elif self._store is None:
             from registry.config import resolve_database_url
-            from registry.store import sqlite_file
             from registry.store.interface import open_storage
+            from registry.store.sql import sqlite_file
 
             path = sqlite_file.file_of(resolve_database_url(self.url))
             self._new_file = path if path is not None and not path.exists() else None
@@ -229,7 +229,7 @@ def complete_devices(ctx: click.Context, _param, incomplete: str) -> list:
     items = [CompletionItem("host", help="this machine")]
     try:
         from registry.config import resolve_database_url
-        from registry.store import lookup as q
+        from registry.store.sql import lookup as q
 
         url = ctx.find_object(Context).url if ctx.find_object(Context) else None
         sql = q.connect(resolve_database_url(url))
@@ -256,7 +256,7 @@ def device_option(help: str, **kwargs) -> Callable:  # noqa: A002 - click's own 
 
 
 def trust_option(what: str) -> Callable:
-    """``--trust imported|verified``: which records ``what`` reads (the choices are registry.store.trust's)."""
+    """``--trust imported|verified``: which records ``what`` reads (the choices are registry.store.sql.trust's)."""
 
     def remember(ctx: click.Context, _param, value: str) -> str:
         ctx.ensure_object(Context).trust = value

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from registry.errors import BadInputError, UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
-from registry.store import sqlite_file
 from registry.store.decode import parse
 from registry.store.interface import DeviceRow, RegistryStorage
+from registry.store.sql import sqlite_file
 from registry.store.values import ExchangeFilters
 from registry.tvm_side import tvmlog
 

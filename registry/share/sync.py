@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from registry.errors import BadInputError
 from registry.records.write import Progress
 from registry.share.exchange_import import import_exchange
-from registry.store.engine import redact
 from registry.store.interface import RegistryStorage
+from registry.store.sql.engine import redact
 from registry.store.values import ExchangeFilters
 
 

@@ -1,7 +1,7 @@
 """``registry verify``: re-measure imported records on this machine, and mark each verified or disputed.
 
 An imported record's latency is a claim (TVM's ``validate_database.py`` re-runs a database's records for the same
-reason). For each imported record of a device this machine can measure, best-first (``registry.store.verdicts``):
+reason). For each imported record of a device this machine can measure, best-first (``registry.store.sql.verdicts``):
 
 1. its trace is applied to its workload, built and timed in the measurer's worker processes (never here: a stored
    trace is unvouched-for input to TVM, and a crash costs one worker and that record), with every slot busy: a quick

@@ -23,8 +23,8 @@ from sqlalchemy.engine import make_url
 from registry.config import registry_home
 from registry.errors import RegistryWarning
 from registry.store.embedding import DIM
-from registry.store.engine import redact
 from registry.store.interface import RegistryStorage
+from registry.store.sql.engine import redact
 
 # Bump when embed() changes: an index built by another version is rebuilt.
 EMBEDDING_VERSION = 1

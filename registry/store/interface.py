@@ -6,7 +6,7 @@ queries or ingest code of ``registry.store`` (``tests/test_storage_interface.py`
 SQLite or PostgreSQL, is the implementation; ``open_storage`` picks it by URL.
 
 This module imports neither SQLAlchemy nor TVM, so naming the interface and its values costs nothing. The fastest
-read, ``registry lookup``, does not even open a ``Store``: it runs ``registry.store.lookup`` over a plain DB-API
+read, ``registry lookup``, does not even open a ``Store``: it runs ``registry.store.sql.lookup`` over a plain DB-API
 connection when it can (see ``lookup.connect``), the same code ``RegistryStorage.lookup`` runs.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from registry.config import resolve_database_url
 from registry.errors import DatabaseError
-from registry.store.lookup import DeviceRow, LookupFilter, LookupRow
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
+from registry.store.sql.lookup import DeviceRow, LookupFilter, LookupRow
 from registry.store.validation import Problem
 from registry.store.values import (
     Claim,
@@ -74,9 +74,9 @@ Ident = tuple[str, str]  # a workload's (structural hash, module equality)
 class RegistryStorage(Protocol):
     """A registry database. Every write is one transaction, all of it or nothing; ids are the database's own."""
 
-    url: str  # the database URL, with its password: show it through ``registry.store.engine.redact``
+    url: str  # the database URL, with its password: show it through ``registry.store.sql.engine.redact``
 
-    trust: str  # which records reads for compilation and tuning accept (registry.store.trust)
+    trust: str  # which records reads for compilation and tuning accept (registry.store.sql.trust)
 
     def close(self) -> None:
         """Release the connections."""
@@ -88,7 +88,7 @@ class RegistryStorage(Protocol):
 
     def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> AbstractContextManager[ExchangeSet]:
         """The records matching ``filters`` with ids above ``after_id``, with their workloads, devices, models and
-        instruction lists, read in one snapshot (``registry.store.exchange``)."""
+        instruction lists, read in one snapshot (``registry.store.sql.exchange``)."""
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
         """How far syncs from ``source_id`` with these filters have copied (its highest record id; 0: never)."""
@@ -260,19 +260,19 @@ def open_storage(
     resolved = resolve_database_url(url)
     scheme = resolved.split(":", 1)[0].split("+", 1)[0].lower()
     if "://" in resolved and scheme not in SQL_SCHEMES:
-        from registry.store.engine import redact
+        from registry.store.sql.engine import redact
 
         raise DatabaseError(
             f"cannot use database {redact(resolved)}: the registry keeps its data in SQLite (sqlite:///FILE) or "
             f"PostgreSQL (postgresql://...), not {scheme}"
         )
-    from registry.store.store import Store  # SQLAlchemy, only once a database is opened
+    from registry.store.sql.store import Store  # SQLAlchemy, only once a database is opened
 
     return Store(resolved, check_schema=check_schema, create_new=create_new, trust=trust)
 
 
 def record_trace_hash(trace: Any) -> str:
     """The key ``TuningState.traces`` files a record of this trace JSON (``[instructions, decisions]``) under."""
-    from registry.store.ingest import record_trace_hash as key  # SQLAlchemy: by now a storage is open anyway
+    from registry.store.sql.ingest import record_trace_hash as key  # SQLAlchemy: by now a storage is open anyway
 
     return key(trace)

@@ -169,7 +169,7 @@ class StoredPredictor(PredictorInfo):
     blob: bytes = b""
 
 
-# -- what one registry hands another (registry.store.exchange, registry.share.bundle) --------------------------------
+# -- what one registry hands another (registry.store.sql.exchange, registry.share.bundle) ----------------------------
 
 # Records per batch of an exchange: memory stays flat for registries of millions.
 CHUNK = 5000
@@ -256,7 +256,7 @@ class ExchangeSet:
     records: Callable[[], Iterator[list[ExRecord]]] = lambda: iter(())
 
 
-# -- registry verify (registry.store.verdicts) -------------------------------------------------------------------
+# -- registry verify (registry.store.sql.verdicts) -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

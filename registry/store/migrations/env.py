@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from registry.store.engine import WRITE, create
-from registry.store.models import Base
-from registry.store.schema import VERSION_TABLE
+from registry.store.sql.engine import WRITE, create
+from registry.store.sql.models import Base
+from registry.store.sql.schema import VERSION_TABLE
 
 config = context.config
 

@@ -23,9 +23,18 @@ from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, upda
 from sqlalchemy.orm import aliased
 
 from registry.store.decode import Skipped, inflate, parse
-from registry.store.ingest import insert, registry_id, upsert_model, whole_trace_hash
-from registry.store.models import BestRecord, Device, Model, ModelTask, SyncState, TraceSkeleton, TuningRecord, Workload
 from registry.store.rows import IngestExtras, canonical_json
+from registry.store.sql.ingest import insert, registry_id, upsert_model, whole_trace_hash
+from registry.store.sql.models import (
+    BestRecord,
+    Device,
+    Model,
+    ModelTask,
+    SyncState,
+    TraceSkeleton,
+    TuningRecord,
+    Workload,
+)
 from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import case
 
 from registry.errors import BadInputError
-from registry.store.models import TRUST_TIER, TuningRecord
+from registry.store.sql.models import TRUST_TIER, TuningRecord
 
 TRUST_CHOICES = ("imported", "verified")
 DEFAULT_TRUST = "imported"

@@ -16,7 +16,8 @@ from sqlalchemy import Connection, and_, case, or_, select, tuple_
 
 from registry.errors import BadInputError, DatabaseError
 from registry.store.embedding import embed
-from registry.store.models import (
+from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text
+from registry.store.sql.models import (
     SOURCES,
     TRUST_LEVELS,
     TRUST_TIER,
@@ -30,7 +31,6 @@ from registry.store.models import (
     Workload,
     WorkloadArg,
 )
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text
 
 # Bound parameters per statement stay well under SQLite's 32766 and PostgreSQL's 65535.
 CHUNK = 1000
@@ -377,7 +377,7 @@ def merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
 def recompute_best(conn: Connection, pairs: Iterable[tuple[int, int]]) -> None:
     """Choose the preferred record of each (workload, device) pair again from its records: after a record's trust
     changed (``registry verify``), which the incremental merge cannot undo."""
-    from registry.store.trust import TIER as tier
+    from registry.store.sql.trust import TIER as tier
 
     for chunk in _chunks(sorted(set(pairs)), 400):
         pair = tuple_(BestRecord.workload_id, BestRecord.device_id)

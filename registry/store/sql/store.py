@@ -13,13 +13,14 @@ from sqlalchemy.orm import Session
 from registry.config import resolve_database_url
 from registry.errors import BadInputError, NoRegistryError
 from registry.perf import paused_gc
-from registry.store import lookup, model_history, predictors, queries, schema, sqlite_file, values
-from registry.store.engine import WRITE, create, translated_errors, with_retries
+from registry.store import values
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, WorkloadIn
-from registry.store.trust import DEFAULT_TRUST, accepted
+from registry.store.sql import lookup, model_history, predictors, queries, schema, sqlite_file
+from registry.store.sql.engine import WRITE, create, translated_errors, with_retries
+from registry.store.sql.trust import DEFAULT_TRUST, accepted
+from registry.store.sql.write_behind import write_behind
 from registry.store.validation import Problem, Refusals, record_problems
 from registry.store.values import ExchangeFilters, ExchangeSet
-from registry.store.write_behind import write_behind
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ class Store:
         """``create_new=False``: open only an existing registry, creating nothing (no file, folder or lock file, no
         tables): a missing SQLite file or an empty database raises NoRegistryError.
 
-        ``trust``: which records compilation and tuning read from it (``registry.store.trust``)."""
+        ``trust``: which records compilation and tuning read from it (``registry.store.sql.trust``)."""
         accepted(trust)  # refuses an unknown one
         self.trust = trust
         self.url = resolve_database_url(url)
@@ -128,7 +129,7 @@ class Store:
         a refusal found in the last batch, leaves the database as it was. It is called again, from the start, when
         the transaction lost a lock race, so each call must yield the same records.
         """
-        from registry.store import ingest
+        from registry.store.sql import ingest
 
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()
@@ -147,7 +148,7 @@ class Store:
             # Each batch is stored while the next is read, checked and made rows (a third of a sync's time, before).
             write_behind((ingest.prepare_records(records, here) for records in batches()), write_batch)
             if extras is not None:
-                from registry.store.exchange import write_extras
+                from registry.store.sql.exchange import write_extras
 
                 write_extras(conn, extras, wl_ids)
             return result
@@ -182,7 +183,7 @@ class Store:
         tasks: Sequence[tuple[WorkloadIn, str, int]],
     ) -> int:
         """Record a model and its tasks as (workload, task name, weight); the workloads are added if new."""
-        from registry.store import ingest
+        from registry.store.sql import ingest
 
         def write(conn: Connection) -> int:
             ids = ingest.upsert_workloads(conn, [w for w, _, _ in tasks], IngestResult())
@@ -192,7 +193,7 @@ class Store:
         return self.transact(write)
 
     def device_id(self, spec: DeviceSpec) -> int:
-        from registry.store import ingest
+        from registry.store.sql import ingest
 
         return self.transact(lambda conn: ingest.upsert_devices(conn, [spec])[spec.key])
 
@@ -200,7 +201,7 @@ class Store:
 
     def registry_id(self) -> str:
         """This registry's id: the origin stamped on what it measures."""
-        from registry.store.ingest import registry_id
+        from registry.store.sql.ingest import registry_id
 
         with self.read() as conn:
             return registry_id(conn.connection())
@@ -209,13 +210,13 @@ class Store:
     def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> Iterator[ExchangeSet]:
         """The records matching ``filters`` above ``after_id``, with what they refer to, read in one snapshot that
         stays open while the set's records are read."""
-        from registry.store.exchange import read_exchange
+        from registry.store.sql.exchange import read_exchange
 
         with self.read(snapshot=True) as conn:
             yield read_exchange(conn.connection(), filters, after_id=after_id)
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
-        from registry.store.exchange import last_synced
+        from registry.store.sql.exchange import last_synced
 
         with self.read() as conn:
             return last_synced(conn.connection(), source_id, filters_key)
@@ -224,26 +225,26 @@ class Store:
 
     def count_imported(self, device_id: int, model: str | None = None) -> int:
         """The imported ok records of a device (and model): what ``registry verify`` may re-measure."""
-        from registry.store import verdicts
+        from registry.store.sql import verdicts
 
         with self.read() as conn:
             return verdicts.count_imported(conn, device_id, model)
 
     def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
-        from registry.store import verdicts
+        from registry.store.sql import verdicts
 
         with self.read() as conn:
             return verdicts.imported_ids(conn, device_id, model, limit)
 
     def claims(self, record_ids: Sequence[int]) -> list[values.Claim]:
-        from registry.store import verdicts
+        from registry.store.sql import verdicts
 
         with self.read() as conn:
             return verdicts.claims(conn, record_ids)
 
     def record_verdicts(self, found: Sequence[values.Verdict], at) -> None:
         """Mark records verified or disputed, with what was measured, and choose their pairs' best records again."""
-        from registry.store import verdicts
+        from registry.store.sql import verdicts
 
         self.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
 
@@ -298,7 +299,7 @@ class Store:
     # -- workloads and records, as TVM needs them back (RegistryStorage) ----------------------------------------
 
     def workload_ids(self, idents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        from registry.store import ingest
+        from registry.store.sql import ingest
 
         with self.read() as conn:
             return ingest.workload_ids(conn, idents)
@@ -347,7 +348,7 @@ class Store:
             return queries.ok_record_counts(conn, device_id)
 
     # -- predictors (RegistryStorage) ----------------------------------------------------------------------------
-    # registry.store.predictors holds their SQL; its functions take the store first, so they serve as methods as is.
+    # registry.store.sql.predictors holds their SQL; its functions take the store first, so they serve as methods as is.
 
     save_predictor = predictors.save_predictor
     latest_predictor = predictors.latest_predictor

@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 from sqlalchemy.pool import StaticPool
 
 from registry.errors import ACCESS_HINT, AccessDeniedError, DatabaseError
-from registry.store import sqlite_file
+from registry.store.sql import sqlite_file
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from registry.errors import RegistryWarning
 from registry.store.decode import CorruptRow, RecordReader, inflate, parse
-from registry.store.models import (
+from registry.store.sql.models import (
     BestRecord,
     Device,
     Model,
@@ -20,7 +20,7 @@ from registry.store.models import (
     TuningRecord,
     Workload,
 )
-from registry.store.trust import DEFAULT_TRUST, TIER, accepted
+from registry.store.sql.trust import DEFAULT_TRUST, TIER, accepted
 from registry.store.values import (
     DonorRecord,
     IndexedSet,

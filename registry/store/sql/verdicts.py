@@ -13,9 +13,9 @@ from sqlalchemy import Connection, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from registry.store.decode import parse
-from registry.store.ingest import recompute_best
-from registry.store.models import BestRecord, Model, ModelTask, TuningRecord, Workload
-from registry.store.queries import reader
+from registry.store.sql.ingest import recompute_best
+from registry.store.sql.models import BestRecord, Model, ModelTask, TuningRecord, Workload
+from registry.store.sql.queries import reader
 from registry.store.values import Claim, Verdict
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.dialects import postgresql
 
 from registry.errors import AccessDeniedError, BadInputError, NoRegistryError
-from registry.store.revision import VERSION_TABLE
+from registry.store.sql.revision import VERSION_TABLE
 
 READ_ONLY = "read-only"
 WRITER = "writer"

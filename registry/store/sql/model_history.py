@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.store.models import Device, Model, ModelTask, TuningRecord, Workload
+from registry.store.sql.models import Device, Model, ModelTask, TuningRecord, Workload
 from registry.store.values import DonorRow, ModelRow, RecordPoint, TaskRow
 
 

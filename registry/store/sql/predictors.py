@@ -12,14 +12,14 @@ from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.orm import Session
 
 from registry.errors import UnknownDeviceError
-from registry.store.models import Device, Predictor
+from registry.store.sql.models import Device, Predictor
 from registry.store.values import PredictorInfo, StoredPredictor
 
 T = TypeVar("T")
 
 
 class Store(Protocol):
-    """What these functions need of ``registry.store.store.Store``, which serves them as its methods (so this module
+    """What these functions need of ``registry.store.sql.store.Store``, which serves them as its methods (so this module
     cannot import it)."""
 
     def read(self) -> AbstractContextManager[Session]: ...

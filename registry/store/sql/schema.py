@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, inspect, text
 
 from registry.errors import NO_REGISTRY_HINT, AccessDeniedError, DatabaseError, NoRegistryError, SchemaOutdatedError
-from registry.store.revision import HEAD, VERSION_TABLE
+from registry.store.sql.revision import HEAD, VERSION_TABLE
 
 # Arbitrary 64-bit key for pg_advisory_lock, shared by every registry process that migrates.
 _PG_LOCK_KEY = 0x7265_6769_7374_7279
@@ -47,7 +47,7 @@ def ensure_current(engine: Engine, *, create: bool = True) -> None:
         with _migration_lock(engine):
             revision = _revision_of_ours(engine)
             if revision is None:
-                from registry.store.migrate import run_upgrade
+                from registry.store.sql.migrate import run_upgrade
 
                 run_upgrade(engine)
                 return
@@ -65,7 +65,7 @@ def _revision_of_ours(engine: Engine) -> str | None:
 
 
 def _refuse(revision: str) -> None:
-    from registry.store.migrate import known_revisions  # Alembic, only on this rare path
+    from registry.store.sql.migrate import known_revisions  # Alembic, only on this rare path
 
     if revision in known_revisions():
         raise SchemaOutdatedError(
@@ -81,7 +81,7 @@ def _refuse(revision: str) -> None:
 def upgrade(engine: Engine) -> tuple[str | None, str | None]:
     """Migrate to HEAD; returns the revisions before and after. Refuses a database of a newer registry, or one that
     holds tables of something else."""
-    from registry.store.migrate import known_revisions, run_upgrade
+    from registry.store.sql.migrate import known_revisions, run_upgrade
 
     with _migration_lock(engine):
         before = _revision_of_ours(engine)
@@ -98,7 +98,7 @@ def _refuse_a_non_owner(engine: Engine) -> None:
     before Alembic starts (even when there is nothing to migrate: such a role never upgrades)."""
     if engine.dialect.name != "postgresql":
         return
-    from registry.store import roles
+    from registry.store.sql import roles
 
     with engine.connect() as conn:
         owner = roles.may_migrate(conn)

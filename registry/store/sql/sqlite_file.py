@@ -15,7 +15,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from registry.store.revision import VERSION_TABLE
+from registry.store.sql.revision import VERSION_TABLE
 
 _HEADER = b"SQLite format 3\x00"
 

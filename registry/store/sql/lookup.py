@@ -15,8 +15,8 @@ from typing import Any
 
 from registry import hostinfo
 from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
-from registry.store import sqlite_file
-from registry.store.revision import HEAD, VERSION_TABLE
+from registry.store.sql import sqlite_file
+from registry.store.sql.revision import HEAD, VERSION_TABLE
 
 
 class Sql:
