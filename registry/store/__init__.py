@@ -1,6 +1,7 @@
-"""The storage protocol (``interface.RegistryStorage``: one method per question, plain values back) and its SQL
-implementation (``store.Store`` over SQLite or PostgreSQL); the schema (``models``, ``migrations/``), and the
-soundness of a row by itself (``validation``) and its embedding (``embedding``), which the store checks and computes.
+"""The storage protocol (``interface.RegistryStorage``: one method per question, plain values back, ``values`` and
+``rows``), what a row must be by itself (``validation``, ``decode``) and its embedding (``embedding``), which the store
+checks and computes; its SQL implementation is ``sql/`` (``sql.store.Store`` over SQLite or PostgreSQL, the tables in
+``sql/models.py``), the schema's history ``migrations/``.
 
 Imports no other layer (only the base helpers). No TVM here.
 """
