@@ -141,13 +141,18 @@ def test_tune_v_shows_meta_schedules_log_and_q_only_errors(sqlite_url, mlp):
 
 
 @pytest.mark.tvm
-def test_tune_respects_a_time_budget(sqlite_url, mlp):
-    report = _tune(sqlite_url, str(mlp), "--budget", "12s", "--trials", "10000", "--no-predictor")
+def test_tune_respects_a_time_budget_for_the_whole_command(sqlite_url, mlp):
+    start = time.perf_counter()
+    report = _tune(sqlite_url, str(mlp), "--budget", "15s", "--trials", "10000", "--no-predictor")
+    wall_s = time.perf_counter() - start
     tuning_s = sum(t["tune_s"] for t in report["tasks"])
-    # A batch is not started when the previous ones say it would overrun; on a machine shared with other work a
-    # batch can still take longer than its predecessors did (15.9 s was seen under a benchmark), so the bound is gross.
-    assert 0 < tuning_s <= 12.0 * 1.5, report["tasks"]
-    assert "time budget" in report["tuning"]["stop"]
+    # The budget covers the whole command (import, defaults, tuning, compiling and timing the tuned model), so the
+    # tuning itself gets less than 15 s. A batch is not started when the previous ones say it would overrun, but on
+    # a machine shared with other work a batch can take longer than its predecessors did: the target is budget + 5 s,
+    # the test allows 7.5 s.
+    assert 0 < tuning_s < 15.0, report["tasks"]
+    assert wall_s <= 15.0 + 7.5, (wall_s, report["timings"])
+    assert "time budget spent" in report["tuning"]["stop"]
 
 
 @pytest.mark.tvm

@@ -56,7 +56,7 @@ RECHECK_MARGIN = 1 + TOLERANCE
 @dataclass
 class TuneOptions:
     trials: int | None = None  # measured candidates across the model, counting those stored by earlier runs
-    seconds: float | None = None  # wall time of this run's tuning
+    seconds: float | None = None  # wall time of this run's tuning (run()'s deadline replaces it)
     batch: int = 16  # candidates proposed per batch
     population: int = 128  # EvolutionarySearch population (MetaSchedule's default is 512)
     genetic_iters: int = 2  # EvolutionarySearch generations per batch (default 4)
@@ -124,12 +124,15 @@ class Engine:
 
     # -- the model -------------------------------------------------------------------------------------------------
 
-    def run(self, tasks: list[EngineTask]) -> Outcome:
+    def run(self, tasks: list[EngineTask], deadline: float | None = None) -> Outcome:
+        """Tune ``tasks`` until the budget is spent or every task stopped. ``deadline`` (``time.perf_counter()``):
+        when a time budget's tuning must end, which then replaces ``seconds``."""
         start = time.perf_counter()
+        seconds = self.opts.seconds if deadline is None else max(0.0, deadline - start)
         tuners: dict[int, _TaskTuner] = {}
         states = {t.task.workload_id: self._state(t) for t in tasks}
         by_id = {t.task.workload_id: t for t in tasks}
-        planner = Planner(list(states.values()), Budget(self.opts.trials, self.opts.seconds), self.opts.trim)
+        planner = Planner(list(states.values()), Budget(self.opts.trials, seconds), self.opts.trim)
         ids = {id(s): wid for wid, s in states.items()}
         budget = self.opts.trials or 0
         history = [self._point(start, states, planner, None)]

@@ -55,7 +55,7 @@ class TaskState:
 @dataclass
 class Budget:
     trials: int | None = None  # measured candidates across the model's tasks, earlier runs included
-    seconds: float | None = None  # this run's tuning wall time
+    seconds: float | None = None  # this run's tuning wall time (what the command's budget leaves for it)
 
 
 @dataclass
@@ -82,7 +82,7 @@ class Planner:
         if self.budget.seconds is not None:
             expected = statistics.median(self.batch_seconds) if self.batch_seconds else 0.0
             if elapsed_s + expected > self.budget.seconds:
-                return f"time budget of {self.budget.seconds:.0f} s spent"
+                return f"time budget spent ({self.budget.seconds:.0f} s of tuning)"
         return None
 
     def next_task(self, elapsed_s: float) -> TaskState | None:
