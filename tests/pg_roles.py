@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
-from registry.cli.main import cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from registry.cli.main import cli
 from tests.conftest import PG_ENV
 
 

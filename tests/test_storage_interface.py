@@ -48,7 +48,11 @@ def test_the_check_sees_every_spelling(source):
 
 
 def test_the_check_lets_the_interface_through():
-    source = "from registry.store.interface import RegistryStorage\nfrom registry.store.sql import lookup\nfrom registry.store import rows"
+    source = (
+        "from registry.store.interface import RegistryStorage\n"
+        "from registry.store.sql import lookup\n"
+        "from registry.store import rows"
+    )
     assert not _private(imported(source, "registry.share.export"))
 
 
