@@ -64,12 +64,12 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
-    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.frontend import load_onnx, with_fast_math
     from registry.tvm_side.target import host_target
 
     target = host_target()
     with Measurer(target) as measurer:
-        loaded = load_onnx(path, shapes, name=path.stem)
+        loaded = with_fast_math(load_onnx(path, shapes, name=path.stem), target)  # as the CLI compiled it
         starter = RegistryDatabase(target, open_storage(f"sqlite:///{db}"), device=measurer.device)
         dbs = {"untuned": ms.database.MemoryDatabase(), "starter": starter}
         built = {k: ms.relax_integration.compile_relax(d, loaded.mod, target, None) for k, d in dbs.items()}

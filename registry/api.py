@@ -112,6 +112,7 @@ def transfer(
     rpc: str | None = None,
     dop: int | None = None,
     verbose: bool = False,
+    exact_math: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ModelReport:
     """``registry transfer`` from Python: compile ``model`` with the schedules of similar tuned operators, write what
@@ -122,7 +123,8 @@ def transfer(
     (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
-    ``output``: where to export the compiled library; ``overlay``: an SQLite file that takes every write, ``db`` (a
+    ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
+    (``registry.tvm_side.frontend.with_fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
     (TVM's warnings and errors) on stderr, as ``-vv`` shows it. The rest is as the CLI's options of the same names.
     """
@@ -137,7 +139,7 @@ def transfer(
         tune_trials=tune_trials,
         where=_where(rpc, dop, verbose),
     )
-    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
+    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)
 
 
 def tune(
@@ -162,14 +164,16 @@ def tune(
     rpc: str | None = None,
     dop: int | None = None,
     verbose: bool = False,
+    exact_math: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ModelReport:
     """``registry tune`` from Python: tune ``model``'s tasks, seeded from the registry, every measured record written
     back at once, then compile it; returns the report the CLI prints.
 
     ``trials`` counts measured candidates for the model, including those stored by earlier runs (so a re-run
-    resumes); ``seconds`` is a wall-time budget; with neither, 32 trials per task. ``min_gain`` and ``min_share`` are
-    percentages, as on the command line. ``model`` and the other arguments are as for ``transfer``.
+    resumes); ``seconds`` is a wall-time budget for the whole call, compiling and timing the tuned model included;
+    with neither, 32 trials per task. ``min_gain`` and ``min_share`` are percentages, as on the command line.
+    ``model`` and the other arguments are as for ``transfer``.
     """
     from registry.pipeline.tune import ModelTuneOptions
     from registry.pipeline.tune import tune as run
@@ -179,18 +183,22 @@ def tune(
         predictor=predictor, team=team, output=Path(output) if output is not None else None,
         where=_where(rpc, dop, verbose),
     )  # fmt: skip
-    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), progress)
+    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)
 
 
 # -- shared ---------------------------------------------------------------------------------------------------------
 
 
-def _run(run, options, model, input_shapes, params, name, target, threads, where_to, progress) -> ModelReport:
+def _run(run, options, model, input_shapes, params, name, target, threads, where_to, exact, progress) -> ModelReport:
     import time
+
+    from registry.tvm_side.frontend import with_fast_math
 
     start = time.perf_counter()
     tvm_target = _target(target)
     loaded = load_model(model, input_shapes, params, name)
+    if not exact:
+        loaded = with_fast_math(loaded, tvm_target)
     import_s = time.perf_counter() - start
     store, owned = _open(*where_to)
     try:

@@ -50,14 +50,15 @@ SHAPE = {"bert": {"seq": 32}, "cnn": {"image": 64}}
 PLAIN_BATCH = 32
 
 
-def load(name: str):
+def load(name: str, target):
+    """The model as `registry tune` takes it for ``target`` (fast math on a CPU), for plain and registry alike."""
     from bench.corpus.catalogue import BY_NAME, materialize
-    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.frontend import load_onnx, with_fast_math
 
     if name in BY_NAME:
-        return load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name)
+        return with_fast_math(load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name), target)
     kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
-    return load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
+    return with_fast_math(load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name), target)
 
 
 def _now() -> dt.datetime:
@@ -83,7 +84,7 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     db_path = work / f"{stem}.db"
     db_path.unlink(missing_ok=True)
     store = Store(f"sqlite:///{db_path}")
-    loaded = load(name)
+    loaded = load(name, target)
     tasks = extract(store, loaded, target)
     trials = trials_per_task * len(tasks)
     print(f"plain tune_relax {name}: {len(tasks)} tasks, {trials} trials", flush=True)
@@ -131,7 +132,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
     predictor.save(store, device_id, model, metrics)
     train_s = time.perf_counter() - t0
     print(f"registry tune {name} (registry of {donor}; predictor trained in {train_s:.0f} s)", flush=True)
-    loaded = load(name)
+    loaded = load(name, target)
     n_tasks = len(_task_weights(store, loaded, target))
     options = ModelTuneOptions(engine=TuneOptions(trials=trials_per_task * n_tasks))
     started = _now()
@@ -204,7 +205,7 @@ def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, bu
     copy_sqlite(work / f"plain-{donor}.db", db_path)
     print(f"registry transfer {name} (registry of {donor}, {budget} candidates per task)", flush=True)
     start = time.perf_counter()
-    report = transfer(Store(f"sqlite:///{db_path}"), load(name), target, threads,
+    report = transfer(Store(f"sqlite:///{db_path}"), load(name, target), target, threads,
                       TransferOptions(budget=budget, tune_trials=0))  # fmt: skip
     return {"donor": donor, "seconds": time.perf_counter() - start, "budget": budget, "db": str(db_path),
             "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
@@ -223,7 +224,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
     plain(donor, work, tpt, target, threads)
     ours = registry_run(name, donor, work, tpt, target, threads)
     plain_store, our_store = Store(f"sqlite:///{work / f'plain-{name}.db'}"), Store(f"sqlite:///{ours['db']}")
-    loaded = load(name)
+    loaded = load(name, target)
     tasks = _task_weights(plain_store, loaded, target)
     with Measurer(target) as measurer:
         timings = measurer.kernels([module_job(default_schedule(mod, target), target) for _, _, mod in tasks.values()])

@@ -43,6 +43,12 @@ def model_options(command):
         click.option(
             "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Export the compiled library."
         ),
+        click.option(
+            "--exact-math",
+            is_flag=True,
+            help="On a CPU, keep erf, exp, tanh and softmax exact [default: TVM's fast approximations, within 4e-7 "
+            "of exact; libm's erf is a scalar call per element, often the slowest part of a GELU transformer].",
+        ),
         click.option("--name", help="Model name in the registry [default: the file's stem]."),
         click.option("--team", help="Provenance written on the records this run commits."),
         click.option(

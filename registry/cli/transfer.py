@@ -39,6 +39,7 @@ def transfer(
     threads,
     target,
     output,
+    exact_math,
     name,
     team,
     rpc,
@@ -69,7 +70,7 @@ def transfer(
         report = api.transfer(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials, team=team, rpc=rpc,
-            dop=dop, verbose=ctx.verbosity >= 2, progress=progress,
+            dop=dop, verbose=ctx.verbosity >= 2, exact_math=exact_math, progress=progress,
         )  # fmt: skip
     print_report(report, fmt)
     write_run_report(ctx, report_path, report)

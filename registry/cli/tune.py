@@ -37,7 +37,8 @@ class Duration(click.ParamType):
     "--budget",
     "seconds",
     type=Duration(),
-    help="Wall time for this run's tuning, e.g. 20m. A batch that would likely overrun is not started.",
+    help="Wall time for the whole command, e.g. 20m: tuning ends early enough to compile and time the tuned model "
+    "within it (a batch that would likely overrun is not started).",
 )
 @click.option(
     "--trials",
@@ -83,6 +84,7 @@ def tune(
     threads,
     target,
     output,
+    exact_math,
     name,
     team,
     rpc,
@@ -120,7 +122,7 @@ def tune(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain,
             min_share=min_share, batch=batch, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
-            progress=progress,
+            exact_math=exact_math, progress=progress,
         )  # fmt: skip
     print_report(report, fmt)
     write_run_report(ctx, report_path, report)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
+from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend.onnx import from_onnx
+from tvm.target import Target
 
 from registry.errors import BadInputError
 from registry.tvm_side import onnx_prep
@@ -61,6 +63,21 @@ def load_onnx(
         raise BadInputError(f"{where}: TVM cannot import this model: {error_line(e)}") from None
     bounds = {spec.name: _bound(spec) for spec in input_specs(model, shapes)}
     return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod, bounds)
+
+
+def with_fast_math(loaded: LoadedModel, target: Target) -> LoadedModel:
+    """On a CPU, the model with erf, exp, tanh and softmax as TVM's fast approximations (``topi.fast_erf``, ...).
+
+    LLVM lowers ``erf`` to a call of libm's ``erff`` per element, which does not vectorize: 6.4 µs for 1,024
+    elements against 0.26 µs for ``fast_erf`` (AMD EPYC, AVX-512). In a GELU transformer that call outweighs the
+    matmul it is fused into: tuned at 192 trials, a 2-layer ViT took 1.20 ms exact and 0.79 ms approximated
+    (onnxruntime 0.86 ms). The approximations are within 4e-7 of the exact functions (measured over [-12, 12]),
+    onnxruntime approximates the same functions, and the models' outputs differ from onnxruntime's no more than the
+    exact build's do. On a GPU erf, exp and tanh are fast intrinsics already: the module is left as it is.
+    """
+    if target.kind.name != "llvm":
+        return loaded
+    return replace(loaded, mod=relax.transform.FastMathTransform()(loaded.mod))
 
 
 def _bound(spec: InputSpec) -> Bound | None:

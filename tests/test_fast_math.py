@@ -1,0 +1,88 @@
+"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations (``with_fast_math``) unless the user
+asks for exact ones; the approximations keep the model's outputs, and a GPU module is left alone. Real TVM."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from registry.cli.main import cli
+
+pytestmark = pytest.mark.tvm
+
+
+def _gelu_softmax_onnx() -> bytes:
+    """x (8x64) @ w -> erf GELU -> tanh -> softmax: every function the transform replaces, in one small graph."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype("float32") / 8, "w")
+    half, sqrt2, one = (numpy_helper.from_array(np.array(v, "float32"), n) for n, v in
+                        (("half", 0.5), ("sqrt2", 2**0.5), ("one", 1.0)))  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["hs"]),
+        helper.make_node("Erf", ["hs"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["h", "e1"], ["g0"]),
+        helper.make_node("Mul", ["g0", "half"], ["g"]),
+        helper.make_node("Tanh", ["g"], ["t"]),
+        helper.make_node("Softmax", ["t"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu-softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])],
+        [w, half, sqrt2, one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _run(mod, target, x: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_the_cpu_module_is_approximated_and_computes_the_same():
+    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.target import host_target
+
+    target = host_target()
+    exact = load_onnx(_gelu_softmax_onnx(), name="m")
+    fast = with_fast_math(exact, target)
+    text = fast.mod.script()
+    assert all(f in text for f in ("fast_erf", "fast_tanh", "fast_softmax")), text[:2000]
+    assert "fast_" not in exact.mod.script()  # the loaded model itself is not changed
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype("float32") * 3
+    want, got = _run(exact.mod, target, x), _run(fast.mod, target, x)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_a_gpu_module_is_left_as_it_is():
+    import tvm
+
+    from registry.tvm_side.frontend import load_onnx, with_fast_math
+
+    exact = load_onnx(_gelu_softmax_onnx(), name="m")
+    assert with_fast_math(exact, tvm.target.Target({"kind": "cuda", "arch": "sm_90"})) is exact
+
+
+@pytest.mark.parametrize("flags, erf", [([], "fast_erf"), (["--exact-math"], "erf")])
+def test_transfer_compiles_what_the_flag_asks_for(tmp_path, sqlite_url, flags, erf):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_gelu_softmax_onnx())
+    onnx.checker.check_model(str(path))
+    result = CliRunner().invoke(
+        cli, ["--db", sqlite_url, "transfer", str(path), "--tune-trials", "0", *flags, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    names = [t["name"] for t in report["tasks"]]
+    assert any(erf in n for n in names) and (erf == "fast_erf" or not any("fast_" in n for n in names)), names
+    assert report["final_ms"] is not None, report["errors"]
