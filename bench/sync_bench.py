@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import python_reference_s, stamped  # noqa: E402
 from bench.store_bench import write_logs  # noqa: E402
-from registry import tvmlog  # noqa: E402
 from registry.share.log_import import import_logs  # noqa: E402
 from registry.share.sync import sync  # noqa: E402
 from registry.store.interface import open_storage  # noqa: E402
 from registry.store.values import ExchangeFilters  # noqa: E402
+from registry.tvm_side import tvmlog  # noqa: E402
 
 
 def first_lines(src: Path, dst: Path, n: int) -> None:

@@ -4,7 +4,9 @@ imports are read from the source, never run."""
 
 from __future__ import annotations
 
+import ast
 import collections
+from pathlib import Path
 
 from tests.imports import ROOT, imported, module_name
 
@@ -122,3 +124,40 @@ def test_the_check_sees_an_arrow_that_runs_up():
     """The rule itself, on made-up edges: a store module importing the pipeline is refused."""
     assert _layer("registry.store.sql.ingest")[0] > _layer("registry.pipeline.tune")[0]
     assert _layer("registry.share.sync")[0] == _layer("registry.pipeline.tune")[0]  # siblings: neither way
+
+
+def _source_of(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def test_benchmarks_and_tests_import_what_the_package_has():
+    """A file moved in the package breaks the scripts that still name its old place; bench/ runs in no test, so its
+    imports are checked here, read from the source."""
+    broken = []
+    for path in sorted([*ROOT.glob("bench/**/*.py"), *ROOT.glob("tests/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "registry"):
+                continue
+            source = _source_of(node.module)
+            if source is None:
+                broken.append(f"{path.relative_to(ROOT)}: {node.module}")
+                continue
+            defined = _top_level_names(source)
+            for alias in node.names:
+                if alias.name not in defined and _source_of(f"{node.module}.{alias.name}") is None:
+                    broken.append(f"{path.relative_to(ROOT)}: {node.module}.{alias.name}")
+    assert not broken, broken

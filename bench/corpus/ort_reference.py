@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import BY_NAME, MODELS, materialize  # noqa: E402
-from registry import onnx_prep  # noqa: E402
+from registry.tvm_side import onnx_prep  # noqa: E402
 from registry.tvm_side.onnx_inputs import input_specs, make_inputs  # noqa: E402
 
 

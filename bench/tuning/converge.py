@@ -1,0 +1,175 @@
+"""Convergence: plain ``tune_relax`` against ``registry tune --budget`` given a third of plain's time, on an empty
+registry, and onnxruntime, on the same machine.
+
+    .venv/bin/python bench/tuning/converge.py [--models gpu-vit-l2-h128 ...] [--trials-per-task 36] [--share 0.333]
+
+1. **Plain.** ``tune_relax`` as in ``bench/tuning/run.py`` (MetaSchedule's defaults, the PersistentBuilder), kept
+   under ``--work`` and reused; ``--trials-per-task`` x tasks trials. Its wall time is T.
+2. **Registry.** ``registry tune MODEL --budget (share x T) --trials 1000000`` into an empty registry, as a user runs
+   it (a fresh process; the command's wall time, compile and report included, is kept beside the budget).
+3. **Curves.** The estimated model latency (each task's best so far x its weight, summed) against wall time for both,
+   from the records' timestamps; both models run with fast math (the CLI's default on a CPU).
+4. **End to end.** Untuned, plain's and the registry's builds and onnxruntime, timed in turn, 3 rounds, medians.
+
+Writes bench/results/converge.json (with the machine, the commit and the date) and converge.png, and prints the table
+of docs/BENCHMARKS.md ("Convergence").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
+from bench.tuning.run import _now, _task_weights, curve, load, plain, time_to  # noqa: E402
+
+REGISTRY = str(Path(sys.executable).with_name("registry"))
+
+
+def registry_tune(name: str, work: Path, budget_s: float) -> dict:
+    db = work / f"registry-budget-{name}.db"
+    meta_file = db.with_suffix(".json")
+    if meta_file.exists():
+        return json.loads(meta_file.read_text())
+    db.unlink(missing_ok=True)
+    shapes = [f"--input-shape={k}={','.join(map(str, v))}" for k, v in BY_NAME[name].shapes.items()]
+    args = [REGISTRY, "--db", str(db), "tune", str(materialize(BY_NAME[name])), *shapes]
+    print(f"registry tune {name} --budget {budget_s:.0f}s", flush=True)
+    started, start = _now(), time.perf_counter()
+    out = subprocess.run([*args, "--budget", f"{budget_s:.1f}", "--trials", "1000000", "--json"],
+                         capture_output=True, text=True)  # fmt: skip
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise SystemExit(f"{name}: {out.stderr.strip().splitlines()[-1]}")
+    report = json.loads(out.stdout[out.stdout.index("{") :])
+    meta = {"budget_s": budget_s, "wall_s": wall, "started": started.isoformat(), "db": str(db), "report": report}
+    meta_file.write_text(json.dumps(meta))
+    return meta
+
+
+def compare(name: str, work: Path, tpt: int, share: float, target, threads: int) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    from bench.corpus.ort_reference import reference_ms
+    from registry.measure.jobs import interleaved_model_ms, module_job
+    from registry.measure.measurer import Measurer
+    from registry.records.database import RegistryDatabase
+    from registry.store.sql.store import Store
+    from registry.tvm_side.defaults import default_schedule
+
+    base = plain(name, work, tpt, target, threads)
+    ours = registry_tune(name, work, share * base["seconds"])
+    plain_store, our_store = Store(f"sqlite:///{base['db']}"), Store(f"sqlite:///{ours['db']}")
+    loaded = load(name, target)
+    tasks = _task_weights(plain_store, loaded, target)
+    with Measurer(target) as measurer:
+        timings = measurer.kernels([module_job(default_schedule(mod, target), target) for _, _, mod in tasks.values()])
+        defaults = {wid: m.median_us or float("inf") for wid, m in zip(tasks, timings, strict=True)}
+        by_name = {n: defaults[w] for w, (n, _, _) in tasks.items()}
+        plain_curve = curve(plain_store, loaded, target, plain_store.all_devices()[0].id, base["started"], defaults)
+        ours_defaults = {w: by_name[n] for w, (n, _, _) in _task_weights(our_store, loaded, target).items()}
+        our_curve = curve(our_store, loaded, target, our_store.all_devices()[0].id, ours["started"], ours_defaults)
+        exes = {
+            k: ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+            for k, db in (
+                ("untuned", ms.database.MemoryDatabase()),
+                ("plain", RegistryDatabase(target, plain_store, num_threads=threads)),
+                ("registry", RegistryDatabase(target, our_store, num_threads=threads)),
+            )
+        }
+        samples: dict[str, list[float]] = {k: [] for k in [*exes, "onnxruntime"]}
+        for _ in range(3):
+            for k, v in interleaved_model_ms(measurer, exes, loaded.inputs, rounds=1).items():
+                if v is not None:
+                    samples[k].append(v)
+            samples["onnxruntime"].append(
+                reference_ms(materialize(BY_NAME[name]), BY_NAME[name].shapes, samples=7)["ms"]
+            )
+    plain_final = plain_curve[-1][1]
+    return {
+        "model": name,
+        "plain_s": base["seconds"],
+        "plain_trials": base["trials"],
+        "budget_s": ours["budget_s"],
+        "registry_wall_s": ours["wall_s"],
+        "registry_trials": sum(t["measurements"] for t in ours["report"]["tasks"]),
+        "registry_stop": ours["report"]["tuning"]["stop"],
+        "plain_final_est_us": plain_final,
+        "registry_final_est_us": our_curve[-1][1],
+        "time_to_plain_final_s": {
+            "plain": time_to(plain_curve, plain_final),
+            "registry": time_to(our_curve, plain_final),
+        },
+        "e2e_ms": {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v},
+        "e2e_spread_ms": {k: [min(v), max(v)] for k, v in samples.items() if v},
+        "plain_curve": plain_curve,
+        "registry_curve": our_curve,
+    }
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.tuning.run import step_curve
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for ax, r in zip(axes[0], results, strict=True):
+        step_curve(ax, r["plain_curve"], r["plain_s"], "plain tune_relax")
+        step_curve(ax, r["registry_curve"], r["registry_wall_s"], f"registry tune --budget {r['budget_s']:.0f}s")
+        ax.axhline(r["e2e_ms"]["onnxruntime"] * 1e3, color="gray", ls=":", label="onnxruntime (end to end)")
+        ax.set(title=r["model"], xlabel="wall time, s", ylabel="estimated model latency, µs", yscale="log")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| model | plain: trials, s, est. µs | registry: budget s, command s, trials, est. µs | est. registry / plain "
+        "| e2e ms: untuned / plain / registry / onnxruntime | registry / onnxruntime |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        e = r["e2e_ms"]
+        lines.append(
+            f"| {r['model']} | {r['plain_trials']}, {r['plain_s']:.0f}, {r['plain_final_est_us']:.0f} "
+            f"| {r['budget_s']:.0f}, {r['registry_wall_s']:.0f}, {r['registry_trials']}, "
+            f"{r['registry_final_est_us']:.0f} | {r['registry_final_est_us'] / r['plain_final_est_us']:.3f} "
+            f"| {e['untuned']:.2f} / {e['plain']:.3f} / {e['registry']:.3f} / {e['onnxruntime']:.3f} "
+            f"| {e['registry'] / e['onnxruntime']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["gpu-vit-l2-h128"])
+    parser.add_argument("--trials-per-task", type=int, default=36)
+    parser.add_argument("--share", type=float, default=1 / 3, help="registry's budget as a share of plain's time")
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "converge")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "converge.json")
+    args = parser.parse_args()
+
+    from registry.tvm_side.target import host_target, runtime_threads
+
+    target, threads = host_target(), runtime_threads()
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = [compare(m, args.work, args.trials_per_task, args.share, target, threads) for m in args.models]
+    args.out.write_text(json.dumps(stamped({"results": results}), indent=1))
+    plot(results, args.out.with_suffix(".png"))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
