@@ -341,3 +341,41 @@ def test_an_rpc_key_with_no_free_server_is_one_line(sqlite_url, mlp):
         tracker.terminate()
     assert result.exit_code != 0 and "no free server of key 'nokey'" in result.output, result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.tvm
+def test_a_default_that_beat_every_candidate_is_filed_so_compiling_keeps_it(sqlite_url, mlp):
+    """The engine's end, given a tuning state: one task whose candidates all lost to its default (as a ViT's layer
+    norm did: 155 µs against 10.4), one whose best beat it. Only the first gets its default filed, and it is then
+    the record compiling applies: the task's own unscheduled function."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.pipeline.engine import Engine, EngineTask, TuneOptions
+    from registry.pipeline.model_run import model_run
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    store, target = Store(sqlite_url), host_target()
+    with model_run(store, load_onnx(mlp, name="mlp"), target, 1, "tuned", None) as run:
+        engine = Engine(run, run.db, TuneOptions(use_predictor=False))
+        try:
+            lost, won = run.tasks[:2]
+            tasks = [EngineTask(lost, default_us=2.0), EngineTask(won, default_us=2.0)]
+            states = {
+                lost.workload_id: TaskState(lost.name, lost.weight, 2.0, best_us=155.0),
+                won.workload_id: TaskState(won.name, won.weight, 2.0, best_us=1.5),
+            }
+            engine.keep_defaults(tasks, states)
+        finally:
+            engine.close()
+        device_id = run.db.device_id
+        [filed] = store.top_k(lost.workload_id, device_id, 5)
+        assert filed.mean_s == pytest.approx(2e-6)
+        assert [inst[0] for inst in json.loads(filed.trace_json)[0]] == ["GetSBlock"]  # changes nothing
+        assert store.top_k(won.workload_id, device_id, 5) == []
+        assert states[lost.workload_id].best_us == 2.0 and states[won.workload_id].best_us == 1.5
+        with target, run.db:
+            sch = run.db.query_schedule(lost.mod, target, lost.name)
+        assert sch is not None and tvm_ffi.structural_equal(sch.mod, lost.mod)
+        assert isinstance(run.db, ms.database.Database)
