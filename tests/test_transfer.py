@@ -176,3 +176,30 @@ def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
     assert two["threads"] == 2 and two["device"].endswith("-2t")
     assert [(t["source"], t["same_device"]) for t in two["tasks"]] == [("transferred", False)], two["tasks"]
     assert {d["threads"] for d in store.devices()} == {1, 2}
+
+
+@pytest.mark.tvm
+def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_path):
+    """A stored best that measures slower than the task's default (the default given here: 1 ns, or 1 s) is not what
+    compiling should apply: the default is filed as the task's record and the task reported as "default"."""
+    from registry.measure.types import Measurement
+    from registry.pipeline.model_run import model_run
+    from registry.pipeline.transfer import TransferOptions, _Resolver
+    from registry.similarity.index import SimilarityIndex
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(8, (64, 64)), path)
+    tuned = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", str(path), "--trials", "4", "--no-predictor", "-q"])
+    assert tuned.exit_code == 0, tuned.output
+    store = Store(sqlite_url)
+    with model_run(store, load_onnx(path, name="mlp"), host_target(), 1, "transferred", None) as run:
+        [task] = run.tasks
+        resolver = _Resolver(run, SimilarityIndex(store), TransferOptions())
+        slow_default = resolver.resolve(task, Measurement((1.0, 1.0, 1.0)))
+        fast_default = resolver.resolve(task, Measurement((1e-9, 1e-9, 1e-9)))
+        best = store.top_k(task.workload_id, run.db.device_id, 1)[0]
+    assert slow_default.source == "exact" and slow_default.after_us < 1e6
+    assert fast_default.source == "default" and fast_default.after_us == pytest.approx(1e-3)
+    assert [i[0] for i in json.loads(best.trace_json)[0]] == ["GetSBlock"] and best.mean_s == pytest.approx(1e-9)

@@ -37,7 +37,7 @@ from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
-from registry.pipeline.model_run import ModelRun, Progress, Task
+from registry.pipeline.model_run import ModelRun, Progress, Task, default_record
 from registry.pipeline.rules import rules_with_producers_inlined
 from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
 from registry.records.database import RegistryDatabase
@@ -100,7 +100,7 @@ class Engine:
         team: str | None = None,
         progress: Progress = lambda _done, _total, _what: None,  # (trials spent, trial budget or 0, what now)
     ) -> None:
-        self.store, self.db, self.target, self.opts = run.store, db, run.target, options
+        self.model_run, self.store, self.db, self.target, self.opts = run, run.store, db, run.target, options
         self.clock, self.model, self.team, self.progress = run.clock, run.loaded.name, team, progress
         self.measurer = run.measurer
         prepare_tuning(self.target.kind.name)
@@ -176,37 +176,17 @@ class Engine:
         )
 
     def keep_defaults(self, tasks: list[EngineTask], states: dict[int, TaskState]) -> None:
-        """On a CPU, file the default schedule of each task whose measured candidates all lost to it.
-
-        Compiling with a registry applies whatever record a workload has, however slow: MetaSchedule does not know the
-        default's time. A ViT's layer norm whose 12 candidates took 155 µs and more, against 10.4 µs unscheduled,
-        made the model 1.54 ms instead of 0.80 (bench/tuning/converge.py). Filed as a record (a trace that changes
-        nothing: the task as TVM lowers it, which is the CPU's default), the default is the best record, and compiling
-        keeps it.
-        Its time is the default's median, measured like the candidates. On a GPU the default is DLight's, which is
-        not a trace; it is not filed there.
-        """
-        if "gpu" in {str(k) for k in self.target.keys}:
-            return
+        """File the default schedule of each task whose measured candidates all lost to it, so that compiling keeps
+        the default (``model_run.default_record``; on a GPU nothing is filed)."""
         records = []
         for t in tasks:
             state = states[t.task.workload_id]
             if t.default_us is None or (state.best_us is not None and state.best_us <= t.default_us):
                 continue
-            records.append(
-                RecordIn(
-                    workload=t.task.ident,
-                    device=self.db.device,
-                    trace=_default_trace(t.task.mod),
-                    run_secs=(t.default_us / 1e6,),
-                    source="tuned",
-                    tool_version=hostinfo.tool_version(),
-                    team=self.team,
-                    model=self.model,
-                    host=hostinfo.hostname(),
-                )
-            )
-            state.best_us = t.default_us
+            record = default_record(self.model_run, t.task, t.default_us, self.team)
+            if record is not None:
+                records.append(record)
+                state.best_us = t.default_us
         if records:
             self.writer.write(records)
 
@@ -417,14 +397,6 @@ class _TaskTuner:
                 stacklevel=2,
             )
         return {k: refused[id(r)] for k, r in enumerate(records) if id(r) in refused}
-
-
-def _default_trace(mod) -> list:
-    """A trace that leaves the task as it is: one lookup of its root block (the store refuses empty traces, and this
-    one replays on the stored workload like any other)."""
-    sch = Schedule(mod)
-    sch.get_sblock("root")
-    return trace_json(sch)
 
 
 def _run_secs(result: RunnerResult) -> list[float]:

@@ -30,7 +30,16 @@ from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
 from registry.pipeline.donor_schedules import DonorSchedules
 from registry.pipeline.engine import EngineTask, TuneOptions
-from registry.pipeline.model_run import ModelRun, Progress, Task, Where, default_timings, finish, model_run
+from registry.pipeline.model_run import (
+    ModelRun,
+    Progress,
+    Task,
+    Where,
+    default_record,
+    default_timings,
+    finish,
+    model_run,
+)
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
 from registry.similarity.donors import Donor
@@ -144,6 +153,8 @@ class _Resolver:
                 timing = self._time(task, stored.mod) if stored is not None else None
             result.source = "exact"
             result.after_us = timing.median_us if timing is not None and timing.ok else best.mean_s * 1e6
+            if default.ok and result.after_us > before and self._keep_default(task, before):
+                result.source, result.after_us = "default", before  # the stored best lost to the default
             return result
         with self.clock("donors"):
             donors = self.schedules.find(
@@ -168,6 +179,12 @@ class _Resolver:
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
         return result
+
+    def _keep_default(self, task: Task, default_us: float) -> bool:
+        """File the default as the task's record where the registry's best is slower (``model_run.default_record``);
+        whether it was filed (not on a GPU, nor where the registry's one check refused it)."""
+        record = default_record(self.run, task, default_us, self.opts.team)
+        return record is not None and not self.writer.write([record]).refused
 
     def _best_here(self, workload_id: int) -> StoredRecord | None:
         best = self.store.top_k(workload_id, self.db.device_id, 1)

@@ -29,3 +29,18 @@ def default_schedule(mod: IRModule, target: Target) -> IRModule:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
         )(mod.clone())
+
+
+def default_trace(mod: IRModule, target: Target) -> list | None:
+    """The default schedule as a record's trace, where it is one. On a CPU the default is the task as TVM lowers
+    it: a trace that changes nothing (one lookup of its root block; the store refuses empty traces), which replays on
+    the stored workload like any other. On a GPU the default is DLight's, which is not a trace: None."""
+    if is_gpu(target):
+        return None
+    from tvm.s_tir.schedule import Schedule
+
+    from registry.tvm_side.apply_trace import trace_json
+
+    sch = Schedule(mod)
+    sch.get_sblock("root")
+    return trace_json(sch)
