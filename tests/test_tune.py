@@ -79,6 +79,20 @@ def test_a_negligible_share_of_the_model_stops_a_task():
     assert small.stopped and "below 5%" in small.stopped and big.stopped is None
 
 
+def test_a_paused_small_task_resumes_when_the_others_get_faster():
+    tasks = _tasks()
+    planner = Planner(tasks, Budget(), TrimOptions(min_share=0.05, min_gain_per_min=0))
+    big, small = tasks
+    small.best_us = 90.0  # 90 of 4090 µs: 2.2%, paused
+    planner.record_batch(small, None, 1.0)
+    assert small.stopped
+    big.best_us = 200.0  # the big task tuned: 90 of 890 µs is 10% of the model now
+    planner.record_batch(big, None, 1.0)
+    assert small.stopped is None and not small.small
+    big.stopped = "done"
+    assert planner.next_task(0.0) is small  # it draws batches again
+
+
 def test_trial_and_time_budgets_end_tuning():
     tasks = _tasks()
     planner = Planner(tasks, Budget(trials=20), TrimOptions(min_share=0, min_gain_per_min=0))

@@ -63,9 +63,13 @@ def compare(name: str, work: Path, tpt: int, share: float, target, threads: int)
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
+    from registry.tvm_side.compat import TVM_ERRORS, error_line
     from registry.tvm_side.defaults import default_schedule
 
-    base = plain(name, work, tpt, target, threads)
+    try:
+        base = plain(name, work, tpt, target, threads)
+    except TVM_ERRORS as e:  # plain MetaSchedule stops at the first task its rules cannot schedule
+        return {"model": name, "plain_error": error_line(e)[:300]}
     ours = registry_tune(name, work, share * base["seconds"])
     plain_store, our_store = Store(f"sqlite:///{base['db']}"), Store(f"sqlite:///{ours['db']}")
     loaded = load(name, target)
@@ -123,6 +127,7 @@ def plot(results: list[dict], path: Path) -> None:
 
     from bench.tuning.run import step_curve
 
+    results = [r for r in results if "plain_error" not in r]
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, r in zip(axes[0], results, strict=True):
         step_curve(ax, r["plain_curve"], r["plain_s"], "plain tune_relax")
@@ -141,6 +146,9 @@ def table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in results:
+        if "plain_error" in r:
+            lines.append(f"| {r['model']} | plain tune_relax failed: {r['plain_error'][:120]} | | | | |")
+            continue
         e = r["e2e_ms"]
         lines.append(
             f"| {r['model']} | {r['plain_trials']}, {r['plain_s']:.0f}, {r['plain_final_est_us']:.0f} "
