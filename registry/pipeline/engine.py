@@ -178,17 +178,18 @@ class Engine:
     def keep_defaults(self, tasks: list[EngineTask], states: dict[int, TaskState]) -> None:
         """File the default schedule of each task whose measured candidates all lost to it, so that compiling keeps
         the default (``model_run.default_record``; on a GPU nothing is filed)."""
-        records = []
+        filed = {}
         for t in tasks:
             state = states[t.task.workload_id]
             if t.default_us is None or (state.best_us is not None and state.best_us <= t.default_us):
                 continue
             record = default_record(self.model_run, t.task, t.default_us, self.team)
             if record is not None:
-                records.append(record)
-                state.best_us = t.default_us
-        if records:
-            self.writer.write(records)
+                filed[id(record)] = (record, state, t.default_us)
+        refused = {id(r) for r, _ in self.writer.write([r for r, _, _ in filed.values()]).refused} if filed else set()
+        for key, (_, state, default_us) in filed.items():
+            if key not in refused:
+                state.best_us = default_us
 
     def _point(self, start: float, states: dict[int, TaskState], planner: Planner, task: str | None) -> dict:
         """One point of the run's history: where the tuning stands after a batch (of ``task``; None: the start)."""

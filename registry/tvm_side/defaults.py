@@ -34,13 +34,18 @@ def default_schedule(mod: IRModule, target: Target) -> IRModule:
 def default_trace(mod: IRModule, target: Target) -> list | None:
     """The default schedule as a record's trace, where it is one. On a CPU the default is the task as TVM lowers
     it: a trace that changes nothing (one lookup of its root block; the store refuses empty traces), which replays on
-    the stored workload like any other. On a GPU the default is DLight's, which is not a trace: None."""
+    the stored workload like any other. On a GPU the default is DLight's, which is not a trace: None (and None for a
+    function without a root block, which TVM's own lowering always gives)."""
     if is_gpu(target):
         return None
     from tvm.s_tir.schedule import Schedule
 
     from registry.tvm_side.apply_trace import trace_json
+    from registry.tvm_side.compat import TVM_ERRORS
 
     sch = Schedule(mod)
-    sch.get_sblock("root")
+    try:
+        sch.get_sblock("root")
+    except TVM_ERRORS:
+        return None
     return trace_json(sch)
