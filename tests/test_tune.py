@@ -105,6 +105,13 @@ def test_trial_and_time_budgets_end_tuning():
     timed.batch_seconds = [10.0]
     assert timed.next_task(15.0) is not None
     assert timed.next_task(21.0) is None  # a 10 s batch would end past 30 s: not started
+    assert "time budget" in timed.stop
+
+    slow = Planner(_tasks(), Budget(seconds=30), TrimOptions(min_share=0, min_gain_per_min=0))
+    big, small = slow.tasks
+    slow.batch_seconds, big.batches, big.seconds = [2.0, 2.0, 20.0], 1, 20.0  # the big task's batches take 20 s
+    assert slow.next_task(5.0) is big  # 5 + 20 s fits
+    assert slow.next_task(15.0) is None and "time budget" in slow.stop  # the median (2 s) would have started it
 
 
 # -- the engine, real TVM --------------------------------------------------------------------------------------------

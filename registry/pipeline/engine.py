@@ -157,7 +157,7 @@ class Engine:
         for tuner in tuners.values():
             tuner.ctx.post_tuning()
         self.keep_defaults([by_id[wid] for wid in tuners], states)
-        stop = planner.out_of_budget(time.perf_counter() - start) or "every task stopped"
+        stop = planner.stop or "every task stopped"
         self.progress(self._spent(states), budget, stop)
         trials = None
         if self.opts.trials:

@@ -68,6 +68,7 @@ class Planner:
     budget: Budget
     trim: TrimOptions = field(default_factory=TrimOptions)
     batch_seconds: list[float] = field(default_factory=list)
+    stop: str | None = None  # why the last next_task() gave no task, when the budget was why
 
     def model_us(self) -> float:
         """The model's estimated latency: the sum of weight x latency over its tasks."""
@@ -79,24 +80,31 @@ class Planner:
         spent = sum(t.stored + t.measurements for t in self.tasks)
         return max(0, self.budget.trials - spent)
 
-    def out_of_budget(self, elapsed_s: float) -> str | None:
+    def out_of_budget(self, elapsed_s: float, task: TaskState | None = None) -> str | None:
+        """Why no batch (of ``task``, when given) may start now, or None. A batch is expected to take the median
+        batch's time, or ``task``'s own mean where that is longer: a model's batches differ (a ResNet's stem
+        convolution took 4 s a batch where its other tasks took 1-2 s, and its last batch overran the budget)."""
         left = self.trials_left()
         if left is not None and left <= 0:
             return f"trial budget of {self.budget.trials} spent"
         if self.budget.seconds is not None:
             expected = statistics.median(self.batch_seconds) if self.batch_seconds else 0.0
+            if task is not None and task.batches:
+                expected = max(expected, task.seconds / task.batches)
             if elapsed_s + expected > self.budget.seconds:
                 return f"time budget spent ({self.budget.seconds:.0f} s of tuning)"
         return None
 
     def next_task(self, elapsed_s: float) -> TaskState | None:
-        """The task that gets the next batch, or None when tuning is over."""
-        if self.out_of_budget(elapsed_s) is not None:
-            return None
+        """The task that gets the next batch, or None when tuning is over (``stop`` then says why, if the budget
+        ended it)."""
+        self.stop = self.out_of_budget(elapsed_s)
         live = [t for t in self.tasks if t.stopped is None]
-        if not live:
+        if self.stop is not None or not live:
             return None
-        return max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
+        task = max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
+        self.stop = self.out_of_budget(elapsed_s, task)
+        return None if self.stop is not None else task
 
     def record_batch(self, task: TaskState, best_before_us: float | None, seconds: float) -> None:
         """Account one batch of ``task`` (its best_us already updated) and apply the stopping rules."""
