@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.corpus.run import registry, shape_args  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 
-REGISTRY = str(Path(sys.executable).with_name("registry"))
 MODELS = ["bert-l2-h128", "gpu-vit-l2-h128", "resnet-basic-w32"]  # a text transformer, a vision one, a CNN
 MATHS = {"exact": ["--exact-math"], "fast": []}
 
@@ -40,13 +39,12 @@ def tune(name: str, math: str, trials: int, work: Path) -> dict:
     if report.exists():  # finished before: resume
         return json.loads(report.read_text())
     db.unlink(missing_ok=True)
-    shapes = [f"--input-shape={k}={','.join(map(str, v))}" for k, v in BY_NAME[name].shapes.items()]
-    args = [REGISTRY, "--db", str(db), "tune", str(materialize(BY_NAME[name])), *shapes, *MATHS[math]]
+    model = BY_NAME[name]
     start = time.perf_counter()
-    out = subprocess.run([*args, "--trials", str(trials), "--no-predictor", "--json"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{name} ({math}): {out.stderr.strip().splitlines()[-1]}")
-    result = json.loads(out.stdout[out.stdout.index("{") :])
+    args = ["tune", str(materialize(model)), *shape_args(model), *MATHS[math], "--trials", str(trials)]
+    result, error = registry(*args, "--no-predictor", "--json", db=db)
+    if result is None:
+        raise SystemExit(f"{name} ({math}): {error}")
     result["wall_s"] = time.perf_counter() - start
     report.write_text(json.dumps(result))
     print(f"{name} {math}: tuned in {result['wall_s']:.0f} s, {result['final_ms']:.3f} ms", flush=True)
@@ -60,8 +58,7 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from bench.corpus.ort_reference import reference_ms, session
-    from registry.measure.jobs import interleaved_model_ms
+    from bench.corpus.ort_reference import session, timed_with_onnxruntime
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
@@ -81,12 +78,7 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
                 target, open_storage(f"sqlite:///{work / f'{name}-{math}.db'}"), device=measurer.device
             )
             built[math] = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
-        samples: dict[str, list[float]] = {k: [] for k in [*built, "onnxruntime"]}
-        for _ in range(rounds):
-            for k, v in interleaved_model_ms(measurer, built, exact.inputs, rounds=1).items():
-                if v is not None:
-                    samples[k].append(v)
-            samples["onnxruntime"].append(reference_ms(path, model.shapes, samples=7)["ms"])
+        samples = timed_with_onnxruntime(measurer, built, exact.inputs, path, model.shapes, rounds)
     onnx_model = onnx.load(str(path))
     feeds = make_inputs(input_specs(onnx_model, onnx_prep.fixed_input_shapes(onnx_model, model.shapes)), 0)
     want = session(path, 1, 1).run(None, feeds)[0]

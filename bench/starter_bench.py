@@ -27,7 +27,7 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.corpus.ort_reference import reference_ms  # noqa: E402
+from bench.corpus.ort_reference import timed_with_onnxruntime  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
@@ -60,7 +60,6 @@ def shapes_of(model: onnx.ModelProto, given) -> dict[str, list[int]]:
 def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.measure.jobs import interleaved_model_ms
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
@@ -73,12 +72,8 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
         starter = RegistryDatabase(target, open_storage(f"sqlite:///{db}"), device=measurer.device)
         dbs = {"untuned": ms.database.MemoryDatabase(), "starter": starter}
         built = {k: ms.relax_integration.compile_relax(d, loaded.mod, target, None) for k, d in dbs.items()}
-        tvm, ort = {k: [] for k in built}, []
-        for _ in range(rounds):
-            for k, v in interleaved_model_ms(measurer, built, loaded.inputs, rounds=1).items():
-                if v is not None:
-                    tvm[k].append(v)
-            ort.append(reference_ms(path, shapes, samples=7)["ms"])
+        tvm = timed_with_onnxruntime(measurer, built, loaded.inputs, path, shapes, rounds)
+        ort = tvm.pop("onnxruntime")
     out = {k: statistics.median(v) if v else None for k, v in tvm.items()}
     out["onnxruntime"] = statistics.median(ort)
     return out

@@ -76,6 +76,22 @@ def reference_ms(
     return {"ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "threads": threads}
 
 
+def timed_with_onnxruntime(measurer, builds: dict, inputs, path: Path, shapes: dict, rounds: int) -> dict:
+    """TVM's ``builds`` and onnxruntime timed in turn, ``rounds`` times: each round the builds one after the other
+    in ``measurer``'s worker (``interleaved_model_ms``), then onnxruntime in this process (7 samples of at least
+    50 ms), so that a drift of the machine hits all alike. Returns the samples (ms) per build and under
+    "onnxruntime"; a build that did not run has none."""
+    from registry.measure.jobs import interleaved_model_ms
+
+    samples: dict[str, list[float]] = {k: [] for k in [*builds, "onnxruntime"]}
+    for _ in range(rounds):
+        for k, v in interleaved_model_ms(measurer, builds, inputs, rounds=1).items():
+            if v is not None:
+                samples[k].append(v)
+        samples["onnxruntime"].append(reference_ms(path, shapes, samples=7)["ms"])
+    return samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="models to time (default: all)")

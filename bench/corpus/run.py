@@ -139,8 +139,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
     """Untuned, transfer and tune builds in the registry's measurer, and onnxruntime, interleaved per model."""
     from tvm.s_tir import meta_schedule as ms
 
-    from bench.corpus.ort_reference import reference_ms
-    from registry.measure.jobs import interleaved_model_ms
+    from bench.corpus.ort_reference import timed_with_onnxruntime
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
@@ -160,13 +159,8 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
                 exes[kind] = RegistryDatabase(target, Store(f"sqlite:///{work / kind / f'{model.name}.db'}"),
                                               device=measurer.device)  # fmt: skip
             built = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in exes.items()}
-            ort = []
-            tvm: dict[str, list[float]] = {k: [] for k in built}
-            for _ in range(rounds):
-                for k, v in interleaved_model_ms(measurer, built, loaded.inputs, rounds=1).items():
-                    if v is not None:
-                        tvm[k].append(v)
-                ort.append(reference_ms(path, model.shapes, samples=7)["ms"])
+            tvm = timed_with_onnxruntime(measurer, built, loaded.inputs, path, model.shapes, rounds)
+            ort = tvm.pop("onnxruntime")
             row["ms"] = {k: sorted(v)[len(v) // 2] if v else None for k, v in tvm.items()}
             row["ms"]["onnxruntime"] = sorted(ort)[len(ort) // 2]
             row["spread"] = {k: [min(v), max(v)] if v else None for k, v in {**tvm, "onnxruntime": ort}.items()}

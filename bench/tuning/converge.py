@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.corpus.run import registry, shape_args  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 from bench.tuning.run import _now, _task_weights, curve, load, plain, time_to  # noqa: E402
-
-REGISTRY = str(Path(sys.executable).with_name("registry"))
 
 
 def registry_tune(name: str, work: Path, budget_s: float) -> dict:
@@ -40,16 +38,14 @@ def registry_tune(name: str, work: Path, budget_s: float) -> dict:
     if meta_file.exists():
         return json.loads(meta_file.read_text())
     db.unlink(missing_ok=True)
-    shapes = [f"--input-shape={k}={','.join(map(str, v))}" for k, v in BY_NAME[name].shapes.items()]
-    args = [REGISTRY, "--db", str(db), "tune", str(materialize(BY_NAME[name])), *shapes]
+    model = BY_NAME[name]
     print(f"registry tune {name} --budget {budget_s:.0f}s", flush=True)
     started, start = _now(), time.perf_counter()
-    out = subprocess.run([*args, "--budget", f"{budget_s:.1f}", "--trials", "1000000", "--json"],
-                         capture_output=True, text=True)  # fmt: skip
+    args = ["tune", str(materialize(model)), *shape_args(model), "--budget", f"{budget_s:.1f}", "--trials", "1000000"]
+    report, error = registry(*args, "--json", db=db)
     wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"{name}: {out.stderr.strip().splitlines()[-1]}")
-    report = json.loads(out.stdout[out.stdout.index("{") :])
+    if report is None:
+        raise SystemExit(f"{name}: {error}")
     meta = {"budget_s": budget_s, "wall_s": wall, "started": started.isoformat(), "db": str(db), "report": report}
     meta_file.write_text(json.dumps(meta))
     return meta
@@ -58,8 +54,8 @@ def registry_tune(name: str, work: Path, budget_s: float) -> dict:
 def compare(name: str, work: Path, tpt: int, share: float, target, threads: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
-    from bench.corpus.ort_reference import reference_ms
-    from registry.measure.jobs import interleaved_model_ms, module_job
+    from bench.corpus.ort_reference import timed_with_onnxruntime
+    from registry.measure.jobs import module_job
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
@@ -89,14 +85,8 @@ def compare(name: str, work: Path, tpt: int, share: float, target, threads: int)
                 ("registry", RegistryDatabase(target, our_store, num_threads=threads)),
             )
         }
-        samples: dict[str, list[float]] = {k: [] for k in [*exes, "onnxruntime"]}
-        for _ in range(3):
-            for k, v in interleaved_model_ms(measurer, exes, loaded.inputs, rounds=1).items():
-                if v is not None:
-                    samples[k].append(v)
-            samples["onnxruntime"].append(
-                reference_ms(materialize(BY_NAME[name]), BY_NAME[name].shapes, samples=7)["ms"]
-            )
+        path, shapes = materialize(BY_NAME[name]), BY_NAME[name].shapes
+        samples = timed_with_onnxruntime(measurer, exes, loaded.inputs, path, shapes, rounds=3)
     plain_final = plain_curve[-1][1]
     return {
         "model": name,
