@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.ort_reference import timed_with_onnxruntime  # noqa: E402
+from bench.corpus.run import registry as run_registry  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 from registry.tvm_side import zoo  # noqa: E402
 
-REGISTRY = str(Path(sys.executable).with_name("registry"))
 MODELS = {
     "zoo-resnet-64px": (lambda: zoo.resnet(), {"x": [1, 3, 64, 64]}),
     "zoo-mobilenetv2-64px": (lambda: zoo.mobilenet_v2(), {"x": [1, 3, 64, 64]}),
@@ -42,10 +41,10 @@ MODELS = {
 
 
 def registry(db: Path, *args: str) -> dict:
-    done = subprocess.run([REGISTRY, "--db", f"sqlite:///{db}", *args, "--json"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"registry {' '.join(args)}: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout[done.stdout.index("{") :])
+    report, error = run_registry(*args, "--json", db=db)
+    if report is None:
+        raise SystemExit(f"registry {' '.join(args)}: {error}")
+    return report
 
 
 def shapes_of(model: onnx.ModelProto, given) -> dict[str, list[int]]:
