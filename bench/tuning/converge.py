@@ -2,6 +2,7 @@
 registry, and onnxruntime, on the same machine.
 
     .venv/bin/python bench/tuning/converge.py [--models gpu-vit-l2-h128 ...] [--trials-per-task 36] [--share 0.333]
+    .venv/bin/python bench/tuning/converge.py --trials 2000 --work bench/work/plateau --out bench/results/plateau.json
 
 1. **Plain.** ``tune_relax`` as in ``bench/tuning/run.py`` (MetaSchedule's defaults, the PersistentBuilder), kept
    under ``--work`` and reused; ``--trials-per-task`` x tasks trials. Its wall time is T.
@@ -51,7 +52,7 @@ def registry_tune(name: str, work: Path, budget_s: float) -> dict:
     return meta
 
 
-def compare(name: str, work: Path, tpt: int, share: float, target, threads: int) -> dict:
+def compare(name: str, work: Path, tpt: int, total: int, share: float, target, threads: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
     from bench.corpus.ort_reference import timed_with_onnxruntime
@@ -63,7 +64,7 @@ def compare(name: str, work: Path, tpt: int, share: float, target, threads: int)
     from registry.tvm_side.defaults import default_schedule
 
     try:
-        base = plain(name, work, tpt, target, threads)
+        base = plain(name, work, tpt, target, threads, total=total)
     except TVM_ERRORS as e:  # plain MetaSchedule stops at the first task its rules cannot schedule
         return {"model": name, "plain_error": error_line(e)[:300]}
     ours = registry_tune(name, work, share * base["seconds"])
@@ -154,6 +155,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["gpu-vit-l2-h128"])
     parser.add_argument("--trials-per-task", type=int, default=36)
+    parser.add_argument("--trials", type=int, default=0, help="plain's trials over all tasks (replaces the above)")
     parser.add_argument("--share", type=float, default=1 / 3, help="registry's budget as a share of plain's time")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "converge")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "converge.json")
@@ -163,7 +165,7 @@ def main() -> None:
 
     target, threads = host_target(), runtime_threads()
     args.work.mkdir(parents=True, exist_ok=True)
-    results = [compare(m, args.work, args.trials_per_task, args.share, target, threads) for m in args.models]
+    results = [compare(m, args.work, args.trials_per_task, args.trials, args.share, target, threads) for m in args.models]
     args.out.write_text(json.dumps(stamped({"results": results}), indent=1))
     plot(results, args.out.with_suffix(".png"))
     print(table(results))

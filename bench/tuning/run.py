@@ -65,9 +65,12 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
 
 
-def plain(name: str, work: Path, trials_per_task: int, target, threads: int, builder: str = "persistent") -> dict:
+def plain(
+    name: str, work: Path, trials_per_task: int, target, threads: int, builder: str = "persistent", total: int = 0
+) -> dict:
     """Plain tune_relax into work/plain-<name>.db (kept, and reused by later runs); with ``builder="default"``, TVM's
-    own LocalBuilder, into work/plain-default-builder-<name>.db."""
+    own LocalBuilder, into work/plain-default-builder-<name>.db. ``total`` (trials over all tasks, when given)
+    replaces ``trials_per_task``: a plateau run is sized by its global trial count, as MetaSchedule's is."""
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
@@ -86,7 +89,7 @@ def plain(name: str, work: Path, trials_per_task: int, target, threads: int, bui
     store = Store(f"sqlite:///{db_path}")
     loaded = load(name, target)
     tasks = extract(store, loaded, target)
-    trials = trials_per_task * len(tasks)
+    trials = total or trials_per_task * len(tasks)
     print(f"plain tune_relax {name}: {len(tasks)} tasks, {trials} trials", flush=True)
     names = {t.ident[0]: t.name for t in tasks}
     db = RegistryDatabase(target, store, num_threads=threads, model=name, task_names=names)
