@@ -31,13 +31,18 @@ from registry.tvm_side import onnx_prep  # noqa: E402
 from registry.tvm_side.onnx_inputs import input_specs, make_inputs  # noqa: E402
 
 
-def session(path: Path, intra_threads: int = 1, inter_threads: int = 1) -> ort.InferenceSession:
+def session(
+    path: Path, intra_threads: int = 1, inter_threads: int = 1, profile_prefix: str | None = None
+) -> ort.InferenceSession:
+    """``profile_prefix``: onnxruntime's own profiler on, writing there (bench/tuning/gap.py)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_threads
     options.inter_op_num_threads = inter_threads
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # no warnings about unused initializers in exported files
+    if profile_prefix:
+        options.enable_profiling, options.profile_file_prefix = True, profile_prefix
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -165,7 +165,9 @@ def main() -> None:
 
     target, threads = host_target(), runtime_threads()
     args.work.mkdir(parents=True, exist_ok=True)
-    results = [compare(m, args.work, args.trials_per_task, args.trials, args.share, target, threads) for m in args.models]
+    results = [
+        compare(m, args.work, args.trials_per_task, args.trials, args.share, target, threads) for m in args.models
+    ]
     args.out.write_text(json.dumps(stamped({"results": results}), indent=1))
     plot(results, args.out.with_suffix(".png"))
     print(table(results))
