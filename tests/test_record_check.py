@@ -209,7 +209,7 @@ def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(t
 
     from registry.records.record_check import RecordChecker
     from registry.store.rows import RecordIn
-    from registry.tvm_side.replay import replay
+    from registry.tvm_side.replay import pristine, replay
     from registry.tvm_side.target import device_spec
 
     [workload] = tvmlog.read_workloads(tuned_logs.work_dir / tvmlog.WORKLOAD_FILE)
@@ -217,7 +217,7 @@ def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(t
     base = records[0]
     outer_last = _tile(base)[1][-1]  # the extent of the loop the new sampler tiles
     good = _with_dependent_tile(base, [1, outer_last])
-    reply = replay(tvm.ir.load_json(workload.mod_json), good, True)
+    reply = replay(pristine(tvm.ir.load_json(workload.mod_json)), good, True)
     assert reply["applies"] and not reply["rewritten"], reply
     assert reply["dependent"] == [_tile(base)[0] + 2], reply  # found by the three replays, not assumed
 
