@@ -70,6 +70,16 @@ def test_a_task_that_stops_improving_is_stopped_and_the_other_goes_on():
     assert planner.next_task(0.0) is small
 
 
+def test_candidates_that_improve_but_stay_slower_than_the_default_gain_nothing():
+    tasks = _tasks()
+    planner = Planner(tasks, Budget(), TrimOptions(min_share=0, min_gain_per_min=0.01, patience=2))
+    big, _ = tasks
+    for best in (3000.0, 2000.0):  # each batch finds a better candidate, none beats the 1000 µs default
+        before, big.best_us = big.best_us, best
+        planner.record_batch(big, before, 60.0)
+    assert big.stopped and "per minute" in big.stopped
+
+
 def test_a_negligible_share_of_the_model_stops_a_task():
     tasks = _tasks()
     planner = Planner(tasks, Budget(), TrimOptions(min_share=0.05, min_gain_per_min=0))
