@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/import_bench.py --records 100000 --logs /tmp/log100k             # this checkout
     .venv/bin/python bench/import_bench.py --logs /tmp/log100k --code /tmp/old              # another (git archive)
+    .venv/bin/python bench/import_bench.py --logs REAL_LOG_FOLDER --code /tmp/old --code . --out bench/results/X.json
 
 The log (real workloads, design-space traces with valid decisions varied per record: store_bench.write_logs) is
 written on the first run and reused. Each run is a fresh process importing it into a fresh database, as a user's
@@ -49,12 +50,13 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, required=True, help="the log folder: written if missing, else reused")
     parser.add_argument("--code", type=Path, action="append", help="a checkout to measure (default: this one)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="also write the result here, stamped with machine, commit and date")
     parser.add_argument("--pg", default="", help="PostgreSQL admin URL, to measure that backend too")
     args = parser.parse_args()
     if not (args.logs / "database_tuning_record.json").exists():
         write_logs(args.logs, args.records)
     n = sum(1 for line in open(args.logs / "database_tuning_record.json") if line.strip())
-    codes = args.code or [ROOT]
+    codes = [c.resolve() for c in args.code] if args.code else [ROOT]
     backends = ["sqlite"] + (["postgresql"] if args.pg else [])
     rates: dict[str, dict[str, list[float]]] = {str(c): {b: [] for b in backends} for c in codes}
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,6 +74,10 @@ def main() -> None:
         },
     }
     print(json.dumps(out, indent=2))
+    if args.out:
+        from machine_speed import stamped
+
+        args.out.write_text(json.dumps(stamped({"logs": str(args.logs), **out}), indent=1) + "\n")
 
 
 def _one(code: Path, backend: str, args, tmp: Path, run: int, n: int) -> float:
