@@ -70,6 +70,21 @@ def test_a_task_that_stops_improving_is_stopped_and_the_other_goes_on():
     assert planner.next_task(0.0) is small
 
 
+def test_under_a_time_budget_slow_tasks_resume_once_every_task_has_stopped():
+    for budget, resumes in ((Budget(), False), (Budget(seconds=100), True)):
+        tasks = _tasks()
+        planner = Planner(tasks, budget, TrimOptions(min_share=0, min_gain_per_min=0.01, patience=1))
+        for task in tasks:
+            planner.record_batch(task, task.best_us, 10.0)  # nothing gained: stopped
+        assert all(t.stopped for t in tasks)
+        task = planner.next_task(0.0)
+        assert (task is not None) == resumes, budget
+        if resumes:
+            assert task.name == "big" and all(t.stopped is None for t in tasks)
+            planner.record_batch(task, task.best_us, 10.0)
+            assert task.stopped and planner.next_task(0.0) is tasks[1]  # the other goes on before a new round
+
+
 def test_candidates_that_improve_but_stay_slower_than_the_default_gain_nothing():
     tasks = _tasks()
     planner = Planner(tasks, Budget(), TrimOptions(min_share=0, min_gain_per_min=0.01, patience=2))

@@ -8,7 +8,10 @@ tune next.
   (a water-filling), and a task that got fast stops drawing batches.
 - **Stop on improvement per second.** After each batch the gain in end-to-end latency (``weight x`` the drop of the
   task's best latency, as a share of the model's estimated latency) is divided by the batch's wall time. A task
-  whose rate stays below ``min_gain_per_min`` for ``patience`` batches in a row is stopped.
+  whose rate stays below ``min_gain_per_min`` for ``patience`` batches in a row is stopped. Under a time budget it
+  is stopped only until every task is: then the slow ones resume while time is left, for the time a user gave is
+  better spent than returned unused (every task of the ViT stopped at 327 s of a 528 s budget, 9% short of plain
+  MetaSchedule's plateau).
 - **Pause on negligible share.** A task whose ``weight x latency`` is below ``min_share`` of the model's estimated
   latency is paused: no schedule of it can move the end-to-end number. Early on that estimate is mostly untuned
   tasks (naive loops, 10-50x slower than tuned), so a share grows as the others get tuned: a paused task draws
@@ -48,6 +51,7 @@ class TaskState:
     slow_batches: int = 0
     stopped: str | None = None  # why the task stopped drawing batches
     small: bool = False  # stopped for its share of the model, which may grow back
+    slow: bool = False  # stopped for its gain per minute, which a time budget may still afford
 
     @property
     def latency_us(self) -> float | None:
@@ -99,12 +103,22 @@ class Planner:
         """The task that gets the next batch, or None when tuning is over (``stop`` then says why, if the budget
         ended it)."""
         self.stop = self.out_of_budget(elapsed_s)
-        live = [t for t in self.tasks if t.stopped is None]
+        live = [t for t in self.tasks if t.stopped is None] or self._resume_slow()
         if self.stop is not None or not live:
             return None
         task = max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
         self.stop = self.out_of_budget(elapsed_s, task)
         return None if self.stop is not None else task
+
+    def _resume_slow(self) -> list[TaskState]:
+        """With a time budget, the tasks stopped for their gain per minute, live again (each for ``patience`` more
+        slow batches); without one, none."""
+        if self.budget.seconds is None:
+            return []
+        resumed = [t for t in self.tasks if t.slow]
+        for t in resumed:
+            t.stopped, t.slow, t.slow_batches = None, False, 0
+        return resumed
 
     def record_batch(self, task: TaskState, best_before_us: float | None, seconds: float) -> None:
         """Account one batch of ``task`` (its best_us already updated) and apply the stopping rules."""
@@ -126,6 +140,7 @@ class Planner:
             task.stopped = (
                 f"gain below {self.trim.min_gain_per_min:.1%} of the model per minute for {task.slow_batches} batches"
             )
+            task.slow = True
 
     def apply_share_rule(self) -> None:
         """Pause every tuned-at-least-once task whose share of the model's latency is negligible, and resume the
