@@ -22,6 +22,7 @@ Writes bench/results/gap.json (machine, commit, date) and prints one table per m
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 import statistics
@@ -124,17 +125,22 @@ def ort_profile(path: Path, shapes: dict, runs: int) -> dict:
             sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
     model_runs = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
-    first_ts = model_runs[-runs][0]
-    node_us: dict[str, float] = defaultdict(float)
+    starts = [ts for ts, _ in model_runs[-runs:]]
+    # per operator type and call, the sum of its nodes' kernel times; then the median over the calls, for a call
+    # the machine interrupted would pull a mean far off (a 2 ms model once summed 2.8 ms of convolutions on average)
+    per_call: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(starts))
     nodes: dict[str, set] = defaultdict(set)
     for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= first_ts:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= starts[0]:
             op = e.get("args", {}).get("op_name", "?")
-            node_us[op] += e["dur"]
+            per_call[op][bisect.bisect_right(starts, e["ts"]) - 1] += e["dur"]
             nodes[op].add(e["name"])
     return {
         "profiled_model_run_us": statistics.median(d for _, d in model_runs[-runs:]),
-        "ops": {op: {"us": us / runs, "nodes": len(nodes[op]), "kind": ort_kind(op)} for op, us in node_us.items()},
+        "ops": {
+            op: {"us": statistics.median(us), "nodes": len(nodes[op]), "kind": ort_kind(op)}
+            for op, us in per_call.items()
+        },
     }
 
 
