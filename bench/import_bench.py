@@ -86,7 +86,8 @@ def _one(code: Path, backend: str, args, tmp: Path, run: int, n: int) -> float:
         # The checkout first on the path: the code of that commit, whatever is installed.
         env = {**os.environ, "PYTHONPATH": str(code if (code / "registry").is_dir() else ROOT)}
         child = [sys.executable, "-c", _CHILD, url, str(args.logs)]
-        done = subprocess.run(child, capture_output=True, text=True, env=env)
+        # run in the checkout: ``python -c`` puts the working directory first on the path
+        done = subprocess.run(child, capture_output=True, text=True, env=env, cwd=code)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     result = json.loads(done.stdout.strip().splitlines()[-1])
