@@ -103,8 +103,10 @@ class Planner:
         """The task that gets the next batch, or None when tuning is over (``stop`` then says why, if the budget
         ended it)."""
         self.stop = self.out_of_budget(elapsed_s)
+        if self.stop is not None:  # before any resume: a run that ends keeps each task's reason for stopping
+            return None
         live = [t for t in self.tasks if t.stopped is None] or self._resume_slow()
-        if self.stop is not None or not live:
+        if not live:
             return None
         task = max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
         self.stop = self.out_of_budget(elapsed_s, task)
