@@ -83,7 +83,8 @@ def test_under_a_time_budget_slow_tasks_resume_once_every_task_has_stopped():
             assert task.name == "big" and all(t.stopped is None for t in tasks)
             planner.record_batch(task, task.best_us, 10.0)
             assert task.stopped and planner.next_task(0.0) is tasks[1]  # the other goes on before a new round
-            assert planner.next_task(100.0) is None and task.stopped  # budget spent: the reason stays in the report
+            planner.record_batch(tasks[1], tasks[1].best_us, 10.0)  # every task stopped again, then the budget ends
+            assert planner.next_task(100.0) is None and all(t.stopped for t in tasks)  # the reasons stay in the report
 
 
 def test_candidates_that_improve_but_stay_slower_than_the_default_gain_nothing():
