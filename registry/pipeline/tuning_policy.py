@@ -48,6 +48,7 @@ class TaskState:
     measurements: int = 0  # candidates built and timed in this run
     batches: int = 0
     seconds: float = 0.0  # wall time spent on this task in this run
+    longest_s: float = 0.0  # its longest batch in this run
     slow_batches: int = 0
     stopped: str | None = None  # why the task stopped drawing batches
     small: bool = False  # stopped for its share of the model, which may grow back
@@ -86,15 +87,17 @@ class Planner:
 
     def out_of_budget(self, elapsed_s: float, task: TaskState | None = None) -> str | None:
         """Why no batch (of ``task``, when given) may start now, or None. A batch is expected to take the median
-        batch's time, or ``task``'s own mean where that is longer: a model's batches differ (a ResNet's stem
-        convolution took 4 s a batch where its other tasks took 1-2 s, and its last batch overran the budget)."""
+        batch's time, or ``task``'s own longest where that is longer. A model's batches differ (a ResNet's stem
+        convolution took 4 s a batch where its other tasks took 1-2 s), and one task's grow as its cost model trains
+        on more records and as the machine's load varies: expected to take its mean, the ViT's last batch ended
+        10 s past the deadline and the command 7 s past its budget."""
         left = self.trials_left()
         if left is not None and left <= 0:
             return f"trial budget of {self.budget.trials} spent"
         if self.budget.seconds is not None:
             expected = statistics.median(self.batch_seconds) if self.batch_seconds else 0.0
             if task is not None and task.batches:
-                expected = max(expected, task.seconds / task.batches)
+                expected = max(expected, task.longest_s)
             if elapsed_s + expected > self.budget.seconds:
                 return f"time budget spent ({self.budget.seconds:.0f} s of tuning)"
         return None
@@ -126,6 +129,7 @@ class Planner:
         """Account one batch of ``task`` (its best_us already updated) and apply the stopping rules."""
         task.batches += 1
         task.seconds += seconds
+        task.longest_s = max(task.longest_s, seconds)
         self.batch_seconds.append(seconds)
         total = self.model_us()
         if not total or task.latency_us is None:
