@@ -79,10 +79,9 @@ def ort_kind(op_type: str) -> str:
     return next((kind for kind, ops in _ORT_KINDS.items() if op_type in ops), "injective")
 
 
-def tvm_side(name: str, db: Path, target, measurer) -> dict:
-    """Per task: name, kind, calls and the applied schedule's median µs alone."""
-    from tvm.s_tir import meta_schedule as ms
-
+def applied_schedules(name: str, db: Path, target) -> dict:
+    """The model's tasks as compiling with ``db`` meets them, each with a measurement job of the schedule compiling
+    applies (the registry's record, else the default), and the database that compiles it."""
     from bench.tuning.run import load
     from registry.measure.jobs import module_job
     from registry.pipeline.model_run import extract
@@ -100,13 +99,21 @@ def tvm_side(name: str, db: Path, target, measurer) -> dict:
         sch = database.query_schedule(t.mod, target, workload_name="main")
         applied.append(sch is not None)
         jobs.append(module_job(sch.mod if sch is not None else default_schedule(t.mod, target), target, t.arguments))
-    timings = measurer.kernels(jobs)
+    return {"tasks": tasks, "jobs": jobs, "applied": applied, "database": database, "loaded": loaded}
+
+
+def tvm_side(name: str, db: Path, target, measurer) -> dict:
+    """Per task: name, kind, calls and the applied schedule's median µs alone."""
+    from tvm.s_tir import meta_schedule as ms
+
+    side = applied_schedules(name, db, target)
+    timings = measurer.kernels(side["jobs"])
     rows = [
         {"task": t.name, "kind": tvm_kind(t.name), "calls": t.weight, "us": m.median_s * 1e6, "record": a}
-        for t, m, a in zip(tasks, timings, applied, strict=True)
+        for t, m, a in zip(side["tasks"], timings, side["applied"], strict=True)
     ]
-    exe = ms.relax_integration.compile_relax(database, loaded.mod, target, None)
-    return {"tasks": rows, "exe": exe, "inputs": loaded.inputs}
+    exe = ms.relax_integration.compile_relax(side["database"], side["loaded"].mod, target, None)
+    return {"tasks": rows, "exe": exe, "inputs": side["loaded"].inputs}
 
 
 def ort_profile(path: Path, shapes: dict, runs: int) -> dict:
