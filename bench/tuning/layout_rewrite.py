@@ -87,18 +87,22 @@ def tune(mod, target, work: Path, trials: int) -> tuple[object, float]:
 
 
 def estimate(mod, target, db) -> dict:
-    """The model's estimated latency (µs) from ``db``'s best records, and the convolutions' part of it."""
+    """The model's estimated latency (µs) from ``db``'s best records, and its parts per kind of task."""
     from tvm.s_tir import meta_schedule as ms
 
-    total, conv, tasks = 0.0, 0.0, 0
+    from bench.tuning.gap import tvm_kind
+
+    total, tasks, by_kind = 0.0, 0, {}
     for task in ms.relax_integration.extract_tasks(mod, target):
         records = db.get_top_k(db.commit_workload(task.dispatched[0]), 1)
         if not records:
             continue
         us = task.weight * statistics.median(float(s) for s in records[0].run_secs) * 1e6
         total, tasks = total + us, tasks + 1
-        conv += us if "conv" in task.task_name else 0.0
-    return {"estimate_us": total, "conv_us": conv, "tasks_with_records": tasks}
+        kind = tvm_kind(task.task_name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + us
+    conv = by_kind.get("conv", 0.0)
+    return {"estimate_us": total, "conv_us": conv, "by_kind_us": by_kind, "tasks_with_records": tasks}
 
 
 def build(mod, target, db, variant: str):
