@@ -136,7 +136,6 @@ def test_trial_and_time_budgets_end_tuning():
 
     slow = Planner(_tasks(), Budget(seconds=30), TrimOptions(min_share=0, min_gain_per_min=0))
     big, small = slow.tasks
-    slow.batch_seconds = [2.0, 2.0]
     for seconds in (2.0, 2.0, 20.0):  # the big task's batches: its last took 20 s, its mean is 8 s
         slow.record_batch(big, big.best_us, seconds)
     slow.batch_seconds = [2.0, 2.0, 2.0, 2.0, 2.0]  # the model's median batch stays 2 s

@@ -89,8 +89,8 @@ class Planner:
         """Why no batch (of ``task``, when given) may start now, or None. A batch is expected to take the median
         batch's time, or ``task``'s own longest where that is longer. A model's batches differ (a ResNet's stem
         convolution took 4 s a batch where its other tasks took 1-2 s), and one task's grow as its cost model trains
-        on more records and as the machine's load varies: expected to take its mean, the ViT's last batch ended
-        10 s past the deadline and the command 7 s past its budget."""
+        on more records and as the machine's load varies. (Expected to take the task's mean, the ViT's last batch
+        ended 10 s past the deadline, and the command 7 s past its budget.)"""
         left = self.trials_left()
         if left is not None and left <= 0:
             return f"trial budget of {self.budget.trials} spent"
