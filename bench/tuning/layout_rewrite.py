@@ -14,9 +14,10 @@ Both variants run plain ``tune_relax`` on the same model with the same trials, s
 - ``plain``: the module as ``registry tune`` tunes it;
 - ``rewrite``: the same, with layout-free weights, and the compile that folds their transforms.
 
-Reports, per variant, the tuning time, the estimated latency (the sum over tasks of weight x best record) and the
-convolutions' share of it, how many weight transforms are left in the compiled model (0: all folded), and end to
-end times of both builds and onnxruntime, in turn, 3 rounds, medians. Writes bench/results/layout_rewrite.json.
+Reports, per variant, the tuning time, the estimated latency (the sum over tasks of weight x best record) and its
+parts per kind of task (``bench/tuning/gap.py``'s kinds), how many weight transforms are left in the compiled model
+(0: all folded), and end to end times of both builds and onnxruntime, in turn, 3 rounds, medians. Writes
+bench/results/layout_rewrite.json.
 """
 
 from __future__ import annotations
@@ -101,8 +102,7 @@ def estimate(mod, target, db) -> dict:
         total, tasks = total + us, tasks + 1
         kind = tvm_kind(task.task_name)
         by_kind[kind] = by_kind.get(kind, 0.0) + us
-    conv = by_kind.get("conv", 0.0)
-    return {"estimate_us": total, "conv_us": conv, "by_kind_us": by_kind, "tasks_with_records": tasks}
+    return {"estimate_us": total, "by_kind_us": by_kind, "tasks_with_records": tasks}
 
 
 def build(mod, target, db, variant: str):
