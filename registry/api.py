@@ -159,6 +159,7 @@ def tune(
     keep: float = 0.75,
     min_gain: float = 1.0,
     min_share: float = 1.0,
+    floor: int = 0,
     batch: int = 16,
     team: str | None = None,
     rpc: str | None = None,
@@ -172,7 +173,8 @@ def tune(
 
     ``trials`` counts measured candidates for the model, including those stored by earlier runs (so a re-run
     resumes); ``seconds`` is a wall-time budget for the whole call, compiling and timing the tuned model included;
-    with neither, 32 trials per task. ``min_gain`` and ``min_share`` are percentages, as on the command line.
+    with neither, 32 trials per task. ``min_gain`` and ``min_share`` are percentages, as on the command line;
+    ``floor`` measured candidates go to every task of at least ``min_share`` before any task gets more.
     ``model`` and the other arguments are as for ``transfer``.
     """
     from registry.pipeline.tune import ModelTuneOptions
@@ -180,7 +182,7 @@ def tune(
 
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
-        predictor=predictor, team=team, output=Path(output) if output is not None else None,
+        floor=floor, predictor=predictor, team=team, output=Path(output) if output is not None else None,
         where=_where(rpc, dop, verbose),
     )  # fmt: skip
     return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)

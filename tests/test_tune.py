@@ -120,6 +120,24 @@ def test_a_paused_small_task_resumes_when_the_others_get_faster():
     assert planner.next_task(0.0) is small  # it draws batches again
 
 
+def test_a_floor_gives_every_task_its_measurements_first_and_keeps_the_gain_rule_off_below_it():
+    """With a floor of 24 (2 batches of 12), the small task gets its 2 batches although water-filling alone would
+    give it none in 40 (test above), and batches that gain nothing stop no task below the floor (patience 1)."""
+    tasks = _tasks()
+    planner = Planner(tasks, Budget(), TrimOptions(min_share=0, min_gain_per_min=0.01, patience=1, floor=24))
+    picks = []
+    for _ in range(4):
+        task = planner.next_task(0.0)
+        picks.append(task.name)
+        task.measurements += 12
+        planner.record_batch(task, task.best_us, 60.0)  # nothing gained
+        if task.measured < 24:
+            assert task.stopped is None, picks
+    assert picks == ["big", "big", "small", "small"], picks
+    assert all(t.stopped and "per minute" in t.stopped for t in tasks)  # past the floor, the gain rule is back
+    assert planner.next_task(0.0) is None
+
+
 def test_trial_and_time_budgets_end_tuning():
     tasks = _tasks()
     planner = Planner(tasks, Budget(trials=20), TrimOptions(min_share=0, min_gain_per_min=0))

