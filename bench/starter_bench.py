@@ -2,9 +2,13 @@
 `registry pull`.
 
     .venv/bin/python bench/starter_bench.py [--rounds 3]
+    .venv/bin/python bench/starter_bench.py --bundle registry/share/bundles/starter.bundle \
+        --corpus distilbert-l2-h128 ... --out bench/results/starter_corpus.json   # corpus models outside the bundle
 
-The bundle holds the corpus's records (bench/corpus); the models here are the ones this project builds in code
-(registry/tvm_side/zoo.py: a ResNet, a MobileNetV2, a BERT encoder, an MLP), none of them in the corpus. Per model:
+The bundle holds the corpus's records (bench/corpus); by default the models here are the ones this project builds
+in code (registry/tvm_side/zoo.py: a ResNet, a MobileNetV2, a BERT encoder, an MLP), none of them in the corpus;
+``--corpus`` names corpus models instead (those whose records the bundle lacks, for a fair test), and ``--bundle``
+imports a bundle file in place of ``registry pull`` (one not shipped yet). Per model:
 `registry transfer --tune-trials 0` into a registry that pulled the starter bundle (an empty registry has no donor:
 its transfer compiles the untuned model), then the untuned build, the transferred build and onnxruntime are timed in
 one process, interleaved, ``rounds`` times (medians), as bench/corpus/run.py times the corpus. Also: how long the
@@ -26,6 +30,7 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
 from bench.corpus.ort_reference import timed_with_onnxruntime  # noqa: E402
 from bench.corpus.run import registry as run_registry  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
@@ -78,23 +83,34 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
     return out
 
 
+def models(corpus: list[str] | None, tmp: Path):
+    """(name, ONNX file, input shapes) of the corpus models named, or of the zoo's."""
+    if corpus:
+        for name in corpus:
+            yield name, materialize(BY_NAME[name]), BY_NAME[name].shapes
+        return
+    for name, (build, given) in MODELS.items():
+        model = build()
+        path = tmp / f"{name}.onnx"
+        onnx.save_model(model, path)
+        yield name, path, shapes_of(model, given)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bundle", type=Path, help="import this bundle file instead of `registry pull`")
+    parser.add_argument("--corpus", nargs="+", choices=sorted(BY_NAME), metavar="NAME", help="corpus models instead")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "starter.json")
     args = parser.parse_args()
-    results: dict = {"models": {}}
+    results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull")}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "starter.db"
         start = time.perf_counter()
-        pulled = registry(base, "pull")
+        pulled = registry(base, "import", str(args.bundle)) if args.bundle else registry(base, "pull")
         results["pull_s"], results["pulled_records"] = time.perf_counter() - start, pulled["records_new"]
         print(f"pull: {pulled['records_new']} records in {results['pull_s']:.0f} s", flush=True)
-        for name, (build, given) in MODELS.items():
-            model = build()
-            path = Path(tmp) / f"{name}.onnx"
-            onnx.save_model(model, path)
-            shapes = shapes_of(model, given)
+        for name, path, shapes in models(args.corpus, Path(tmp)):
             db = Path(tmp) / f"{name}.db"
             copy_sqlite(base, db)
             shape_args = [a for k, v in shapes.items() for a in ("--input-shape", f"{k}={','.join(map(str, v))}")]

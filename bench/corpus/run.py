@@ -107,13 +107,16 @@ def tune_all(models: list[CorpusModel], work: Path, per_task: int, min_trials: i
 
 def floor_coverage(tune: dict, min_share: float = 0.01) -> dict | None:
     """Of the tasks carrying at least ``min_share`` of the tuned model's estimate (weight x the latency it runs
-    with), how many there are and the fewest candidates one of them had measured in the run."""
+    with): how many, how many of them MetaSchedule ran out of distinct candidates for (a layout task may have one),
+    and the fewest candidates one of the others had measured in the run."""
     tasks = [t for t in tune.get("tasks", []) if t.get("after_us") is not None]
     total = sum(t["weight"] * t["after_us"] for t in tasks)
     if not total:
         return None
     big = [t for t in tasks if t["weight"] * t["after_us"] >= min_share * total]
-    return {"tasks": len(big), "fewest_trials": min(t["trials"] for t in big) if big else None}
+    searched = [t for t in big if "exhausted" not in (t.get("stopped") or "")]
+    fewest = min(t["trials"] for t in searched) if searched else None
+    return {"tasks": len(big), "exhausted": len(big) - len(searched), "fewest_trials": fewest}
 
 
 # --leave-out groups: the transfer registry of a model lacks its whole group of families, not only its own family
