@@ -9,7 +9,8 @@ The bundle holds the corpus's records (bench/corpus); by default the models here
 in code (registry/tvm_side/zoo.py: a ResNet, a MobileNetV2, a BERT encoder, an MLP), none of them in the corpus;
 ``--corpus`` names corpus models instead (those whose records the bundle lacks, for a fair test), and ``--bundle``
 imports a bundle file in place of ``registry pull`` (one not shipped yet). Per model:
-`registry transfer --tune-trials 0` into a registry that pulled the starter bundle (an empty registry has no donor:
+`registry transfer --tune-trials 0` (``--tune-trials 32``: as a user's first transfer, tuning the tasks no donor
+helped) into a registry that pulled the starter bundle (an empty registry has no donor:
 its transfer compiles the untuned model), then the untuned build, the transferred build and onnxruntime are timed in
 one process, interleaved, ``rounds`` times (medians), as bench/corpus/run.py times the corpus. Also: how long the
 pull takes. Results: bench/results/starter.json, docs/BENCHMARKS.md ("The starter bundle").
@@ -101,9 +102,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bundle", type=Path, help="import this bundle file instead of `registry pull`")
     parser.add_argument("--corpus", nargs="+", choices=sorted(BY_NAME), metavar="NAME", help="corpus models instead")
+    parser.add_argument(
+        "--tune-trials",
+        type=int,
+        default=0,
+        help="transfer's --tune-trials: 0 (default here) shows what the bundle alone gives; 32 is what a user's "
+        "first `registry transfer` does",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "starter.json")
     args = parser.parse_args()
-    results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull")}
+    results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull"), "tune_trials": args.tune_trials}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "starter.db"
         start = time.perf_counter()
@@ -114,9 +122,12 @@ def main() -> None:
             db = Path(tmp) / f"{name}.db"
             copy_sqlite(base, db)
             shape_args = [a for k, v in shapes.items() for a in ("--input-shape", f"{k}={','.join(map(str, v))}")]
-            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", "0")
-            row = {"tasks": len(report["tasks"]), "transferred": report["sources"].get("transferred", 0),
-                   "search_s": report["search_s"], "ms": time_model(path, shapes, db, args.rounds)}  # fmt: skip
+            start = time.perf_counter()
+            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", str(args.tune_trials))
+            row = {"tasks": len(report["tasks"]), "sources": report["sources"],
+                   "transferred": report["sources"].get("transferred", 0), "search_s": report["search_s"],
+                   "transfer_wall_s": time.perf_counter() - start,
+                   "ms": time_model(path, shapes, db, args.rounds)}  # fmt: skip
             results["models"][name] = row
             print(name, json.dumps(row), flush=True)
     args.out.write_text(json.dumps(stamped(results), indent=1) + "\n")

@@ -23,7 +23,7 @@ def run_json(*args: str) -> dict:
 def test_the_starter_bundle_is_shipped_and_listed():
     rows = run_json("pull", "--list")["rows"]
     starter = next(r for r in rows if r["name"] == "starter")
-    assert starter["records"] > 100 and starter["models"] >= 20
+    assert starter["records"] > 100 and starter["models"] >= 8  # the 8 models of the corpus run at depth
 
 
 def test_pull_imports_the_starter_bundle_once(sqlite_url):
@@ -33,7 +33,7 @@ def test_pull_imports_the_starter_bundle_once(sqlite_url):
     again = run_json("--db", sqlite_url, "pull")
     assert again["records_new"] == 0 and again["records_present"] == expected
     stats = run_json("--db", sqlite_url, "stats")
-    assert stats["models"] >= 20 and stats["records_by_source"]
+    assert stats["models"] >= 8 and stats["records_by_source"]
     rows = run_json("--db", sqlite_url, "lookup", "--limit", "10000")["rows"]
     assert {r["trust"] for r in rows} == {"imported"}
 
