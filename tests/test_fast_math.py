@@ -1,5 +1,6 @@
-"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations (``with_fast_math``) unless the user
-asks for exact ones; the approximations keep the model's outputs, and a GPU module is left alone. Real TVM."""
+"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations (``with_fast_math``), and powers by 2-4
+multiplications, unless the user asks for exact ones; the approximations keep the model's outputs, and a GPU module
+is left alone. Real TVM."""
 
 from __future__ import annotations
 
@@ -62,6 +63,43 @@ def test_the_cpu_module_is_approximated_and_computes_the_same():
     x = np.random.default_rng(1).standard_normal((8, 64)).astype("float32") * 3
     want, got = _run(exact.mod, target, x), _run(fast.mod, target, x)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def _powers_onnx() -> bytes:
+    """GPT-2's GELU, x + 0.044715 * x**3 inside a tanh, beside a power by 2.5 (which stays a power)."""
+    consts = [numpy_helper.from_array(np.array(v, "float32"), n) for n, v in
+              (("three", 3.0), ("k", 0.044715), ("two_and_half", 2.5))]  # fmt: skip
+    nodes = [
+        helper.make_node("Pow", ["x", "three"], ["x3"]),
+        helper.make_node("Mul", ["x3", "k"], ["kx3"]),
+        helper.make_node("Add", ["x", "kx3"], ["inner"]),
+        helper.make_node("Tanh", ["inner"], ["t"]),
+        helper.make_node("Abs", ["x"], ["ax"]),
+        helper.make_node("Pow", ["ax", "two_and_half"], ["p"]),
+        helper.make_node("Add", ["t", "p"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "powers",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])],
+        consts,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_power_by_a_small_integer_becomes_multiplications_and_computes_the_same():
+    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.target import host_target
+
+    target = host_target()
+    exact = load_onnx(_powers_onnx(), name="m")
+    assert exact.mod.script().count("R.power(") == 2
+    fast = with_fast_math(exact, target).mod.script()
+    assert fast.count("R.power(") == 1 and 'R.const(2.5, "float32")' in fast, fast
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype("float32") * 3
+    want, got = _run(exact.mod, target, x), _run(with_fast_math(exact, target).mod, target, x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_gpu_module_is_left_as_it_is():

@@ -21,8 +21,9 @@ def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
     transfer` finds donors.
 
     The starter bundle holds the best schedules of 8 real models (BERT, GPT-2, ViT, ResNet, ConvNeXt, PaddleOCR
-    det and cls, magika), each task tuned to 36 or more trials on a 2-core x86 CPU; see docs/SHARING.md. Its records arrive "imported", like any
-    bundle's: transfer measures donor schedules on this machine before it keeps them. Pulling twice adds nothing.
+    det and cls, magika), each task tuned to 36 or more trials on a 2-core x86 CPU; see docs/SHARING.md. Its
+    records arrive "imported", like any bundle's: transfer measures donor schedules on this machine before it keeps
+    them. Pulling twice adds nothing.
 
     \b
     Examples:
