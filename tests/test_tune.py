@@ -251,6 +251,31 @@ def test_an_interrupted_run_resumes_without_measuring_anything_twice(sqlite_url,
 
 
 @pytest.mark.tvm
+def test_a_search_that_fails_stops_its_task_and_the_others_go_on(sqlite_url, mlp, monkeypatch):
+    """MetaSchedule's evolutionary search replays traces outside its own error handling: on a resumed ResNet one
+    check failure (``old_outputs.size() == new_outputs.size()``) ended the whole command. Not reproducible in seconds,
+    so the failure is injected: the first task's second batch raises what TVM raised there (real TVM otherwise)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    real = ms.TuneContext.generate_measure_candidates
+    calls: dict[str, int] = {}
+
+    def failing_once_started(self):
+        calls[self.task_name] = calls.get(self.task_name, 0) + 1
+        if self.task_name == next(iter(calls)) and calls[self.task_name] == 2:
+            raise RuntimeError("parallel_for_dynamic error with Check failed: old_outputs.size() == new_outputs.size()")
+        return real(self)
+
+    monkeypatch.setattr(ms.TuneContext, "generate_measure_candidates", failing_once_started)
+    report = _tune(sqlite_url, str(mlp), "--trials", "48", "--batch", "8", "--no-predictor", "--min-gain", "0")
+    failed = [t for t in report["tasks"] if (t["stopped"] or "").startswith("MetaSchedule's search failed")]
+    assert len(failed) == 1 and "old_outputs" in failed[0]["stopped"], report["tasks"]
+    assert failed[0]["measurements"] > 0  # its first batch is kept
+    assert any(t["measurements"] > 0 for t in report["tasks"] if t is not failed[0])
+    assert _records(sqlite_url)[0] == sum(t["measurements"] for t in report["tasks"])
+
+
+@pytest.mark.tvm
 def test_a_stored_predictor_ranks_and_trims_from_the_first_batch(sqlite_url, mlp, tmp_path):
     first = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
     assert first["tuning"]["predictor_version"] is None

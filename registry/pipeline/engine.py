@@ -149,13 +149,23 @@ class Engine:
                     state.stopped = f"MetaSchedule cannot build its design space: {error_line(e)[:200]}"
                     continue
             self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
-            done = tuners[wid].batch(state, planner.trials_left())
+            try:
+                done = tuners[wid].batch(state, planner.trials_left())
+            except TVM_ERRORS as e:
+                # MetaSchedule's search replays stored and mutated traces outside its own error handling, and one
+                # check failure there ended the whole command (a resumed ResNet: "old_outputs.size() ==
+                # new_outputs.size()"). That task keeps what it has measured; the others go on.
+                state.stopped = f"MetaSchedule's search failed: {error_line(e)[:200]}"
+                continue
             if not done:
                 state.stopped = "search space exhausted"
             planner.record_batch(state, before, time.perf_counter() - t0)
             history.append(self._point(start, states, planner, state.name))
         for tuner in tuners.values():
-            tuner.ctx.post_tuning()
+            try:
+                tuner.ctx.post_tuning()
+            except TVM_ERRORS:
+                pass  # a search that failed above may fail to close; nothing of it is needed any more
         self.keep_defaults([by_id[wid] for wid in tuners], states)
         stop = planner.stop or "every task stopped"
         self.progress(self._spent(states), budget, stop)
