@@ -31,6 +31,12 @@ class Duration(click.ParamType):
         return total
 
 
+_FLOOR_HELP = (
+    "Measure at least this many candidates of every task of at least --min-share (stored ones counted) before any "
+    "task gets more; --min-gain stops none below it. For benchmarks that must tune every task to a depth."
+)
+
+
 @click.command()
 @model_options
 @click.option(
@@ -74,14 +80,7 @@ class Duration(click.ParamType):
     show_default=True,
     help="Stop a task whose share of the model's latency is below this percent.",
 )
-@click.option(
-    "--floor",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="Measure at least this many candidates of every task of at least --min-share (stored ones counted) before "
-    "any task gets more; --min-gain stops none below it. For benchmarks that must tune every task to a depth.",
-)
+@click.option("--floor", type=click.IntRange(0), default=0, show_default=True, help=_FLOOR_HELP)
 @click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
 @report_option
 @pass_ctx
