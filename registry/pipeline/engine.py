@@ -153,8 +153,13 @@ class Engine:
                 done = tuners[wid].batch(state, planner.trials_left())
             except TVM_ERRORS as e:
                 # MetaSchedule's search replays stored and mutated traces outside its own error handling, and one
-                # check failure there ended the whole command (a resumed ResNet: "old_outputs.size() ==
-                # new_outputs.size()"). That task keeps what it has measured; the others go on.
+                # check failure there ended the whole command (a resumed ResNet, right after each task's donor seeds
+                # were measured: "old_outputs.size() == new_outputs.size()"). The task's search starts again
+                # without the database's records in its population; if that fails too, the task keeps what it
+                # has measured and the others go on.
+                if tuners[wid].from_database:
+                    tuners[wid] = tuners[wid].restarted_without_database()
+                    continue
                 state.stopped = f"MetaSchedule's search failed: {error_line(e)[:200]}"
                 continue
             if not done:
@@ -242,9 +247,11 @@ class Engine:
 class _TaskTuner:
     """One task's TuneContext and search state, advanced one batch at a time."""
 
-    def __init__(self, engine: Engine, task: Task, stored: dict[str, list[float]]) -> None:
-        """``stored``: trace hash -> run_secs of the records earlier runs left for this task on this device."""
-        self.engine, self.task, self.stored = engine, task, stored
+    def __init__(self, engine: Engine, task: Task, stored: dict[str, list[float]], from_database: bool = True) -> None:
+        """``stored``: trace hash -> run_secs of the records earlier runs left for this task on this device.
+        ``from_database``: whether the search's first population takes the task's best stored records (MetaSchedule's
+        default), or only samples of its design spaces."""
+        self.engine, self.task, self.stored, self.from_database = engine, task, stored, from_database
         opts = engine.opts
         with engine.clock("search"):
             try:
@@ -267,6 +274,13 @@ class _TaskTuner:
             )
         self.seen: set[str] = set()
 
+    def restarted_without_database(self) -> _TaskTuner:
+        """The same task's search begun again with a population sampled from its design spaces only; what this one
+        measured is not measured again."""
+        fresh = _TaskTuner(self.engine, self.task, self.stored, from_database=False)
+        fresh.seen = self.seen
+        return fresh
+
     def _context(self, space_generator):
         """A TuneContext for the task and its design spaces; raises what TVM raises when they cannot be built."""
         opts = self.engine.opts
@@ -279,6 +293,7 @@ class _TaskTuner:
                 genetic_num_iters=opts.genetic_iters,
                 eps_greedy=opts.eps_greedy,
                 init_min_unmeasured=min(50, opts.population // 4),
+                init_measured_ratio=0.2 if self.from_database else 0.0,
             ),
             task_name=self.task.name,
             rand_state=opts.seed,
