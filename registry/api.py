@@ -8,7 +8,7 @@ Nothing here imports TVM until a function is called, so ``import registry`` stay
 
     db = registry.database()  # this machine's device, exactly as `registry transfer`/`tune` file records under
     ms.relax_integration.tune_relax(mod, params, db.target, work_dir, 2000, database=db)
-    ex = ms.relax_integration.compile_relax(db, raw_mod, db.target, params)
+    ex = registry.compile_model(raw_mod, db)  # or ms.relax_integration.compile_relax(db, raw_mod, db.target, params)
 
     report = registry.transfer("model.onnx", input_shapes={"x": [1, 3, 224, 224]}, output="model.so")
     print(report.final_ms, [t.source for t in report.tasks])
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     StoreLike = Union[RegistryStorage, str, os.PathLike, None]  # noqa: UP007
 
 
-__all__ = ["database", "host_device", "host_target", "transfer", "tune"]
+__all__ = ["compile_model", "database", "host_device", "host_target", "transfer", "tune"]
 
 
 def host_target(num_cores: int | None = None) -> Target:
@@ -92,6 +92,19 @@ def database(
     return RegistryDatabase(
         target_, _store(db), num_threads=threads_, device=device, source=source, team=team, model=model
     )
+
+
+def compile_model(mod: IRModule, db: RegistryDatabase):
+    """``mod`` (a Relax module as ``from_onnx`` makes it, weights bound as constants) compiled with ``db``'s best
+    records, as ``registry transfer`` and ``tune`` compile: returns the ``relax.Executable``.
+
+    On a CPU the registry tunes convolutions with layout-free weights (``registry.tvm_side.compile``), which makes
+    them other workloads than the ones plain ``compile_relax`` looks up: compiled with that, the convolutions keep
+    TVM's default schedules. This applies their records and folds their weights' reorderings into the constants.
+    """
+    from registry.tvm_side.compile import compile_model as compile_with
+
+    return compile_with(db, mod, db.target)
 
 
 def transfer(

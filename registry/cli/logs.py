@@ -120,6 +120,8 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
       # then, in plain TVM:
       #   db = ms.database.JSONDatabase(work_dir="./logs")
       #   ex = ms.relax_integration.compile_relax(db, mod, target, params)
+      # (on a CPU, convolutions' records apply through registry.compile_model(mod, db):
+      #  the registry tunes them with layout-free weights, another workload for compile_relax)
       registry export --bundle vision.bundle --team vision
     """
     if (folder is None) == (bundle is None):

@@ -18,6 +18,7 @@ from tvm.target import Target
 
 from registry.measure.inputs import argument_bounds
 from registry.measure.types import KernelJob, Measurement, ModelJob
+from registry.tvm_side.compile import scheduled_arguments
 from registry.tvm_side.onnx_inputs import Bound, ModelInput
 
 if TYPE_CHECKING:
@@ -29,15 +30,15 @@ def _main(mod: IRModule):
 
 
 def kernel_arguments(mod: IRModule) -> tuple[tuple, tuple[Bound | None, ...]]:
-    """A kernel's arguments as ArgInfo JSON, and the values each integer argument may take. Every schedule of one
-    workload has the same arguments, so callers compute this once per task."""
+    """A workload's arguments as ArgInfo JSON, and the values each integer argument may take. The schedules of one
+    workload share them (but see ``scheduled_arguments``), so callers compute this once per task."""
     func = _main(mod)
     return tuple(a.as_json() for a in ArgInfo.from_prim_func(func)), tuple(argument_bounds(func))
 
 
 def module_job(mod: IRModule, target: Target, arguments: tuple | None = None) -> KernelJob:
-    """A scheduled module, to be built and timed by the worker."""
-    args, bounds = arguments or kernel_arguments(mod)
+    """A scheduled module, to be built and timed by the worker; ``arguments``: its workload's, if known."""
+    args, bounds = scheduled_arguments(arguments, mod) if arguments else kernel_arguments(mod)
     return KernelJob(args, bounds, module=tvm.ir.save_json(mod), target=str(target))
 
 

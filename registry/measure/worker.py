@@ -234,25 +234,25 @@ def _scheduled(module_json: str, trace: list | None):
     return sch.mod
 
 
-def _compile(module_json: str, target_json: str, trace: list | None = None):
+def _compile(scheduled, target_json: str):
     """The scheduled module built for its target, in memory."""
     from tvm.target import Target
 
     from registry.tvm_side.build import build_module
 
-    return build_module(_scheduled(module_json, trace), Target(orjson.loads(target_json)))
+    return build_module(scheduled, Target(orjson.loads(target_json)))
 
 
-def _build(module_json: str, target_json: str, trace: list | None = None) -> str:
+def _build(scheduled, target_json: str) -> str:
     """The module built and linked into a shared library in a fresh temporary directory."""
     path = os.path.join(tempfile.mkdtemp(prefix="registry-build-"), "kernel.so")
-    _compile(module_json, target_json, trace).export_library(path)
+    _compile(scheduled, target_json).export_library(path)
     return path
 
 
 def build(request: dict[str, Any]) -> dict[str, Any]:
     try:
-        return {"artifact": _build(request["module"], request["target"], request.get("trace"))}
+        return {"artifact": _build(_scheduled(request["module"], request.get("trace")), request["target"])}
     except TraceError as e:
         return {"error": str(e)}
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
@@ -297,14 +297,19 @@ def kernel(request: dict[str, Any]) -> dict[str, Any]:
     import tvm
 
     job, rpc = request["job"], request.get("rpc")
-    artifact, rt_mod = job.get("artifact"), None
+    artifact, rt_mod, args = job.get("artifact"), None, job["args"]
     _pin(request)  # before a build too: the slot's cores are this job's, the previous slot may be another's now
     if artifact is None:
         try:
+            scheduled = _scheduled(job["module"], job.get("trace"))
+            if job.get("trace") is not None:  # scheduled here: the caller knew only the workload's arguments
+                from registry.tvm_side.compile import scheduled_arguments
+
+                args, _bounds = scheduled_arguments((args, job["bounds"]), scheduled)
             if rpc is None:  # timed here, in memory: no library to link and load
-                rt_mod = _compile(job["module"], job["target"], job.get("trace"))
+                rt_mod = _compile(scheduled, job["target"])
             else:  # an RPC server needs the library file
-                artifact = _build(job["module"], job["target"], job.get("trace"))
+                artifact = _build(scheduled, job["target"])
         except TraceError as e:
             return {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a schedule that does not build
@@ -314,7 +319,7 @@ def kernel(request: dict[str, Any]) -> dict[str, Any]:
             dev = _device(request.get("device", "cpu"), remote)
             if rt_mod is None:
                 rt_mod = _load(artifact, remote)
-            args = [tvm.runtime.tensor(a, dev) for a in _kernel_arrays(job["args"], job["bounds"])]
+            args = [tvm.runtime.tensor(a, dev) for a in _kernel_arrays(args, job["bounds"])]
             return {"run_secs": _evaluate(rt_mod, dev, request["settings"], args)}
     except Exception as e:  # noqa: BLE001 - a kernel that fails at run time, or an RPC session that broke
         return {"error": f"run failed: {_last_line(e)}"}

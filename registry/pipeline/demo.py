@@ -11,7 +11,6 @@ import logging
 import tempfile
 import time
 
-from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from registry.measure.builder import PersistentBuilder
@@ -21,6 +20,7 @@ from registry.records.database import RegistryDatabase
 from registry.store.interface import open_storage
 from registry.tvm_side import zoo
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, prepare_tuning
+from registry.tvm_side.compile import compile_model, task_module
 from registry.tvm_side.frontend import load_onnx
 from registry.tvm_side.signature import structural_hash, workload_in
 from registry.tvm_side.target import host_target, runtime_threads
@@ -44,7 +44,7 @@ def main() -> None:
     print(f"registry: {store.url}")
     print(f"model {MODEL}: a 2-layer MLP built in code, target {target}, {threads} runtime thread(s)")
 
-    zmod = relax.get_pipeline("zero")(loaded.mod)
+    zmod = task_module(loaded.mod, target)
     tasks = ms.relax_integration.extract_tasks(zmod, target)
     store.record_model(
         loaded.name,
@@ -57,7 +57,7 @@ def main() -> None:
     measurer = Measurer(target, threads)  # end-to-end timings run in its worker processes
 
     def latency_ms(db) -> float:
-        executable = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+        executable = compile_model(db, loaded.mod, target)
         return time_model(measurer, executable, loaded.inputs).median_s * 1e3
 
     untuned = latency_ms(ms.database.MemoryDatabase())

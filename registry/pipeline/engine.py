@@ -46,6 +46,7 @@ from registry.store.interface import RecordIn, record_trace_hash
 from registry.store.rows import FAILED_RUN_SECS
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
+from registry.tvm_side.compile import scheduled_arguments
 from registry.verbosity import meta_schedule_level
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
@@ -374,7 +375,9 @@ class _TaskTuner:
             built = engine.builder.build([BuilderInput(c.sch.mod, engine.target) for c in cands])
             results = [Measurement((), f"build failed: {last_line(b.error_msg, 'unknown error')}") for b in built]
             jobs = {
-                i: artifact_job(b.artifact_path, self.task.arguments) for i, b in enumerate(built) if not b.error_msg
+                i: artifact_job(b.artifact_path, scheduled_arguments(self.task.arguments, cands[i].sch.mod))
+                for i, b in enumerate(built)
+                if not b.error_msg
             }
             for i, m in zip(jobs, engine.measurer.measure(list(jobs.values())), strict=True):
                 results[i] = m

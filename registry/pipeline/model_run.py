@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
-from tvm import relax
 from tvm.ir import IRModule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
@@ -28,6 +27,7 @@ from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
 from registry.store.rows import DeviceSpec, RecordIn, Signature
 from registry.tvm_side.compat import TVM_ERRORS, error_line
+from registry.tvm_side.compile import compile_model, task_module
 from registry.tvm_side.defaults import default_schedule, default_trace
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.signature import workload_in
@@ -80,8 +80,7 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
     made on this model's copy (blocks "lv9", "lv9_reindex") would not replay on a stored copy whose blocks are
     "matmul". Tuned and transferred on the stored module, every record replays on the workload it is filed under.
     """
-    zero = relax.get_pipeline("zero")(loaded.mod)  # extract_tasks finds nothing in the raw module
-    extracted = ms.relax_integration.extract_tasks(zero, target)
+    extracted = ms.relax_integration.extract_tasks(task_module(loaded.mod, target), target)
     workloads = [workload_in(t.dispatched[0], task_name=t.task_name) for t in extracted]
     store.record_model(
         loaded.name,
@@ -245,7 +244,7 @@ def finish(
 
 def _compile(run: ModelRun, database):
     try:
-        return ms.relax_integration.compile_relax(database, run.loaded.mod, run.target, None)
+        return compile_model(database, run.loaded.mod, run.target)
     except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
         raise RegistryError(f"{run.loaded.name}: compiling the model failed: {error_line(e)}") from None
 

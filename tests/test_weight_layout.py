@@ -1,0 +1,117 @@
+"""Convolutions' weights in the order their tuned kernels read them (``registry.tvm_side.compile``): on a CPU, a
+convolution task's weight is layout-free and nothing else's; its tuned records reorder the weight; every write and
+read path (tune, import, verify, compile) handles the reordered weight; the compiled model folds the reordering into
+the constant and computes what onnxruntime computes. Real TVM, a real tune of a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from registry.cli.main import cli
+
+pytestmark = pytest.mark.tvm
+
+
+def _conv_then_dense(path) -> None:
+    """x (1x8x8x8) -> 3x3 convolution to 16 channels -> relu -> flatten -> dense to 10: one task of each kind."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) / 8).astype("float32"), "w")
+    b = numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "b")
+    d = numpy_helper.from_array((rng.standard_normal((1024, 10)) / 32).astype("float32"), "d")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv-dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [w, b, d],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def _invoke(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_only_convolutions_are_layout_free_and_only_on_a_cpu(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.target import Target
+
+    from registry.tvm_side.compile import LAYOUT_FREE, task_module
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    _conv_then_dense(tmp_path / "m.onnx")
+    loaded = load_onnx(tmp_path / "m.onnx")
+
+    def marked(target) -> dict[str, bool]:
+        tasks = ms.relax_integration.extract_tasks(task_module(loaded.mod, target), target)
+        return {t.task_name: LAYOUT_FREE in (t.dispatched[0]["main"].attrs or {}) for t in tasks}
+
+    on_cpu = marked(host_target())
+    assert [name for name, free in on_cpu.items() if free] == [n for n in on_cpu if "conv" in n] != []
+    assert any("matmul" in name for name in on_cpu)
+    assert not any(marked(Target({"kind": "cuda", "arch": "sm_90"})).values())
+
+
+def test_tuned_convolutions_reorder_their_weight_once_at_compile_time_and_every_path_reads_them(tmp_path):
+    import onnxruntime
+    import tvm
+    from tvm import relax
+
+    import registry
+    from registry.tvm_side.frontend import load_onnx
+
+    model = tmp_path / "m.onnx"
+    _conv_then_dense(model)
+    db, other = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    _invoke("--db", db, "tune", str(model), "--trials", "24", "-o", str(tmp_path / "m.so"), "--json")
+
+    # The tuned convolution's best record reorders its weight (RewriteLayout's preprocessing block)...
+    rows = json.loads(_invoke("--db", db, "lookup", "--op", "conv2d", "--json"))["rows"]
+    assert len(rows) == 1
+    assert "layout_rewrite_preproc" in _invoke("--db", db, "show", rows[0]["workload"], "--device", "host")
+
+    # ... which the compiled model runs once, folded into the constant weight, not per call ...
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
+    expected = onnxruntime.InferenceSession(str(model)).run(None, {"x": x})[0]
+    from_api = registry.compile_model(load_onnx(model).mod, registry.database(db=db))
+    for lib in (tvm.runtime.load_module(str(tmp_path / "m.so")), from_api):  # the CLI's export, and the API's
+        out = relax.VirtualMachine(lib, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    scheduled = _scheduled(model, db)
+    assert any(gv.name_hint.endswith("_weight_prepack") for gv in scheduled.get_global_vars())  # it was split off
+    assert "_weight_prepack" not in scheduled["main"].script()  # and folded: main never calls it
+
+    # ... and that another registry imports (replaying each trace) and re-times at its claimed speed: the timing
+    # passes the weight in the kernel's own layout, else the kernel would fail and the record be disputed.
+    _invoke("--db", db, "export", "-o", str(tmp_path / "log"))
+    _invoke("--db", other, "import", str(tmp_path / "log"))
+    verified = _invoke("--db", other, "verify", "--tolerance", "3")
+    assert " 0 disputed" in verified, verified
+
+
+def _scheduled(model, db_url: str):
+    """The model's Relax module as ``compile_model`` lowers it: records applied, weight reorderings folded."""
+    import tvm
+
+    import registry
+    from registry.tvm_side.compile import with_records
+    from registry.tvm_side.frontend import load_onnx
+
+    target = registry.host_target()
+    with target, registry.database(db=db_url), tvm.transform.PassContext(opt_level=3):
+        return with_records(load_onnx(model).mod, target)
