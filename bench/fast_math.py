@@ -63,6 +63,7 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
     from registry.tvm_side import onnx_prep
+    from registry.tvm_side.compile import compile_model
     from registry.tvm_side.frontend import load_onnx, with_fast_math
     from registry.tvm_side.onnx_inputs import input_specs, make_inputs
     from registry.tvm_side.target import host_target
@@ -72,12 +73,12 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
     exact = load_onnx(path, model.shapes, name=name)
     mods = {"exact": exact, "fast": with_fast_math(exact, target)}
     with Measurer(target) as measurer:
-        built = {"untuned": ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), exact.mod, target, None)}
+        built = {"untuned": compile_model(ms.database.MemoryDatabase(), exact.mod, target)}
         for math, loaded in mods.items():
             db = RegistryDatabase(
                 target, open_storage(f"sqlite:///{work / f'{name}-{math}.db'}"), device=measurer.device
             )
-            built[math] = ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+            built[math] = compile_model(db, loaded.mod, target)
         samples = timed_with_onnxruntime(measurer, built, exact.inputs, path, model.shapes, rounds)
     onnx_model = onnx.load(str(path))
     feeds = make_inputs(input_specs(onnx_model, onnx_prep.fixed_input_shapes(onnx_model, model.shapes)), 0)

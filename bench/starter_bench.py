@@ -68,6 +68,7 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
+    from registry.tvm_side.compile import compile_model
     from registry.tvm_side.frontend import load_onnx, with_fast_math
     from registry.tvm_side.target import host_target
 
@@ -76,7 +77,7 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
         loaded = with_fast_math(load_onnx(path, shapes, name=path.stem), target)  # as the CLI compiled it
         starter = RegistryDatabase(target, open_storage(f"sqlite:///{db}"), device=measurer.device)
         dbs = {"untuned": ms.database.MemoryDatabase(), "starter": starter}
-        built = {k: ms.relax_integration.compile_relax(d, loaded.mod, target, None) for k, d in dbs.items()}
+        built = {k: compile_model(d, loaded.mod, target) for k, d in dbs.items()}
         tvm = timed_with_onnxruntime(measurer, built, loaded.inputs, path, shapes, rounds)
         ort = tvm.pop("onnxruntime")
     out = {k: statistics.median(v) if v else None for k, v in tvm.items()}

@@ -132,10 +132,10 @@ def cli_wall(url: str, n_records: int, runs: int = 7) -> dict:
 
 def write_logs(folder: Path, n_records: int) -> None:
     """A JSONDatabase as tune_relax writes it: real workloads and real traces, decisions varied per record."""
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from registry.tvm_side import zoo
+    from registry.tvm_side.compile import task_module
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import canonical_target, host_target
 
@@ -144,7 +144,7 @@ def write_logs(folder: Path, n_records: int) -> None:
     # batch 32, not 1: every task needs room for 10^5 distinct valid tilings (at batch 1 one had 5,280)
     for batch, sizes in [(32, (128, 256, 512, 64)), (8, (96, 192, 384, 32)), (16, (64, 160, 320, 48))]:
         m = load_onnx(zoo.mlp(batch, sizes).SerializeToString(), {"x": [batch, sizes[0]]})
-        tasks += ms.relax_integration.extract_tasks(relax.get_pipeline("zero")(m.mod), target)
+        tasks += ms.relax_integration.extract_tasks(task_module(m.mod, target), target)
     target_json = canonical_target(target)
     folder.mkdir(parents=True, exist_ok=True)
     space = []

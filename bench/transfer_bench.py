@@ -58,18 +58,19 @@ def load(variant: tuple[str, str, dict]):
 
 def full_tune(variant, work: Path, trials_per_task: int, target) -> dict:
     """Tune with plain MetaSchedule into ``work/<variant>``; reuse a finished earlier run."""
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from registry.measure.builder import PersistentBuilder
     from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.compile import task_module
 
     folder = work / variant[0]
     meta_file = folder / "meta.json"
     if meta_file.exists():
         return json.loads(meta_file.read_text())
     loaded = load(variant)
-    zero = relax.get_pipeline("zero")(loaded.mod)
+    # the registry's tasks (a CPU convolution's weight layout-free), so that both sides tune the same set
+    zero = task_module(loaded.mod, target)
     tasks = ms.relax_integration.extract_tasks(zero, target)
     trials = trials_per_task * len(tasks)
     print(f"  full tuning {variant[0]}: {len(tasks)} tasks, {trials} trials", flush=True)
@@ -101,6 +102,7 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
     from registry.pipeline.transfer import TransferOptions, transfer
     from registry.share.log_import import import_logs
     from registry.store.sql.store import Store
+    from registry.tvm_side.compile import compile_model
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{tmp}/registry.db")
@@ -111,11 +113,11 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
         report = transfer(store, loaded, target, threads, TransferOptions(budget=budget, tune_trials=0))
         full_db = ms.database.JSONDatabase(work_dir=str(work / held_out[0]))
         exes = {
-            "untuned": ms.relax_integration.compile_relax(ms.database.MemoryDatabase(), loaded.mod, target, None),
+            "untuned": compile_model(ms.database.MemoryDatabase(), loaded.mod, target),
             "transfer": ms.relax_integration.compile_relax(
                 registry_db(store, target, threads), loaded.mod, target, None
             ),
-            "full": ms.relax_integration.compile_relax(full_db, loaded.mod, target, None),
+            "full": compile_model(full_db, loaded.mod, target),
         }
         lat = latency_rounds(exes, loaded)
         store.close()

@@ -27,11 +27,11 @@ from bench.corpus.catalogue import BY_NAME, MODELS, CorpusModel, materialize  # 
 
 def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
     """One row: name, family, ok, tasks / weight or error, seconds."""
-    import tvm
     import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
 
     from registry.errors import BadInputError
+    from registry.tvm_side.compile import task_module
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
@@ -45,8 +45,8 @@ def check(model: CorpusModel, cache: str | None) -> dict[str, Any]:
     except BadInputError as e:
         row["error"] = str(e)
         return row
-    zero = tvm.relax.get_pipeline("zero")(loaded.mod)
-    tasks = extract_tasks(zero, host_target())
+    target = host_target()
+    tasks = extract_tasks(task_module(loaded.mod, target), target)
     row.update(ok=True, tasks=len(tasks), weight=sum(int(t.weight) for t in tasks))
     # Structural hashes (as the registry keys workloads): which tasks models share, e.g. for transfer experiments.
     row["workloads"] = sorted({str(tvm_ffi.structural_hash(t.dispatched[0])) for t in tasks})

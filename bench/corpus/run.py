@@ -180,6 +180,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
+    from registry.tvm_side.compile import compile_model
     from registry.tvm_side.frontend import load_onnx, with_fast_math
     from registry.tvm_side.target import host_target
 
@@ -195,7 +196,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
             for kind in ("transfer", "tune"):
                 exes[kind] = RegistryDatabase(target, Store(f"sqlite:///{work / kind / f'{model.name}.db'}"),
                                               device=measurer.device)  # fmt: skip
-            built = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in exes.items()}
+            built = {k: compile_model(db, loaded.mod, target) for k, db in exes.items()}
             tvm = timed_with_onnxruntime(measurer, built, loaded.inputs, path, model.shapes, rounds)
             ort = tvm.pop("onnxruntime")
             row["ms"] = {k: sorted(v)[len(v) // 2] if v else None for k, v in tvm.items()}

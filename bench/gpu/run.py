@@ -211,6 +211,7 @@ class Bench:
         from registry.measure.jobs import interleaved_model_ms, module_job
         from registry.pipeline.model_run import extract
         from registry.store.sql.store import Store
+        from registry.tvm_side.compile import compile_model
         from registry.tvm_side.defaults import default_schedule
 
         out: dict = {}
@@ -221,8 +222,7 @@ class Bench:
                 for step, (m, name) in REGISTRIES.items():
                     if m == model and (self.work / name).exists():
                         dbs[step] = _database(self.work / name, self.target)
-                compile_ = ms.relax_integration.compile_relax
-                exes = {k: compile_(db, loaded.mod, self.target, None) for k, db in dbs.items()}
+                exes = {k: compile_model(db, loaded.mod, self.target) for k, db in dbs.items()}
                 out[model] = {"ms": interleaved_model_ms(measurer, exes, loaded.inputs, rounds=3)}
             # each task's default schedule, the start of the tuning curves of gpu-bert-l2-h192
             with Store(f"sqlite:///{self.work / REGISTRIES['plain'][1]}") as store:

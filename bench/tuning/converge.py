@@ -64,6 +64,7 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
     from registry.tvm_side.compat import TVM_ERRORS, error_line
+    from registry.tvm_side.compile import compile_model
     from registry.tvm_side.defaults import default_schedule
 
     try:
@@ -82,7 +83,7 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
         ours_defaults = {w: by_name[n] for w, (n, _, _) in _task_weights(our_store, loaded, target).items()}
         our_curve = curve(our_store, loaded, target, our_store.all_devices()[0].id, ours["started"], ours_defaults)
         exes = {
-            k: ms.relax_integration.compile_relax(db, loaded.mod, target, None)
+            k: compile_model(db, loaded.mod, target)
             for k, db in (
                 ("untuned", ms.database.MemoryDatabase()),
                 ("plain", RegistryDatabase(target, plain_store, num_threads=threads)),

@@ -104,7 +104,8 @@ def applied_schedules(name: str, db: Path, target) -> dict:
 
 def tvm_side(name: str, db: Path, target, measurer) -> dict:
     """Per task: name, kind, calls and the applied schedule's median µs alone."""
-    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.compile import compile_model
 
     side = applied_schedules(name, db, target)
     timings = measurer.kernels(side["jobs"])
@@ -112,7 +113,7 @@ def tvm_side(name: str, db: Path, target, measurer) -> dict:
         {"task": t.name, "kind": tvm_kind(t.name), "calls": t.weight, "us": m.median_s * 1e6, "record": a}
         for t, m, a in zip(side["tasks"], timings, side["applied"], strict=True)
     ]
-    exe = ms.relax_integration.compile_relax(side["database"], side["loaded"].mod, target, None)
+    exe = compile_model(side["database"], side["loaded"].mod, target)
     return {"tasks": rows, "exe": exe, "inputs": side["loaded"].inputs}
 
 

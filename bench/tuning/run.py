@@ -71,7 +71,6 @@ def plain(
     """Plain tune_relax into work/plain-<name>.db (kept, and reused by later runs); with ``builder="default"``, TVM's
     own LocalBuilder, into work/plain-default-builder-<name>.db. ``total`` (trials over all tasks, when given)
     replaces ``trials_per_task``: a plateau run is sized by its global trial count, as MetaSchedule's is."""
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from registry.measure.builder import PersistentBuilder
@@ -79,6 +78,7 @@ def plain(
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
     from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.compile import task_module
 
     stem = f"plain-{name}" if builder == "persistent" else f"plain-default-builder-{name}"
     meta_file = work / f"{stem}.json"
@@ -94,7 +94,8 @@ def plain(
     names = {t.ident[0]: t.name for t in tasks}
     db = RegistryDatabase(target, store, num_threads=threads, model=name, task_names=names)
     prepare_tuning(target.kind.name)
-    zero = relax.get_pipeline("zero")(loaded.mod)
+    # the registry's tasks (a CPU convolution's weight layout-free), so that both sides tune the same set
+    zero = task_module(loaded.mod, target)
     started = _now()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,12 +189,11 @@ def time_to(points: list[tuple[float, float]], latency: float) -> float | None:
 
 
 def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
-    from tvm.s_tir import meta_schedule as ms
-
     from registry.measure.jobs import interleaved_model_ms
     from registry.measure.measurer import Measurer
+    from registry.tvm_side.compile import compile_model
 
-    exes = {k: ms.relax_integration.compile_relax(db, loaded.mod, target, None) for k, db in dbs.items()}
+    exes = {k: compile_model(db, loaded.mod, target) for k, db in dbs.items()}
     with Measurer(target) as measurer:
         return interleaved_model_ms(measurer, exes, loaded.inputs, rounds)
 
