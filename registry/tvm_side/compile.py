@@ -54,6 +54,8 @@ def with_records(mod: IRModule, target: Target) -> IRModule:
         mod = dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
         )(mod)
+    if not _layout_free_here(target):
+        return mod
     # A kernel whose record reorders its weight now starts with the reordering: split it off into a function of its
     # own ("..._weight_prepack"), called on the constant weight, which folding then runs once, here.
     mod = relax.transform.SplitLayoutRewritePreproc()(mod)
@@ -87,13 +89,18 @@ def _fused(mod: IRModule, target: Target) -> IRModule:
 
 def _layout_free_convolutions(mod: IRModule, target: Target) -> IRModule:
     """On a CPU, every convolution kernel whose weight is a constant marked layout-free; other kernels unmarked."""
-    if target.kind.name != "llvm":
-        return mod  # RewriteLayout is a CPU postprocessor; a GPU kernel would only change its hash
+    if not _layout_free_here(target):
+        return mod
     marked = relax.transform.AttachAttrLayoutFreeBuffers()(mod)
     for gv, func in list(marked.functions.items()):
         if isinstance(func, tvm.tirx.PrimFunc) and LAYOUT_FREE in (func.attrs or {}) and "conv" not in gv.name_hint:
             marked[gv] = func.without_attr(LAYOUT_FREE)
     return marked
+
+
+def _layout_free_here(target: Target) -> bool:
+    """RewriteLayout is a CPU postprocessor: on a GPU the mark would only change the kernels' hashes."""
+    return target.kind.name == "llvm"
 
 
 def _lowering(target: Target) -> list:

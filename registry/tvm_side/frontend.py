@@ -24,7 +24,7 @@ class LoadedModel:
     sha256: str
     input_shapes: dict[str, list[int]]
     input_dtypes: dict[str, str]
-    mod: IRModule  # as from_onnx returns it: compile_relax needs this one, not the zero-pipelined module
+    mod: IRModule  # as from_onnx returns it: compile_model fuses it (tvm_side/compile.py), as task_module does
     # Values of the integer inputs: token ids within their embedding table (registry.tvm_side.onnx_inputs), masks ones.
     bounds: dict[str, Bound | None] = field(default_factory=dict)
 
