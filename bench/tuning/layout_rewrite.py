@@ -12,7 +12,9 @@ weight's order after its tiling, and at compile time the weight's transform is s
 Both variants run plain ``tune_relax`` on the same model with the same trials, seed and builder, one after the other:
 
 - ``plain``: the module as ``registry tune`` tunes it;
-- ``rewrite``: the same, with layout-free weights, and the compile that folds their transforms.
+- ``rewrite``: the same, with layout-free weights, and the compile that folds their transforms;
+- ``nhwc`` (``--variants``): ``rewrite`` after Relax's ``ConvertLayout`` made the convolutions channels-last (NHWC
+  data, OHWI weights), the layout whose innermost dimension is a block of channels, as in MLAS's NCHWc.
 
 Reports, per variant, the tuning time, the estimated latency (the sum over tasks of weight x best record) and its
 parts per kind of task (``bench/tuning/gap.py``'s kinds), how many weight transforms are left in the compiled model
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bench.machine_speed import stamped  # noqa: E402
 from bench.tuning.run import PLAIN_BATCH, load  # noqa: E402
 
-VARIANTS = ("plain", "rewrite")
+VARIANTS = ("plain", "rewrite", "nhwc")
 
 
 def fused(mod, target):
@@ -60,8 +62,10 @@ def fused(mod, target):
 def variant_module(mod, target, variant: str):
     from tvm import relax
 
+    if variant == "nhwc":  # channels last, as MLAS's NCHWc blocks them: a tile of channels is contiguous
+        mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod)
     mod = fused(mod, target)
-    return relax.transform.AttachAttrLayoutFreeBuffers()(mod) if variant == "rewrite" else mod
+    return relax.transform.AttachAttrLayoutFreeBuffers()(mod) if variant != "plain" else mod
 
 
 def tune(mod, target, work: Path, trials: int) -> tuple[object, float]:
@@ -114,7 +118,7 @@ def build(mod, target, db, variant: str):
     with target, db, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
         calls = _calls(mod)
-        if variant == "rewrite":
+        if variant != "plain":
             mod = relax.transform.SplitLayoutRewritePreproc()(mod)
             split = _calls(mod)
             mod = relax.transform.FoldConstant()(mod)
@@ -149,6 +153,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=640)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "layout_rewrite")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS[:2]))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "layout_rewrite.json")
     args = parser.parse_args()
 
@@ -161,7 +166,7 @@ def main() -> int:
     loaded = load(args.model, target)
     result: dict = {"model": args.model, "trials": args.trials, "variants": {}}
     builds = {}
-    for variant in VARIANTS:
+    for variant in args.variants:
         mod = variant_module(loaded.mod, target, variant)
         print(f"{variant}: tune_relax, {args.trials} trials", flush=True)
         db, seconds = tune(mod, target, args.work / f"{args.model}-{variant}", args.trials)
