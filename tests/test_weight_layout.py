@@ -1,7 +1,7 @@
-"""Convolutions' weights in the order their tuned kernels read them (``registry.tvm_side.compile``): on a CPU, a
-convolution task's weight is layout-free and nothing else's; its tuned records reorder the weight; every write and
-read path (tune, import, verify, compile) handles the reordered weight; the compiled model folds the reordering into
-the constant and computes what onnxruntime computes. Real TVM, a real tune of a tiny model."""
+"""Convolutions in the layout their tuned kernels read (``registry.tvm_side.compile``): on a CPU, a convolution
+task is channels-last and its weight layout-free, and nothing else's is; its tuned records reorder the weight; every
+write and read path (tune, import, verify, compile) handles the reordered weight; the compiled model folds the
+reordering into the constant and computes what onnxruntime computes. Real TVM, a real tune of a tiny model."""
 
 from __future__ import annotations
 
@@ -40,13 +40,19 @@ def _conv_then_dense(path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
+def _buffers(func) -> list:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [argument.shape for argument in ArgInfo.from_prim_func(func)]
+
+
 def _invoke(*args: str) -> str:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 
 
-def test_only_convolutions_are_layout_free_and_only_on_a_cpu(tmp_path):
+def test_only_convolutions_are_layout_free_and_channels_last_and_only_on_a_cpu(tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.target import Target
 
@@ -62,6 +68,9 @@ def test_only_convolutions_are_layout_free_and_only_on_a_cpu(tmp_path):
         return {t.task_name: LAYOUT_FREE in (t.dispatched[0]["main"].attrs or {}) for t in tasks}
 
     on_cpu = marked(host_target())
+    conv = ms.relax_integration.extract_tasks(task_module(loaded.mod, host_target()), host_target())
+    conv_args = [list(shape) for t in conv if "conv" in t.task_name for shape in _buffers(t.dispatched[0]["main"])]
+    assert [1, 8, 8, 16] in conv_args and [1, 16, 8, 8] not in conv_args  # channels last on a CPU
     assert [name for name, free in on_cpu.items() if free] == [n for n in on_cpu if "conv" in n] != []
     assert any("matmul" in name for name in on_cpu)
     assert not any(marked(Target({"kind": "cuda", "arch": "sm_90"})).values())
