@@ -115,6 +115,8 @@ def build(mod, target, db, variant: str):
     import tvm
     from tvm import relax
 
+    from registry.tvm_side.compile import lowering_passes
+
     with target, db, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
         calls = _calls(mod)
@@ -124,23 +126,8 @@ def build(mod, target, db, variant: str):
             mod = relax.transform.FoldConstant()(mod)
             print(f"  {split - calls} weight transforms split off, {_calls(mod) - calls} left", flush=True)
         left = _calls(mod) - calls
-        exe = relax.build(mod, target=target, relax_pipeline=tvm.transform.Sequential(_lowering(target)))
+        exe = relax.build(mod, target=target, relax_pipeline=tvm.transform.Sequential(lowering_passes(target)))
     return exe, left
-
-
-def _lowering(target) -> list:
-    """The passes after the tuned functions are in, as ``compile_relax`` runs them (its fallback where TVM registers
-    none for the target, as for the CPU)."""
-    from tvm import relax
-    from tvm.relax import pipeline
-
-    try:
-        return [*pipeline.dataflow_lower_passes(target), *pipeline.finalize_passes(target)]
-    except (ValueError, AttributeError):
-        t = relax.transform
-        return [t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(),
-                t.StaticPlanBlockMemory(), t.LowerAllocTensor(), t.KillAfterLastUse(), t.LowerRuntimeBuiltin(),
-                t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]  # fmt: skip
 
 
 def _calls(mod) -> int:

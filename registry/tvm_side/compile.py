@@ -45,7 +45,7 @@ def compile_model(database, mod: IRModule, target: Target):
 
     @tvm.transform.module_pass(opt_level=3)
     def lowered(mod: IRModule, _ctx) -> IRModule:
-        return tvm.transform.Sequential(_lowering(target))(with_records(mod, target))
+        return tvm.transform.Sequential(lowering_passes(target))(with_records(mod, target))
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=lowered)
@@ -146,7 +146,7 @@ def _layout_free_here(target: Target) -> bool:
     return target.kind.name == "llvm"
 
 
-def _lowering(target: Target) -> list:
+def lowering_passes(target: Target) -> list:
     """The passes after scheduling, as ``compile_relax`` runs them (its own list where TVM registers none for the
     target)."""
     from tvm.relax import pipeline
