@@ -58,7 +58,7 @@ def with_records(mod: IRModule, target: Target) -> IRModule:
     from tvm.relax import pipeline
     from tvm.s_tir import dlight as dl
 
-    mod = relax.transform.MetaScheduleApplyDatabase()(_layout_free_convolutions(_fused(mod, target), target))
+    mod = relax.transform.MetaScheduleApplyDatabase()(task_module(mod, target))
     if pipeline.BackendDispatcher.is_gpu_target(target):
         mod = dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
