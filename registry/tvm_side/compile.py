@@ -28,6 +28,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.tvm_side.compat import TVM_ERRORS
+from registry.tvm_side.transposes import count_transposes, sink_transposes
 
 LAYOUT_FREE = "layout_free_buffers"  # the function attribute RewriteLayout reads (AttachAttrLayoutFreeBuffers')
 
@@ -109,37 +110,23 @@ def _channels_last(mod: IRModule, target: Target) -> IRModule:
     between the convolutions follows the layout, so that the only transposes left, once the weights' are folded, are
     at the model's inputs and outputs. Elsewhere, the model as it is.
 
-    Where an operator has no layout rule in Relax (``maximum``/``minimum`` and ``clip`` of a hard-swish, a
-    ``batch_norm`` left unfused), ``ConvertLayout`` transposes the activation to NCHW and back around it, and those
-    transposes cost more than the layout gains: a PaddleOCR classifier went from 1.04x onnxruntime to 1.73x
-    (56 transposes added). Its check failure on one model (magika: "Invalid SLayout") also keeps the model as it is.
+    ``ConvertLayout`` wraps an operator it has no layout rule for in transposes to NCHW and back, and leaves some
+    that need none between two transposes (a ConvNeXt's residual ``add``); ``sink_transposes`` then cancels those it
+    can (ConvNeXt: 10 added, none after). Where transposes stay, around an operator Relax cannot see into (the
+    ``topi.maximum``/``minimum`` kernels of an ONNX ``Clip`` with bound inputs, in a hard-swish), they cost more than
+    the layout gains: a PaddleOCR classifier went from 1.04x onnxruntime to 1.73x (56 transposes added, 38 after
+    sinking). ``ConvertLayout``'s check failure on one model (magika: "Invalid SLayout") also keeps the model as it
+    is.
     """
     if not _layout_free_here(target):
         return mod
     try:
-        converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod)
+        converted = sink_transposes(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod))
     except TVM_ERRORS:
         return mod
     main = mod["main"]
     edges = len(main.params) + len(getattr(main.ret_ty, "fields", [main.ret_ty]))  # a tuple type lists its outputs
-    return converted if _transposes(converted) - _transposes(mod) <= edges else mod
-
-
-def _transposes(mod: IRModule) -> int:
-    """Transposes of values computed at run time, from the model's inputs: those of constants fold away at compile
-    time. Traced through the bindings, not by folding the model to count what is left: folding a large model takes
-    seconds (4.4 s for PaddleOCR det), and this runs at every extraction and compile."""
-    permute = tvm.ir.Op.get("relax.permute_dims")
-    main = mod["main"]
-    from_inputs = set(main.params)
-    count = 0
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            if not any(v in from_inputs for v in relax.analysis.free_vars(binding.value)):
-                continue
-            from_inputs.add(binding.var)
-            count += getattr(binding.value, "op", None) == permute
-    return count
+    return converted if count_transposes(converted) - count_transposes(mod) <= edges else mod
 
 
 def _layout_free_convolutions(mod: IRModule, target: Target) -> IRModule:

@@ -1,0 +1,126 @@
+"""Transposes moved past elementwise operators until they cancel (``registry.tvm_side.transposes``), and what that
+lets ``compile._channels_last`` convert: a ConvNeXt-shaped block, whose channels-last layer norm sits between two
+transposes and whose residual ``add`` ``ConvertLayout`` leaves in NCHW. Real TVM: the rewritten module is built and
+computes what the original computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.tvm
+
+
+def _module():
+    """a, b NHWC; both to NCHW, added, clipped, scaled by a scalar, back to NHWC, added to a: 3 transposes, all of
+    which cancel; and one more (c's) that feeds a reduction, which no rule moves."""
+    import tvm
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(
+            a: R.Tensor((1, 4, 4, 8), "float32"),
+            b: R.Tensor((1, 4, 4, 8), "float32"),
+            c: R.Tensor((1, 4, 4, 8), "float32"),
+        ):  # noqa: E501
+            with R.dataflow():
+                p = R.permute_dims(a, (0, 3, 1, 2))
+                q = R.permute_dims(b, (0, 3, 1, 2))
+                r = R.clip(R.add(p, q), 0, 6)
+                s = R.multiply(r, R.const(0.5, "float32"))
+                t = R.add(R.permute_dims(s, (0, 2, 3, 1)), a)
+                u = R.sum(R.permute_dims(c, (0, 3, 1, 2)), axis=[3])
+                R.output(t, u)
+            return (t, u)
+
+    return Module
+
+
+def _run(mod, inputs):
+    import tvm
+
+    return _outputs(tvm.compile(mod, target="llvm"), inputs)
+
+
+def _outputs(exe, inputs) -> list:
+    import tvm
+    from tvm import relax
+
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](*(tvm.runtime.tensor(i) for i in inputs))
+    return [o.numpy() for o in out] if not hasattr(out, "numpy") else [out.numpy()]
+
+
+def test_transposes_sink_past_elementwise_operators_and_cancel():
+    from registry.tvm_side.transposes import count_transposes, sink_transposes
+
+    mod = _module()
+    sunk = sink_transposes(mod)
+    assert count_transposes(mod) == 4
+    assert count_transposes(sunk) == 1  # c's, before the reduction
+    inputs = [np.random.default_rng(i).standard_normal((1, 4, 4, 8)).astype("float32") * 4 for i in range(3)]
+    for got, want in zip(_run(sunk, inputs), _run(mod, inputs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _convnext_block(path) -> None:
+    """x (1x8x6x6) -> 3x3 depthwise convolution -> to channels-last -> layer norm -> dense -> back to NCHW -> + x ->
+    1x1 convolution: a ConvNeXt block and its downsampling, as transformers exports them."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "dw": rng.standard_normal((8, 1, 3, 3)) / 3,
+        "gamma": np.ones(8),
+        "beta": np.zeros(8),
+        "dense": rng.standard_normal((8, 8)) / 3,
+        "pw": rng.standard_normal((16, 8, 1, 1)) / 3,
+    }
+    weights = [numpy_helper.from_array(v.astype("float32"), k) for k, v in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "dw"], ["d"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Transpose", ["d"], ["dl"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["dl", "gamma", "beta"], ["n"], axis=-1),
+        helper.make_node("MatMul", ["n", "dense"], ["m"]),
+        helper.make_node("Transpose", ["m"], ["mf"], perm=[0, 3, 1, 2]),
+        helper.make_node("Add", ["x", "mf"], ["r"]),
+        helper.make_node("Conv", ["r", "pw"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "convnext-block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_a_convnext_block_converts_to_channels_last_and_computes_the_same(tmp_path):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from registry.tvm_side.compile import compile_model, task_module
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+    from registry.tvm_side.transposes import count_transposes
+
+    _convnext_block(tmp_path / "block.onnx")
+    mod = load_onnx(tmp_path / "block.onnx").mod
+    converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod)
+    assert count_transposes(converted) > count_transposes(mod) + 2  # what ConvertLayout alone leaves
+
+    target = host_target()
+    tasks = ms.relax_integration.extract_tasks(task_module(mod, target), target)
+    convolutions = [t for t in tasks if "conv" in t.task_name]
+    assert len(convolutions) == 2
+    for task in convolutions:  # both read and write channels-last: [1, 6, 6, channels]
+        shapes = [list(a.shape) for a in ArgInfo.from_prim_func(task.dispatched[0]["main"])]
+        assert shapes[0] == [1, 6, 6, 8] and shapes[-1][:3] == [1, 6, 6], shapes
+
+    x = np.random.default_rng(1).standard_normal((1, 8, 6, 6)).astype("float32")
+    got = _outputs(compile_model(ms.database.MemoryDatabase(), mod, target), [x])[0]  # TVM's default schedules
+    want = _run(mod, [x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
