@@ -26,7 +26,7 @@ def _module():
             a: R.Tensor((1, 4, 4, 8), "float32"),
             b: R.Tensor((1, 4, 4, 8), "float32"),
             c: R.Tensor((1, 4, 4, 8), "float32"),
-        ):  # noqa: E501
+        ):
             with R.dataflow():
                 p = R.permute_dims(a, (0, 3, 1, 2))
                 q = R.permute_dims(b, (0, 3, 1, 2))
