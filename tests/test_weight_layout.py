@@ -41,23 +41,22 @@ def _conv_then_dense(path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def _conv_pad_conv(path) -> None:
-    """Two convolutions with an explicit ``Pad`` between them, which the ONNX importer makes a TIR kernel that
-    ``ConvertLayout`` cannot see into (a MobileNetV2's, as transformers exports it)."""
+def _conv_clip_conv(path) -> None:
+    """Two convolutions with a clip between them, which has no layout rule in Relax (a hard-swish's, in MobileNets)."""
     rng = np.random.default_rng(0)
     w1, w2 = (numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype("float32"), n) for n in "uv")
-    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "pads")
+    low, high = (numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("low", 0.0), ("high", 6.0)))
     nodes = [
         helper.make_node("Conv", ["x", "u"], ["a"], pads=[1, 1, 1, 1]),
-        helper.make_node("Pad", ["a", "pads"], ["p"], mode="constant"),
-        helper.make_node("Conv", ["p", "v"], ["y"]),
+        helper.make_node("Clip", ["a", "low", "high"], ["c"]),
+        helper.make_node("Conv", ["c", "v"], ["y"], pads=[1, 1, 1, 1]),
     ]
     graph = helper.make_graph(
         nodes,
-        "conv-pad-conv",
+        "conv-clip-conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
-        [w1, w2, pads],
+        [w1, w2, low, high],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
@@ -95,9 +94,9 @@ def test_only_convolutions_are_layout_free_and_channels_last_and_only_on_a_cpu(t
     assert [1, 8, 8, 16] in conv_args and [1, 16, 8, 8] not in conv_args  # channels last on a CPU
 
     # ... but not where an operator between two convolutions would need transposes around it
-    _conv_pad_conv(tmp_path / "pad.onnx")
-    padded = load_onnx(tmp_path / "pad.onnx").mod
-    kept = ms.relax_integration.extract_tasks(task_module(padded, host_target()), host_target())
+    _conv_clip_conv(tmp_path / "clip.onnx")
+    clipped = load_onnx(tmp_path / "clip.onnx").mod
+    kept = ms.relax_integration.extract_tasks(task_module(clipped, host_target()), host_target())
     kept_args = [list(shape) for t in kept if "conv" in t.task_name for shape in _buffers(t.dispatched[0]["main"])]
     assert [1, 8, 6, 6] in kept_args and not any("transpose" in t.task_name for t in kept)
     assert [name for name, free in on_cpu.items() if free] == [n for n in on_cpu if "conv" in n] != []
@@ -153,3 +152,54 @@ def _scheduled(model, db_url: str):
     target = registry.host_target()
     with target, registry.database(db=db_url), tvm.transform.PassContext(opt_level=3):
         return with_records(load_onnx(model).mod, target)
+
+
+def _conv_batch_norm_relu(path) -> None:
+    """x (1x8x6x6) -> 3x3 convolution -> BatchNormalization (not folded into it, as PaddleOCR's files keep it) ->
+    relu."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "w": rng.standard_normal((8, 8, 3, 3)) / 8,
+        "scale": rng.uniform(0.5, 2, 8),
+        "shift": rng.standard_normal(8),
+        "mean": rng.standard_normal(8),
+        "var": rng.uniform(0.5, 2, 8),
+    }
+    weights = [numpy_helper.from_array(v.astype("float32"), k) for k, v in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv-bn-relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_a_batch_norm_fuses_into_the_convolution_before_it_and_computes_the_same(tmp_path):
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.compile import compile_model, task_module
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    _conv_batch_norm_relu(tmp_path / "m.onnx")
+    mod = load_onnx(tmp_path / "m.onnx").mod
+    target = host_target()
+    names = [t.task_name for t in ms.relax_integration.extract_tasks(task_module(mod, target), target)]
+    # the norm's scale and shift are the convolution's epilogue, not a kernel of their own
+    assert not any("batch_norm" in n for n in names) and any("conv" in n and "multiply" in n for n in names), names
+
+    x = np.random.default_rng(1).standard_normal((1, 8, 6, 6)).astype("float32")
+    got = relax.VirtualMachine(compile_model(ms.database.MemoryDatabase(), mod, target), tvm.cpu())["main"](
+        tvm.runtime.tensor(x)
+    )
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

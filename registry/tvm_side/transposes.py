@@ -1,12 +1,9 @@
-"""Transposes in a Relax model: counted, and kept from ``ConvertLayout`` (``compile._channels_last``), which converts
-each operator it has a layout rule for and wraps the rest in transposes.
+"""Transposes in a Relax model: counted, and moved past elementwise operators until pairs of them cancel.
 
-- ``visible_bounds``, before it: an ONNX ``Clip`` with bound inputs (a hard-swish's, a ReLU6's) imports as TIR kernels
-  of ``topi.maximum`` and ``minimum``, which ``ConvertLayout`` cannot see into. As Relax operators they follow the
-  layout: a PaddleOCR classifier's 56 transposes become 2.
-- ``sink_transposes``, after it: a ConvNeXt's residual ``add`` of two NCHW values stays NCHW between a transpose into
-  it and one out of it, and its own ``permute_dims`` to channels-last, already converted, become identities. 28
-  transposes at run time for 18 before; after sinking, 2: the model's input and output.
+``ConvertLayout`` (``compile._channels_last``) converts each operator it has a layout rule for and wraps the rest in
+transposes: a ConvNeXt's residual ``add`` of two NCHW values stays NCHW between a transpose into it and one out of it,
+and its own ``permute_dims`` to channels-last, already converted, become identities. 28 transposes at run time for 18
+before; after ``sink_transposes``, 2: the model's input and output.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ _UNARY = (
     *("relax.clip", "relax.nn.relu", "relax.nn.leakyrelu", "relax.sigmoid", "relax.tanh", "relax.nn.silu"),
     *("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.exp", "relax.negative", "relax.sqrt", "relax.erf"),
 )
-_BOUNDS = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
 
 
@@ -39,29 +35,6 @@ def count_transposes(mod: IRModule) -> int:
             from_inputs.add(binding.var)
             count += getattr(binding.value, "op", None) == permute
     return count
-
-
-def visible_bounds(mod: IRModule) -> IRModule:
-    """``mod`` with each TIR kernel of ``topi.maximum`` or ``minimum`` of a tensor and a scalar (as the ONNX importer
-    makes them for a ``Clip`` with bound inputs) called as Relax's ``maximum`` or ``minimum``: the same computation,
-    which passes can see. The kernels are known by the names ``emit_te`` gives them."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
-
-    pattern = is_op("relax.call_tir")(wildcard(), wildcard(), varg_default_wildcard=True)
-
-    def rewrite(call, _matched):
-        kernel, args = call.args[0], call.args[1]
-        op = _BOUNDS.get(kernel.name_hint.rstrip("0123456789"))
-        if op is None or len(getattr(args, "fields", ())) != 2 or args.fields[1].ty.ndim != 0:
-            return call
-        return op(*args.fields)
-
-    @relax.transform.function_pass(opt_level=0, name="VisibleBounds")
-    class VisibleBounds:
-        def transform_function(self, func, _mod, _ctx):
-            return rewrite_call(pattern, rewrite, func)
-
-    return relax.transform.DeadCodeElimination()(VisibleBounds()(mod))
 
 
 def sink_transposes(mod: IRModule) -> IRModule:
