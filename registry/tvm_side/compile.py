@@ -102,11 +102,6 @@ def _fused(mod: IRModule, target: Target) -> IRModule:
         t.FuseOps(),
         t.FuseTIR(),
     ]
-    if _layout_free_here(target):
-        # A batch norm left in the model (PaddleOCR's are) is a kernel of its own, which MetaSchedule schedules one
-        # way only ("search space exhausted"); decomposed, its scale and shift fold into constants and fuse into the
-        # convolution before it, as onnxruntime fuses them. CPU only: not measured on a GPU.
-        mod = relax.transform.DecomposeOpsForInference()(mod)
     return tvm.transform.Sequential(passes)(_channels_last(mod, target))
 
 
