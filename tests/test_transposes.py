@@ -51,7 +51,7 @@ def _outputs(exe, inputs) -> list:
     from tvm import relax
 
     out = relax.VirtualMachine(exe, tvm.cpu())["main"](*(tvm.runtime.tensor(i) for i in inputs))
-    return [o.numpy() for o in out] if not hasattr(out, "numpy") else [out.numpy()]
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]  # one output, or a tuple
 
 
 def test_transposes_sink_past_elementwise_operators_and_cancel():

@@ -63,16 +63,15 @@ def sink_transposes(mod: IRModule) -> IRModule:
     def rewrite(call, matched):
         name = call.op.name
         if name in _UNARY:
-            moved = relax.Call(call.op, [matched[unary_x], *call.args[1:]], call.attrs)
-            return relax.op.permute_dims(moved, _axes(matched[unary_in]))
+            return _below(call, [matched[unary_x], *call.args[1:]], _axes(matched[unary_in]))
         if name in _BINARY:
             return _binary(call, matched.get(left), matched.get(right), matched.get(x), matched.get(y))
         axes = _axes(call)
         if matched.get(twice) is not None:  # permute(permute(v, a), b) is permute(v, a[b])
             first = _axes(matched[inner])
-            axes = [first[i] for i in axes]
-            return matched[source] if axes == sorted(axes) else relax.op.permute_dims(matched[source], axes)
-        return call.args[0] if axes == sorted(axes) else call  # unchanged: the rewriter repeats while a call changes
+            return _transposed(matched[source], [first[i] for i in axes])
+        # The same call back where nothing changes, not an equal new one: the rewriter repeats while a call changes.
+        return call.args[0] if _identity(axes) else call
 
     @relax.transform.function_pass(opt_level=0, name="SinkTransposes")
     class SinkTransposes:
@@ -86,14 +85,25 @@ def _binary(call, left, right, x, y):
     """``op(permute(x, p), permute(y, p))`` or ``op(permute(x, p), scalar)`` as ``permute(op(x, y), p)``."""
     a, b = call.args
     if left is not None and right is not None:
-        if _axes(left) != _axes(right):
-            return call
-        return relax.op.permute_dims(relax.Call(call.op, [x, y], call.attrs), _axes(left))
+        return _below(call, [x, y], _axes(left)) if _axes(left) == _axes(right) else call
     if left is not None and _scalar(b):
-        return relax.op.permute_dims(relax.Call(call.op, [x, b], call.attrs), _axes(left))
+        return _below(call, [x, b], _axes(left))
     if right is not None and _scalar(a):
-        return relax.op.permute_dims(relax.Call(call.op, [a, y], call.attrs), _axes(right))
+        return _below(call, [a, y], _axes(right))
     return call
+
+
+def _below(call, operands: list, axes: list[int]):
+    """``call``'s operator on ``operands``, then transposed by ``axes``: the transpose moved below it."""
+    return relax.op.permute_dims(relax.Call(call.op, operands, call.attrs), axes)
+
+
+def _transposed(value, axes: list[int]):
+    return value if _identity(axes) else relax.op.permute_dims(value, axes)
+
+
+def _identity(axes: list[int]) -> bool:
+    return axes == sorted(axes)
 
 
 def _axes(call) -> list[int]:
