@@ -242,9 +242,11 @@ def train(
     *,
     holdout: float = 0.25,
     seed: int = 0,
+    held_out: list[int] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[XGBModel, dict[str, Any]]:
-    """Train an XGBModel on every workload of ``device_id``; first evaluate one trained without ``holdout`` of them.
+    """Train an XGBModel on every workload of ``device_id``; first evaluate one trained without ``holdout`` of them
+    (a share, drawn with ``seed``), or without the workloads whose ids ``held_out`` names.
 
     Returns the model trained on all workloads, and metrics: counts (``skipped_records``: traces that no longer
     replay), seconds (trace replay and feature extraction included), and (with ``holdout`` > 0) the mean Spearman
@@ -255,7 +257,12 @@ def train(
         raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
     say = progress or (lambda _msg: None)
     source = _Source(store, device_id)
-    train_ids, held_ids = _split(source, holdout, seed)
+    if held_out is None:
+        train_ids, held_ids = _split(source, holdout, seed)
+    else:
+        if not set(held_out) < set(source.counts):
+            raise BadInputError(f"held_out {held_out}: not a proper subset of the workloads {sorted(source.counts)}")
+        train_ids, held_ids = [w for w in source.counts if w not in held_out], list(held_out)
     load_tensor_intrinsics(source.target.kind.name)  # before the first TuneContext, which would import them all
 
     start = time.perf_counter()
