@@ -4,8 +4,10 @@ Files exported by PyTorch or Paddle compute Reshape targets at run time (``Shape
 input shapes are fixed those values are constants, but TVM's Relax importer only accepts a constant new shape
 ("Reshape requires the input new shape to be Shape"). Here every node whose inputs are all known is evaluated with
 ONNX's reference implementation and replaced by an initializer, in rounds with shape inference in between (a folded
-Pad or Expand gives its output a static shape, so the Shape node after it folds in the next round). Nothing here
-imports TVM.
+Pad or Expand gives its output a static shape, so the Shape node after it folds in the next round). Then, as
+onnxruntime does when it loads a model, an inference ``BatchNormalization`` after a convolution is folded into its
+weights and bias (``_batch_norms_into_convs``), and a zero ``Pad`` that only convolutions read becomes their own
+padding (``_pads_into_convs``). Nothing here imports TVM.
 """
 
 from __future__ import annotations
@@ -148,7 +150,146 @@ def prepare(model: onnx.ModelProto, shapes: dict[str, list[int]], where: str = "
         model = _fold_constants(model)
         if len(model.graph.node) == before:
             break
+    before = len(model.graph.node)
+    model = _pads_into_convs(_batch_norms_into_convs(model))
+    if len(model.graph.node) < before:  # the shapes inferred for the values no node makes now go
+        del model.graph.value_info[:]
+        model = shape_inference.infer_shapes(model, data_prop=True)
     return model
+
+
+def _batch_norms_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every inference ``BatchNormalization`` whose input is a ``Conv`` read by nothing else folded into
+    that convolution: weights scaled per output channel by ``scale / sqrt(var + eps)``, and the shift added to its
+    bias. TVM imports a batch norm as a kernel of its own, a pass over the activation that also keeps the activation
+    after it (PaddleOCR's hard-swish) out of the convolution's kernel; onnxruntime folds it at session start."""
+    graph = model.graph
+    known = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in _names_read(node):
+            readers.setdefault(name, []).append(node)
+    made = {o: node for node in graph.node for o in node.output}
+    outputs = {o.name for o in graph.output}
+    folded, new_inits = [], []
+    for bn in graph.node:
+        conv = made.get(bn.input[0]) if bn.op_type == "BatchNormalization" and bn.domain in ("", "ai.onnx") else None
+        if conv is None or not _foldable(bn, conv, known, readers, outputs):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+        scale, shift, mean, var = (numpy_helper.to_array(known[n]).astype(np.float64) for n in bn.input[1:5])
+        factor = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
+        weight = numpy_helper.to_array(known[conv.input[1]])
+        bias = numpy_helper.to_array(known[conv.input[2]]) if len(conv.input) > 2 and conv.input[2] else 0.0
+        per_channel = factor.reshape(-1, *[1] * (weight.ndim - 1))
+        stem = f"{conv.output[0]}.bn_folded"
+        new_inits += [
+            numpy_helper.from_array((weight * per_channel).astype(weight.dtype), f"{stem}.weight"),
+            numpy_helper.from_array(((bias - mean) * factor + shift).astype(weight.dtype), f"{stem}.bias"),
+        ]
+        del conv.input[1:]
+        conv.input.extend([f"{stem}.weight", f"{stem}.bias"])
+        conv.output[0] = bn.output[0]
+        folded.append(bn)
+    if not folded:
+        return model
+    for node in folded:
+        graph.node.remove(node)
+    graph.initializer.extend(new_inits)
+    return _without_unread_initializers(model)
+
+
+def _foldable(bn, conv, known, readers, outputs) -> bool:
+    """Whether ``bn`` normalizes ``conv``'s output alone, in inference mode, with constants throughout."""
+    if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(readers.get(conv.output[0], [])) != 1:
+        return False
+    if conv.output[0] in outputs or any(name for name in bn.output[1:]):  # training mode's running statistics
+        return False
+    if any(a.name == "training_mode" and a.i for a in bn.attribute):
+        return False
+    constants = [*bn.input[1:5], *[n for n in conv.input[1:] if n]]
+    if len(bn.input) != 5 or not all(n in known for n in constants):
+        return False
+    weight = numpy_helper.to_array(known[conv.input[1]])
+    # one statistic per output channel (before opset 9, ``spatial=0`` normalized every element on its own)
+    return weight.dtype.kind == "f" and all(tuple(known[n].dims) == weight.shape[:1] for n in bn.input[1:5])
+
+
+def _pads_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every zero ``Pad`` of only spatial dimensions that only ``Conv`` nodes read folded into their
+    ``pads``. HF's TF-style "same" padding (MobileNetV2, EfficientNet) exports a Pad before each convolution, most of
+    them padding nothing; TVM imports each as a kernel of its own that reads and writes the whole activation, and whose
+    layout ``ConvertLayout`` cannot follow, so the model kept NCHW (compile._channels_last)."""
+    graph = model.graph
+    known = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in _names_read(node):
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    folded = []
+    for node in graph.node:
+        pads = _zero_spatial_pads(node, known)
+        convs = readers.get(node.output[0], []) if pads is not None else []
+        if not convs or node.output[0] in outputs or not all(_plain_conv_of(c, node.output[0]) for c in convs):
+            continue
+        for conv in convs:
+            attr = next((a for a in conv.attribute if a.name == "pads"), None)
+            old = list(attr.ints) if attr is not None else [0] * len(pads)
+            if attr is not None:
+                conv.attribute.remove(attr)
+            conv.attribute.append(helper.make_attribute("pads", [a + b for a, b in zip(old, pads, strict=True)]))
+            conv.input[0] = node.input[0]
+        folded.append(node)
+    if not folded:
+        return model
+    for node in folded:
+        graph.node.remove(node)
+    return _without_unread_initializers(model)
+
+
+def _without_unread_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    graph = model.graph
+    read = {name for node in graph.node for name in _names_read(node)}
+    read |= {o.name for o in graph.output} | {i.name for i in graph.input}
+    for i in reversed(range(len(graph.initializer))):
+        if graph.initializer[i].name not in read:
+            del graph.initializer[i]
+    return model
+
+
+def _zero_spatial_pads(node: onnx.NodeProto, known: dict[str, onnx.TensorProto]) -> list[int] | None:
+    """A constant-zero ``Pad``'s padding of the dimensions after the first two, as a Conv's ``pads`` lists it (begins,
+    then ends); None for any other node, or for a Pad of the batch or channel dimension, a negative one (a crop), or
+    one whose pads or value are not constants."""
+    if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("mode", b"constant") not in (b"constant", "constant"):
+        return None
+    if "pads" in attrs:  # opset < 11: pads and value are attributes
+        pads, value = list(attrs["pads"]), float(attrs.get("value", 0.0))
+    else:
+        if len(node.input) < 2 or node.input[1] not in known or (len(node.input) > 3 and node.input[3]):
+            return None  # pads computed at run time, or given for some axes only
+        pads = numpy_helper.to_array(known[node.input[1]]).astype(np.int64).tolist()
+        value = 0.0
+        if len(node.input) > 2 and node.input[2]:
+            if node.input[2] not in known:
+                return None
+            value = float(numpy_helper.to_array(known[node.input[2]]).reshape(-1)[0])
+    rank = len(pads) // 2
+    if value != 0.0 or rank < 3 or any(p < 0 for p in pads) or any(pads[i] or pads[rank + i] for i in (0, 1)):
+        return None
+    return pads[2:rank] + pads[rank + 2 :]
+
+
+def _plain_conv_of(node: onnx.NodeProto, name: str) -> bool:
+    """Whether ``node`` is a Conv that reads ``name`` as its data (not its weight) and pads explicitly."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or node.input[0] != name or name in node.input[1:]:
+        return False
+    auto_pad = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "auto_pad"), b"NOTSET")
+    return auto_pad in (b"NOTSET", "NOTSET")
 
 
 def _pin_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
