@@ -164,13 +164,8 @@ def _batch_norms_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
     bias. TVM imports a batch norm as a kernel of its own, a pass over the activation that also keeps the activation
     after it (PaddleOCR's hard-swish) out of the convolution's kernel; onnxruntime folds it at session start."""
     graph = model.graph
-    known = {t.name: t for t in graph.initializer}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in _names_read(node):
-            readers.setdefault(name, []).append(node)
+    known, readers, outputs = _index(graph)
     made = {o: node for node in graph.node for o in node.output}
-    outputs = {o.name for o in graph.output}
     folded, new_inits = [], []
     for bn in graph.node:
         conv = made.get(bn.input[0]) if bn.op_type == "BatchNormalization" and bn.domain in ("", "ai.onnx") else None
@@ -191,12 +186,8 @@ def _batch_norms_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
         conv.input.extend([f"{stem}.weight", f"{stem}.bias"])
         conv.output[0] = bn.output[0]
         folded.append(bn)
-    if not folded:
-        return model
-    for node in folded:
-        graph.node.remove(node)
     graph.initializer.extend(new_inits)
-    return _without_unread_initializers(model)
+    return _without(model, folded)
 
 
 def _foldable(bn, conv, known, readers, outputs) -> bool:
@@ -218,15 +209,10 @@ def _foldable(bn, conv, known, readers, outputs) -> bool:
 def _pads_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with every zero ``Pad`` of only spatial dimensions that only ``Conv`` nodes read folded into their
     ``pads``. HF's TF-style "same" padding (MobileNetV2, EfficientNet) exports a Pad before each convolution, most of
-    them padding nothing; TVM imports each as a kernel of its own that reads and writes the whole activation, and whose
-    layout ``ConvertLayout`` cannot follow, so the model kept NCHW (compile._channels_last)."""
+    them padding nothing; TVM imports each as a kernel of its own that reads and writes the whole activation, and
+    wraps it in transposes when it makes the convolutions channels-last (compile._channels_last)."""
     graph = model.graph
-    known = {t.name: t for t in graph.initializer}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in _names_read(node):
-            readers.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
+    known, readers, outputs = _index(graph)
     folded = []
     for node in graph.node:
         pads = _zero_spatial_pads(node, known)
@@ -241,15 +227,25 @@ def _pads_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
             conv.attribute.append(helper.make_attribute("pads", [a + b for a, b in zip(old, pads, strict=True)]))
             conv.input[0] = node.input[0]
         folded.append(node)
-    if not folded:
+    return _without(model, folded)
+
+
+def _index(graph: onnx.GraphProto):
+    """The graph's initializers by name, the nodes that read each value, and the names of its outputs."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in _names_read(node):
+            readers.setdefault(name, []).append(node)
+    return {t.name: t for t in graph.initializer}, readers, {o.name for o in graph.output}
+
+
+def _without(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """``model`` without ``nodes``, and without the initializers nothing reads once they are gone."""
+    if not nodes:
         return model
-    for node in folded:
-        graph.node.remove(node)
-    return _without_unread_initializers(model)
-
-
-def _without_unread_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = model.graph
+    for node in nodes:
+        graph.node.remove(node)
     read = {name for node in graph.node for name in _names_read(node)}
     read |= {o.name for o in graph.output} | {i.name for i in graph.input}
     for i in reversed(range(len(graph.initializer))):
