@@ -6,8 +6,7 @@ input shapes are fixed those values are constants, but TVM's Relax importer only
 ONNX's reference implementation and replaced by an initializer, in rounds with shape inference in between (a folded
 Pad or Expand gives its output a static shape, so the Shape node after it folds in the next round). Then, as
 onnxruntime does when it loads a model, an inference ``BatchNormalization`` after a convolution is folded into its
-weights and bias (``_batch_norms_into_convs``), and a zero ``Pad`` that only convolutions read becomes their own
-padding (``_pads_into_convs``). Nothing here imports TVM.
+weights and bias (``_batch_norms_into_convs``). Nothing here imports TVM.
 """
 
 from __future__ import annotations
@@ -151,7 +150,7 @@ def prepare(model: onnx.ModelProto, shapes: dict[str, list[int]], where: str = "
         if len(model.graph.node) == before:
             break
     before = len(model.graph.node)
-    model = _pads_into_convs(_batch_norms_into_convs(model))
+    model = _batch_norms_into_convs(model)
     if len(model.graph.node) < before:  # the shapes inferred for the values no node makes now go
         del model.graph.value_info[:]
         model = shape_inference.infer_shapes(model, data_prop=True)
@@ -206,30 +205,6 @@ def _foldable(bn, conv, known, readers, outputs) -> bool:
     return weight.dtype.kind == "f" and all(tuple(known[n].dims) == weight.shape[:1] for n in bn.input[1:5])
 
 
-def _pads_into_convs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every zero ``Pad`` of only spatial dimensions that only ``Conv`` nodes read folded into their
-    ``pads``. HF's TF-style "same" padding (MobileNetV2, EfficientNet) exports a Pad before each convolution, most of
-    them padding nothing; TVM imports each as a kernel of its own that reads and writes the whole activation, and
-    wraps it in transposes when it makes the convolutions channels-last (compile._channels_last)."""
-    graph = model.graph
-    known, readers, outputs = _index(graph)
-    folded = []
-    for node in graph.node:
-        pads = _zero_spatial_pads(node, known)
-        convs = readers.get(node.output[0], []) if pads is not None else []
-        if not convs or node.output[0] in outputs or not all(_plain_conv_of(c, node.output[0]) for c in convs):
-            continue
-        for conv in convs:
-            attr = next((a for a in conv.attribute if a.name == "pads"), None)
-            old = list(attr.ints) if attr is not None else [0] * len(pads)
-            if attr is not None:
-                conv.attribute.remove(attr)
-            conv.attribute.append(helper.make_attribute("pads", [a + b for a, b in zip(old, pads, strict=True)]))
-            conv.input[0] = node.input[0]
-        folded.append(node)
-    return _without(model, folded)
-
-
 def _index(graph: onnx.GraphProto):
     """The graph's initializers by name, the nodes that read each value, and the names of its outputs."""
     readers: dict[str, list[onnx.NodeProto]] = {}
@@ -252,40 +227,6 @@ def _without(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> onnx.ModelP
         if graph.initializer[i].name not in read:
             del graph.initializer[i]
     return model
-
-
-def _zero_spatial_pads(node: onnx.NodeProto, known: dict[str, onnx.TensorProto]) -> list[int] | None:
-    """A constant-zero ``Pad``'s padding of the dimensions after the first two, as a Conv's ``pads`` lists it (begins,
-    then ends); None for any other node, or for a Pad of the batch or channel dimension, a negative one (a crop), or
-    one whose pads or value are not constants."""
-    if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
-        return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if attrs.get("mode", b"constant") not in (b"constant", "constant"):
-        return None
-    if "pads" in attrs:  # opset < 11: pads and value are attributes
-        pads, value = list(attrs["pads"]), float(attrs.get("value", 0.0))
-    else:
-        if len(node.input) < 2 or node.input[1] not in known or (len(node.input) > 3 and node.input[3]):
-            return None  # pads computed at run time, or given for some axes only
-        pads = numpy_helper.to_array(known[node.input[1]]).astype(np.int64).tolist()
-        value = 0.0
-        if len(node.input) > 2 and node.input[2]:
-            if node.input[2] not in known:
-                return None
-            value = float(numpy_helper.to_array(known[node.input[2]]).reshape(-1)[0])
-    rank = len(pads) // 2
-    if value != 0.0 or rank < 3 or any(p < 0 for p in pads) or any(pads[i] or pads[rank + i] for i in (0, 1)):
-        return None
-    return pads[2:rank] + pads[rank + 2 :]
-
-
-def _plain_conv_of(node: onnx.NodeProto, name: str) -> bool:
-    """Whether ``node`` is a Conv that reads ``name`` as its data (not its weight) and pads explicitly."""
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or node.input[0] != name or name in node.input[1:]:
-        return False
-    auto_pad = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "auto_pad"), b"NOTSET")
-    return auto_pad in (b"NOTSET", "NOTSET")
 
 
 def _pin_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
