@@ -200,9 +200,10 @@ def _foldable(bn, conv, known, readers, outputs) -> bool:
     constants = [*bn.input[1:5], *[n for n in conv.input[1:] if n]]
     if len(bn.input) != 5 or not all(n in known for n in constants):
         return False
-    weight = numpy_helper.to_array(known[conv.input[1]])
+    weight = known[conv.input[1]]  # its header only: the caller converts the values it folds
+    floating = helper.tensor_dtype_to_np_dtype(weight.data_type).kind == "f"
     # one statistic per output channel (before opset 9, ``spatial=0`` normalized every element on its own)
-    return weight.dtype.kind == "f" and all(tuple(known[n].dims) == weight.shape[:1] for n in bn.input[1:5])
+    return floating and all(list(known[n].dims) == list(weight.dims[:1]) for n in bn.input[1:5])
 
 
 def _index(graph: onnx.GraphProto):
@@ -221,11 +222,7 @@ def _without(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> onnx.ModelP
     graph = model.graph
     for node in nodes:
         graph.node.remove(node)
-    read = {name for node in graph.node for name in _names_read(node)}
-    read |= {o.name for o in graph.output} | {i.name for i in graph.input}
-    for i in reversed(range(len(graph.initializer))):
-        if graph.initializer[i].name not in read:
-            del graph.initializer[i]
+    _drop_unread_initializers(graph, _values_read(graph))
     return model
 
 
@@ -272,16 +269,25 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             known.update(values)
     if len(kept) == len(graph.node):
         return model
-    used = {name for node in kept for name in _names_read(node)} | {o.name for o in graph.output}
-    used |= {i.name for i in graph.input}  # old exporters list initializers as inputs too: those stay
-    new_consts = [numpy_helper.from_array(known[n], n) for n in known if n not in initial and n in used]
     del graph.node[:]
     graph.node.extend(kept)
-    for i in reversed(range(len(graph.initializer))):  # those only folded nodes read (onnxruntime warns of each)
-        if graph.initializer[i].name not in used:
-            del graph.initializer[i]
-    graph.initializer.extend(new_consts)
+    read = _values_read(graph)
+    _drop_unread_initializers(graph, read)  # those only folded nodes read (onnxruntime warns of each)
+    graph.initializer.extend(numpy_helper.from_array(known[n], n) for n in known if n not in initial and n in read)
     return model
+
+
+def _values_read(graph: onnx.GraphProto) -> set[str]:
+    """The values the graph's nodes read, and its outputs and inputs (old exporters list initializers as inputs too:
+    those stay)."""
+    read = {name for node in graph.node for name in _names_read(node)}
+    return read | {o.name for o in graph.output} | {i.name for i in graph.input}
+
+
+def _drop_unread_initializers(graph: onnx.GraphProto, read: set[str]) -> None:
+    for i in reversed(range(len(graph.initializer))):
+        if graph.initializer[i].name not in read:
+            del graph.initializer[i]
 
 
 def _names_read(node: onnx.NodeProto):
