@@ -110,9 +110,17 @@ def main() -> None:
         help="transfer's --tune-trials: 0 (default here) shows what the bundle alone gives; 32 is what a user's "
         "first `registry transfer` does",
     )
+    parser.add_argument(
+        "--retune-below",
+        type=float,
+        default=0.5,
+        help="transfer's --retune-below: transferred tasks under this share of their donor's FLOP rate are tuned too "
+        "(when --tune-trials is not 0); 0 tunes only the tasks no donor helped",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "starter.json")
     args = parser.parse_args()
-    results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull"), "tune_trials": args.tune_trials}
+    results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull"), "tune_trials": args.tune_trials,
+                     "retune_below": args.retune_below}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "starter.db"
         start = time.perf_counter()
@@ -124,11 +132,16 @@ def main() -> None:
             copy_sqlite(base, db)
             shape_args = [a for k, v in shapes.items() for a in ("--input-shape", f"{k}={','.join(map(str, v))}")]
             start = time.perf_counter()
-            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", str(args.tune_trials))
-            row = {"tasks": len(report["tasks"]), "sources": report["sources"],
+            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", str(args.tune_trials),
+                              "--retune-below", str(args.retune_below))  # fmt: skip
+            tasks = report["tasks"]
+            row = {"tasks": len(tasks), "sources": report["sources"],
                    "transferred": report["sources"].get("transferred", 0), "search_s": report["search_s"],
                    "transfer_wall_s": time.perf_counter() - start,
-                   "ms": time_model(path, shapes, db, args.rounds)}  # fmt: skip
+                   "ms": time_model(path, shapes, db, args.rounds),
+                   # per task: where its schedule came from, its latency and its share of its donor's rate
+                   "task_detail": [{k: t.get(k) for k in ("name", "weight", "source", "after_us", "of_donor_rate",
+                                                          "trials")} for t in tasks]}  # fmt: skip
             results["models"][name] = row
             print(name, json.dumps(row), flush=True)
     args.out.write_text(json.dumps(stamped(results), indent=1) + "\n")

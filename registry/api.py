@@ -121,6 +121,7 @@ def transfer(
     candidates: int = 3,
     neighbours: int = 5,
     tune_trials: int = 32,
+    retune_below: float = 0.5,
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
@@ -135,7 +136,8 @@ def transfer(
     ``model``: an ONNX file (path, bytes or ``onnx.ModelProto``) or a Relax ``IRModule`` as the importer returns it
     (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
-    schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none);
+    schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none), and for each
+    transferred task whose schedule reached less than ``retune_below`` of its donor's FLOP rate (0: none such);
     ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
     (``registry.tvm_side.frontend.with_fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
@@ -150,6 +152,7 @@ def transfer(
         team=team,
         output=Path(output) if output is not None else None,
         tune_trials=tune_trials,
+        retune_below=retune_below,
         where=_where(rpc, dop, verbose),
     )
     return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)

@@ -91,6 +91,38 @@ def test_no_donor_tasks_go_to_the_tuning_engine(sqlite_url, sibling):
         assert sources == ["tuned"] * 8
 
 
+def _registry_of_donors(tmp_path: Path, tuned_logs, name: str, claims: float = 1.0) -> str:
+    """A registry holding the tuned tiny model's records, each claiming ``claims`` times the rate it measured."""
+    from sqlalchemy import create_engine, update
+
+    url = f"sqlite:///{tmp_path / name}"
+    import_logs(Store(url), tuned_logs.work_dir, model="tiny")
+    with create_engine(url).begin() as conn:
+        conn.execute(update(TuningRecord).values(mean_s=TuningRecord.mean_s / claims))
+    return url
+
+
+def test_a_transfer_far_under_its_donors_rate_is_tuned_further(tmp_path, tuned_logs, sibling):
+    """A donor's rate on its own workload is what its schedule is worth on a similar one. Donors that claim 1000x the
+    rate they measured leave the transferred schedule at a thousandth of it: the fallback tunes the task (not with
+    --retune-below 0), and keeps the transferred record where tuning did not beat it."""
+    honest = transfer_json(_registry_of_donors(tmp_path, tuned_logs, "honest.db"), str(sibling), "--tune-trials", "0")
+    [task] = honest["tasks"]
+    assert task["source"] == "transferred" and 0.02 < task["of_donor_rate"] < 50, task  # the same order
+
+    never = _registry_of_donors(tmp_path, tuned_logs, "never.db", claims=1000.0)
+    [task] = transfer_json(never, str(sibling), "--tune-trials", "6", "--retune-below", "0")["tasks"]
+    assert task["source"] == "transferred" and task["of_donor_rate"] < 0.01 and task["trials"] == 0, task
+
+    url = _registry_of_donors(tmp_path, tuned_logs, "claims.db", claims=1000.0)
+    [task] = transfer_json(url, str(sibling), "--tune-trials", "6")["tasks"]
+    assert task["trials"] == 6 and task["of_donor_rate"] < 0.01, task
+    assert task["source"] in ("tuned", "transferred") and task["after_us"] < task["before_us"] / 2, task
+    with Store(url).read() as s:
+        sources = s.execute(select(TuningRecord.source)).scalars().all()
+    assert sources.count("tuned") == 6 and sources.count("transferred") == 1, sources
+
+
 def test_table_output_names_the_sources_and_the_split(sqlite_url, sibling):
     out = transfer(sqlite_url, str(sibling), "--tune-trials", "0").stdout
     assert "default" in out and "before µs" in out

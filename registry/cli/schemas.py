@@ -313,6 +313,11 @@ class Task(Open):
     after_us: float | None
     donor: str | None
     distance: float | None
+    of_donor_rate: float | None = Field(
+        None,
+        description="FLOP rate the transferred schedule reached here, as a share of its donor's on the donor's own "
+        "workload (same device only). Under transfer's --retune-below, the task was tuned further.",
+    )
     candidates: int = Field(description="Candidate schedules measured for this task (donors or tuning).")
     trials: int = Field(description="Tuning trials: candidates measured by this run's tuning.")
     proposed: int = Field(0, description="Candidates the tuner proposed, measured or dropped by the predictor.")

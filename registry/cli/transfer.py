@@ -28,7 +28,15 @@ from registry.cli.report import check_report_path, report_option, write_run_repo
     default=32,
     show_default=True,
     help="Tasks that no donor helped are tuned (as by `registry tune`), seeded with the donors tried, with this "
-    "many measured trials each; 0 leaves them on TVM's default schedule.",
+    "many measured trials each, and so are poor transfers (--retune-below); 0 tunes nothing.",
+)
+@click.option(
+    "--retune-below",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="A transferred schedule that reaches less than this share of the FLOP rate its donor reached on its own "
+    "operator (same device) is tuned further, as a task without a donor is; 0: never.",
 )
 @report_option
 @pass_ctx
@@ -49,12 +57,14 @@ def transfer(
     candidates,
     neighbours,
     tune_trials,
+    retune_below,
 ) -> None:
     """Transfer-tune MODEL.onnx from the registry and compile it.
 
     Each task reuses, in this order: an exact record for this device; else the best of the schedules donated by the
     most similar stored operators (FAISS over operator signatures), applied to the task and measured here, if it beats
-    TVM's default schedule; else the task is tuned briefly (--tune-trials), seeded with those donors. Everything
+    TVM's default schedule; else the task is tuned briefly (--tune-trials), seeded with those donors. A transferred
+    task whose schedule keeps under half its donor's FLOP rate (--retune-below) is tuned briefly too. Everything
     measured is written back, naming its donor, so the next run of the same model is all exact hits.
 
     \b
@@ -69,8 +79,9 @@ def transfer(
     with Progress("transfer") as progress:
         report = api.transfer(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
-            output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials, team=team, rpc=rpc,
-            dop=dop, verbose=ctx.verbosity >= 2, exact_math=exact_math, progress=progress,
+            output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials,
+            retune_below=retune_below, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2, exact_math=exact_math,
+            progress=progress,
         )  # fmt: skip
     print_report(report, fmt)
     write_run_report(ctx, report_path, report)

@@ -10,6 +10,12 @@ For each task of the model, in order of preference:
 3. **default**: no donor helped. The task keeps TVM's default schedule until it is tuned (``registry tune``).
 4. **failed**: neither the default schedule nor any candidate could be built or run (the reason is reported).
 
+Then the fallback: ``tune_trials`` measured trials for each task left on the default schedule or failed, and for each
+transferred task whose schedule reached less than ``retune_below`` of the FLOP rate its donor reached on its own
+workload. A donor's schedule beats TVM's naive default by far, so "it beat the default" says little: a ResNet
+bottleneck's 18 convolutions transferred from other CNNs' kept 4.2x onnxruntime's time, and were never tuned. The
+rate a schedule reached on its donor's workload says what it is worth on a similar one.
+
 Every timing goes through the run's measurer, in worker processes: a candidate that crashes costs that candidate.
 The model is then compiled with the registry as its MetaSchedule database, and its end-to-end latency measured
 against the untuned build.
@@ -58,8 +64,11 @@ class TransferOptions:
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None
     output: Path | None = None  # where to export the compiled library
-    # Fallback tuning of the tasks no donor helped: this many measured trials per such task (0: none).
+    # Fallback tuning of the tasks no donor helped, and of poor transfers: this many measured trials per such task
+    # (0: none).
     tune_trials: int = 32
+    # A transferred task whose schedule reached less than this share of its donor's FLOP rate is tuned too (0: never).
+    retune_below: float = 0.5
     tune: TuneOptions = field(default_factory=TuneOptions)
     where: Where = field(default_factory=Where)  # where to measure
 
@@ -88,9 +97,12 @@ def transfer(
             progress(i, len(run.tasks), task.name)
             results.append(resolver.resolve(task, defaults[task.workload_id]))
         tuning, history = None, None
-        fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if r.source in ("default", "failed")]
+        fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
         if fallback and opts.tune_trials > 0:
-            progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s) without a usable donor")
+            poor = sum(1 for _, r in fallback if r.source == "transferred")
+            why = [f"{n} {what}" for n, what in ((len(fallback) - poor, "without a usable donor"),
+                   (poor, f"under {opts.retune_below:.0%} of their donor's FLOP rate")) if n]  # fmt: skip
+            progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s): {', '.join(why)}")
             tuning, history = _tune_fallback(run, opts, resolver, fallback)
         progress(len(run.tasks), len(run.tasks), "compiling")
         report = finish(run, results, opts.output)
@@ -98,9 +110,18 @@ def transfer(
     return report
 
 
+def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
+    """Whether the fallback tunes this task: no donor helped it, or its donor's schedule lost most of its rate here."""
+    if result.source in ("default", "failed"):
+        return True
+    share = result.of_donor_rate
+    return result.source == "transferred" and share is not None and share < opts.retune_below
+
+
 def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback) -> tuple[dict, list[dict]]:
-    """The engine of ``registry tune`` on the tasks transfer left on the default schedule, seeded with the donor
-    schedules transfer tried for them; each result is updated in place. Returns the tuning summary and history."""
+    """The engine of ``registry tune`` on the tasks ``_needs_tuning`` picked, seeded with the donor schedules transfer
+    tried for them; each result is updated in place, a transferred one only where tuning beat its transferred
+    schedule. Returns the tuning summary and history."""
     from dataclasses import replace
 
     from registry.pipeline.tune import run_engine, task_result, tuning_summary
@@ -115,7 +136,9 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
     outcome = run_engine(run, db, engine_opts, opts.team, quiet, engine_tasks)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
-        result.source, result.after_us, result.error = tuned.source, tuned.after_us, tuned.error
+        transferred = result.source == "transferred"
+        if not transferred or (tuned.after_us is not None and tuned.after_us < result.after_us):
+            result.source, result.after_us, result.error = tuned.source, tuned.after_us, tuned.error
         result.trials, result.measurements, result.proposed, result.tune_s, result.stopped = (
             tuned.trials,
             tuned.measurements,
@@ -178,6 +201,8 @@ class _Resolver:
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
+        if donor.same_device and donor.rate and task.signature.flops > 0:  # another device's rate says nothing here
+            result.of_donor_rate = task.signature.flops / timing.median_s / donor.rate
         return result
 
     def _keep_default(self, task: Task, default_us: float) -> bool:

@@ -23,6 +23,14 @@ class Donor:
     distance: float  # squared L2 between the embeddings
     same_device: bool
     rank: int  # 1 for the donor workload's best record on its device
+    flops: float = 0.0  # the donor workload's floating-point operations
+
+    @property
+    def rate(self) -> float | None:
+        """FLOP/s its record reached on its own workload, where both are known: what a schedule that transferred
+        well reaches on a similar workload too."""
+        mean_s = self.record.mean_s
+        return self.flops / mean_s if self.flops > 0 and mean_s else None
 
 
 def find_donors(
@@ -54,6 +62,7 @@ def find_donors(
             distance[r.record.workload_id],
             r.device_id == device_id,
             r.rank,
+            r.flops,
         )
         for r in found
     ]

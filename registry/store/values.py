@@ -60,6 +60,7 @@ class DonorRecord:
     device_id: int
     rank: int  # 1 for the workload's best record on that device
     task_name: str
+    flops: float  # the workload's floating-point operations: with the record's mean, the rate its schedule reached
 
 
 @dataclass

@@ -195,17 +195,17 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         .subquery()
     )
     stmt = (
-        select(ranked, Workload.task_name)
+        select(ranked, Workload.task_name, Workload.flops)
         .join(Workload, Workload.id == ranked.c.workload_id)
         .where(ranked.c.rank <= per_device)
     )
     records = reader(conn)
     out = []
     for row in conn.execute(stmt):
-        *cols, device_id, rnk, task_name = row
+        *cols, device_id, rnk, task_name, flops = row
         record = records.record(cols)
         if record is not None:
-            out.append(DonorRecord(record, device_id, rnk, task_name))
+            out.append(DonorRecord(record, device_id, rnk, task_name, flops))
     records.warn()
     return out
 
