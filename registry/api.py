@@ -137,7 +137,7 @@ def transfer(
     (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none), and for each
-    transferred task whose schedule reached less than ``retune_below`` of its donor's FLOP rate (0: none such);
+    transferred task whose schedule reached less than ``retune_below`` of its donors' best FLOP rate (0: none such);
     ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
     (``registry.tvm_side.frontend.with_fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output

@@ -123,6 +123,19 @@ def test_a_transfer_far_under_its_donors_rate_is_tuned_further(tmp_path, tuned_l
     assert sources.count("tuned") == 6 and sources.count("transferred") == 1, sources
 
 
+def test_the_donors_rate_counts_only_records_that_were_searched_for():
+    """A poor transfer stored earlier (in the same model, say) must not vouch for the next one through its own rate."""
+    from registry.similarity.donors import Donor, best_rate
+    from registry.store.values import StoredRecord
+
+    def donor(mean_s, flops, source):
+        return Donor(StoredRecord(1, 1, "[]", [mean_s], mean_s), 1, "conv", 1.0, True, 1, flops, source)
+
+    assert best_rate([donor(1e-3, 2e6, "tuned"), donor(1e-4, 4e6, "imported"), donor(1e-3, 0.0, "tuned")]) == 4e10
+    assert best_rate([donor(1e-3, 2e6, "tuned"), donor(1e-6, 2e6, "transferred")]) == 2e9
+    assert best_rate([donor(1e-6, 2e6, "transferred"), donor(None, 2e6, "tuned")]) is None
+
+
 def test_table_output_names_the_sources_and_the_split(sqlite_url, sibling):
     out = transfer(sqlite_url, str(sibling), "--tune-trials", "0").stdout
     assert "default" in out and "before µs" in out

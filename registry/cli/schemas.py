@@ -315,8 +315,9 @@ class Task(Open):
     distance: float | None
     of_donor_rate: float | None = Field(
         None,
-        description="FLOP rate the transferred schedule reached here, as a share of its donor's on the donor's own "
-        "workload (same device only). Under transfer's --retune-below, the task was tuned further.",
+        description="FLOP rate the transferred schedule reached here, as a share of the best rate its donors' own "
+        "records reached (records searched for, not transferred ones). Under transfer's --retune-below, the task was "
+        "tuned further.",
     )
     candidates: int = Field(description="Candidate schedules measured for this task (donors or tuning).")
     trials: int = Field(description="Tuning trials: candidates measured by this run's tuning.")

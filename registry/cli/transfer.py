@@ -35,8 +35,8 @@ from registry.cli.report import check_report_path, report_option, write_run_repo
     type=click.FloatRange(0, 1),
     default=0.5,
     show_default=True,
-    help="A transferred schedule that reaches less than this share of the FLOP rate its donor reached on its own "
-    "operator (same device) is tuned further, as a task without a donor is; 0: never.",
+    help="A transferred schedule that reaches less than this share of the best FLOP rate its donors reached on "
+    "their own operators is tuned further, as a task without a donor is; 0: never.",
 )
 @report_option
 @pass_ctx
@@ -64,7 +64,7 @@ def transfer(
     Each task reuses, in this order: an exact record for this device; else the best of the schedules donated by the
     most similar stored operators (FAISS over operator signatures), applied to the task and measured here, if it beats
     TVM's default schedule; else the task is tuned briefly (--tune-trials), seeded with those donors. A transferred
-    task whose schedule keeps under half its donor's FLOP rate (--retune-below) is tuned briefly too. Everything
+    task whose schedule keeps under half its donors' FLOP rate (--retune-below) is tuned briefly too. Everything
     measured is written back, naming its donor, so the next run of the same model is all exact hits.
 
     \b

@@ -11,10 +11,12 @@ For each task of the model, in order of preference:
 4. **failed**: neither the default schedule nor any candidate could be built or run (the reason is reported).
 
 Then the fallback: ``tune_trials`` measured trials for each task left on the default schedule or failed, and for each
-transferred task whose schedule reached less than ``retune_below`` of the FLOP rate its donor reached on its own
-workload. A donor's schedule beats TVM's naive default by far, so "it beat the default" says little: a ResNet
-bottleneck's 18 convolutions transferred from other CNNs' kept 4.2x onnxruntime's time, and were never tuned. The
-rate a schedule reached on its donor's workload says what it is worth on a similar one.
+transferred task whose schedule reached less than ``retune_below`` of the best FLOP rate its donors' own records
+reached (``similarity.donors.best_rate``). A donor's schedule beats TVM's naive CPU default by far, so "it beat the
+default" says little: a ResNet bottleneck's transferred convolutions kept 4.2x onnxruntime's time on one machine and
+took 1.6 ms where tuning reached 40 µs on another, and were never tuned. What schedules searched for similar
+workloads reached says what a good one reaches here. Records that were themselves transferred do not count: a poor
+transfer earlier in the same model would otherwise vouch for the next one.
 
 Every timing goes through the run's measurer, in worker processes: a candidate that crashes costs that candidate.
 The model is then compiled with the registry as its MetaSchedule database, and its end-to-end latency measured
@@ -48,7 +50,7 @@ from registry.pipeline.model_run import (
 )
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
-from registry.similarity.donors import Donor
+from registry.similarity.donors import Donor, best_rate
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
@@ -67,7 +69,8 @@ class TransferOptions:
     # Fallback tuning of the tasks no donor helped, and of poor transfers: this many measured trials per such task
     # (0: none).
     tune_trials: int = 32
-    # A transferred task whose schedule reached less than this share of its donor's FLOP rate is tuned too (0: never).
+    # A transferred task whose schedule reached less than this share of its donors' best FLOP rate is tuned too (0:
+    # never).
     retune_below: float = 0.5
     tune: TuneOptions = field(default_factory=TuneOptions)
     where: Where = field(default_factory=Where)  # where to measure
@@ -101,7 +104,7 @@ def transfer(
         if fallback and opts.tune_trials > 0:
             poor = sum(1 for _, r in fallback if r.source == "transferred")
             why = [f"{n} {what}" for n, what in ((len(fallback) - poor, "without a usable donor"),
-                   (poor, f"under {opts.retune_below:.0%} of their donor's FLOP rate")) if n]  # fmt: skip
+                   (poor, f"under {opts.retune_below:.0%} of their donors' FLOP rate")) if n]  # fmt: skip
             progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s): {', '.join(why)}")
             tuning, history = _tune_fallback(run, opts, resolver, fallback)
         progress(len(run.tasks), len(run.tasks), "compiling")
@@ -111,7 +114,8 @@ def transfer(
 
 
 def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
-    """Whether the fallback tunes this task: no donor helped it, or its donor's schedule lost most of its rate here."""
+    """Whether the fallback tunes this task: no donor helped it, or its schedule reached a small share of the rate its
+    donors reached on their own workloads."""
     if result.source in ("default", "failed"):
         return True
     share = result.of_donor_rate
@@ -187,6 +191,7 @@ class _Resolver:
         if winner is None:
             return result
         donor, sch, timing = winner
+        reference = best_rate(donors)
         if default.ok and timing.median_s >= default.median_s:
             return result  # the default schedule is at least as fast: keep it, commit nothing
         refused = self._commit(task, donor, sch, timing)
@@ -201,8 +206,8 @@ class _Resolver:
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
-        if donor.same_device and donor.rate and task.signature.flops > 0:  # another device's rate says nothing here
-            result.of_donor_rate = task.signature.flops / timing.median_s / donor.rate
+        if reference and task.signature.flops > 0:
+            result.of_donor_rate = task.signature.flops / timing.median_s / reference
         return result
 
     def _keep_default(self, task: Task, default_us: float) -> bool:

@@ -24,8 +24,9 @@ class TaskResult:
     distance: float | None = None
     candidates: int = 0  # candidate schedules measured for this task
     same_device: bool | None = None  # whether the donor record was measured on this device
-    # The FLOP rate the transferred schedule reached here as a share of its donor's on the donor's own workload (same
-    # device only): well under 1, the schedule did not carry over, and transfer's fallback tuning takes the task on.
+    # The FLOP rate the transferred schedule reached here as a share of the best its donors' own records reached
+    # (``similarity.donors.best_rate``): well under 1, the schedule did not carry over, and transfer's fallback tuning
+    # takes the task on.
     of_donor_rate: float | None = None
     # Tuning cost (registry tune, or transfer's fallback tuning); zero for tasks that were not tuned. Trials are
     # counted the same way everywhere (tables, JSON, --trials, progress): measured candidates.
@@ -110,7 +111,7 @@ def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
         gain = f"{t.before_us / t.after_us:.1f}x" if t.before_us and t.after_us else "-"
         donor = "-" if t.donor is None else t.donor + ("" if t.same_device else " (other device)")
         if t.of_donor_rate is not None:
-            donor += f" at {t.of_donor_rate:.0%} of its rate"
+            donor += f" at {t.of_donor_rate:.0%} of the donors' rate"
         dist = "-" if t.distance is None else f"{t.distance:.1f}"
         rows.append([t.name, str(t.weight), t.source, donor, dist, _us(t.before_us), _us(t.after_us), gain])
     if any(t.trials or t.proposed for t in report.tasks):  # what tuning each task cost

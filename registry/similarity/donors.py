@@ -24,13 +24,22 @@ class Donor:
     same_device: bool
     rank: int  # 1 for the donor workload's best record on its device
     flops: float = 0.0  # the donor workload's floating-point operations
+    source: str = "tuned"  # how its record was made
 
     @property
     def rate(self) -> float | None:
-        """FLOP/s its record reached on its own workload, where both are known: what a schedule that transferred
-        well reaches on a similar workload too."""
+        """FLOP/s its record reached on its own workload, where both are known and the record was searched for
+        (tuned, imported), not itself transferred: a transferred record's rate says only what its own donor's
+        schedule made of it."""
         mean_s = self.record.mean_s
-        return self.flops / mean_s if self.flops > 0 and mean_s else None
+        searched = self.source != "transferred"
+        return self.flops / mean_s if searched and self.flops > 0 and mean_s else None
+
+
+def best_rate(donors: list[Donor]) -> float | None:
+    """The highest FLOP/s the donors' own records reached (``Donor.rate``), on any device: what a schedule found for
+    a similar workload reaches, and so about what a good schedule for this one should."""
+    return max((r for d in donors if (r := d.rate) is not None), default=None)
 
 
 def find_donors(
@@ -63,6 +72,7 @@ def find_donors(
             r.device_id == device_id,
             r.rank,
             r.flops,
+            r.source,
         )
         for r in found
     ]

@@ -61,6 +61,7 @@ class DonorRecord:
     rank: int  # 1 for the workload's best record on that device
     task_name: str
     flops: float  # the workload's floating-point operations: with the record's mean, the rate its schedule reached
+    source: str  # how the record was made: "tuned", "imported", "transferred", ...
 
 
 @dataclass

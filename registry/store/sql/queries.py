@@ -187,7 +187,7 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
         .label("rank")
     )
     ranked = (
-        select(*_RECORD_COLS, TuningRecord.device_id, rank)
+        select(*_RECORD_COLS, TuningRecord.device_id, TuningRecord.source, rank)
         .join(Device, Device.id == TuningRecord.device_id)
         .where(TuningRecord.workload_id.in_(workload_ids), TuningRecord.mean_s.is_not(None))
         .where(TuningRecord.trust != "disputed")  # donors are measured again here, but not a disproved claim
@@ -202,10 +202,10 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
     records = reader(conn)
     out = []
     for row in conn.execute(stmt):
-        *cols, device_id, rnk, task_name, flops = row
+        *cols, device_id, source, rnk, task_name, flops = row
         record = records.record(cols)
         if record is not None:
-            out.append(DonorRecord(record, device_id, rnk, task_name, flops))
+            out.append(DonorRecord(record, device_id, rnk, task_name, flops, source))
     records.warn()
     return out
 
