@@ -94,7 +94,7 @@ def test_cuda_kernels_build_here_tuned_and_default():
     target = Target(records[0].target)
     load_tensor_intrinsics("cuda")
     mods = []
-    for r in records[::40]:
+    for r in records[::90]:  # 3 of the log's 254 (each CUDA build takes 3-6 s of this test's time)
         sch = as_stored(tvm.ir.load_json(workloads[r.workload_index].mod_json), r.trace)
         assert sch is not None
         mods.append(sch.mod)

@@ -136,12 +136,16 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
     engine_tasks = [
         EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, []), r.error) for task, r in fallback
     ]
+    # A transferred task's record, as the engine starts from it: it stays the task's unless tuning beat it.
+    transferred_us = {
+        task.workload_id: resolver.best_here_us(task.workload_id) for task, r in fallback if r.source == "transferred"
+    }
     quiet = lambda *_: None  # noqa: E731 -- transfer's own progress line already names this step
     outcome = run_engine(run, db, engine_opts, opts.team, quiet, engine_tasks)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
-        transferred = result.source == "transferred"
-        if not transferred or (tuned.after_us is not None and tuned.after_us < result.after_us):
+        kept = transferred_us.get(t.task.workload_id)
+        if kept is None or (tuned.after_us is not None and tuned.after_us < kept):
             result.source, result.after_us, result.error = tuned.source, tuned.after_us, tuned.error
         result.trials, result.measurements, result.proposed, result.tune_s, result.stopped = (
             tuned.trials,
@@ -219,6 +223,11 @@ class _Resolver:
     def _best_here(self, workload_id: int) -> StoredRecord | None:
         best = self.store.top_k(workload_id, self.db.device_id, 1)
         return best[0] if best else None
+
+    def best_here_us(self, workload_id: int) -> float | None:
+        """The workload's best record on this device, in µs, as the registry (and so the tuning engine) sees it."""
+        best = self._best_here(workload_id)
+        return best.mean_s * 1e6 if best is not None and best.mean_s is not None else None
 
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):
         """Up to ``budget`` distinct candidate programs from the donors, timed together (on a GPU they are built on
