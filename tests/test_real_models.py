@@ -35,22 +35,28 @@ def _shapes(name: str) -> list[str]:
     return [arg for shape in MODELS[name] for arg in ("--input-shape", shape)]
 
 
+# The CNN runs the tune step alone: into an empty registry, transfer times every default and compiles the model twice,
+# as tune then does again, and for the CNN's 33 kernels that cost about 60 s of CI's 20 minutes on a slow VM.
+TRANSFER_TOO = {"bert-tiny", "swin-tiny"}
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_transfer_then_tune_run_to_the_end_on_a_real_export(sqlite_url, name):
     model = FIXTURES / f"{name}.onnx"
-    transferred = _run(sqlite_url, "transfer", model, *_shapes(name), "--tune-trials", "0")
-    tasks = transferred["tasks"]
-    assert len(tasks) >= 5 and not transferred["errors"], transferred["errors"]
-    assert all(t["before_us"] is not None for t in tasks), [t for t in tasks if t["before_us"] is None]
-    # an empty registry donates nothing: transfer keeps TVM's defaults, and the model runs as fast (grossly)
-    assert transferred["final_ms"] <= 1.5 * transferred["untuned_ms"], transferred
+    if name in TRANSFER_TOO:
+        transferred = _run(sqlite_url, "transfer", model, *_shapes(name), "--tune-trials", "0")
+        tasks = transferred["tasks"]
+        assert len(tasks) >= 5 and not transferred["errors"], transferred["errors"]
+        assert all(t["before_us"] is not None for t in tasks), [t for t in tasks if t["before_us"] is None]
+        # an empty registry donates nothing: transfer keeps TVM's defaults, and the model runs as fast (grossly)
+        assert transferred["final_ms"] <= 1.5 * transferred["untuned_ms"], transferred
 
     tuned = _run(sqlite_url, "tune", model, *_shapes(name), "--trials", "8", "--no-predictor")
     # 8 trials over a model's many tasks: what they keep only beats a default, so the model is not grossly slower
     # (noise aside; a schedule kept for being slower would show here)
     assert not tuned["errors"] and tuned["final_ms"] <= 1.5 * tuned["untuned_ms"], tuned
-    assert sum(t["measurements"] for t in tuned["tasks"]) >= 1
-    assert all(t["source"] != "failed" for t in tuned["tasks"]), tuned["tasks"]
+    assert sum(t["measurements"] for t in tuned["tasks"]) >= 1 and len(tuned["tasks"]) >= 5
+    assert all(t["source"] != "failed" and t["before_us"] is not None for t in tuned["tasks"]), tuned["tasks"]
 
 
 def test_a_model_that_crashes_when_run_is_reported_and_survived(sqlite_url, tmp_path):
