@@ -18,6 +18,9 @@ ViT, gpu-vit-l2-h128 (64x64): the models of issue #22's H100 table. Steps, in or
 - ``check``: ``registry check`` of every registry written: the records that do not replay on their workload;
 - ``e2e``: every model compiled with each registry and with none (DLight's defaults), timed in turn, 3 rounds;
   the default schedule of each gpu-bert-l2-h192 task, for the curves;
+- ``outputs``: every model compiled with DLight's defaults and with each registry written for it, run on the GPU in
+  this process, against onnxruntime on the CPU with the same inputs (the largest difference, relative to the output's
+  largest value): the tuned kernels compute the model;
 - ``report``: ``--out`` (JSON with the machine, commit and date) and the table for docs/BENCHMARKS.md.
 
 ``--stand-in`` runs the steps on a machine without a GPU, with tests/gpu_standin.py's made-up latencies: a check that
@@ -45,7 +48,7 @@ SMALL, BIG, VIT = "gpu-bert-l2-h128", "gpu-bert-l2-h192", "gpu-vit-l2-h128"
 MODELS = (SMALL, BIG, VIT)
 TRIALS_PER_TASK = 16
 STEPS = ("start", "torch", "plain", "tune-empty", "tune-h128", "tune-over", "transfer", "tune-vit", "check", "e2e",
-         "report")  # fmt: skip
+         "outputs", "report")  # fmt: skip
 # Every registry a step writes, by step: what `check` and `e2e` read.
 REGISTRIES = {
     "plain": (BIG, "plain-gpu-bert-l2-h192.db"),
@@ -157,7 +160,7 @@ class Bench:
             except RegistryError as e:  # too few records to train on: tuning goes on without it
                 metrics = {"not trained": str(e)}
             train_s = time.perf_counter() - t0
-        loaded = load(model)
+        loaded = load(model, self.target)
         from registry.pipeline.model_run import extract
 
         n_tasks = len(extract(store, loaded, self.target))
@@ -188,7 +191,8 @@ class Bench:
         db = self.work / "transfer.db"
         copy_sqlite(self.work / "tune-h128.db", db)
         t0 = time.perf_counter()
-        report = transfer(Store(f"sqlite:///{db}"), load(BIG), self.target, None, TransferOptions(tune_trials=0))
+        options = TransferOptions(tune_trials=0)
+        report = transfer(Store(f"sqlite:///{db}"), load(BIG, self.target), self.target, None, options)
         return {"seconds": time.perf_counter() - t0, "db": str(db), "report": report.as_json(),
                 "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
 
@@ -217,7 +221,7 @@ class Bench:
         out: dict = {}
         with self.measurer() as measurer:
             for model in MODELS:
-                loaded = load(model)
+                loaded = load(model, self.target)
                 dbs = {"dlight": ms.database.MemoryDatabase()}
                 for step, (m, name) in REGISTRIES.items():
                     if m == model and (self.work / name).exists():
@@ -226,14 +230,55 @@ class Bench:
                 out[model] = {"ms": interleaved_model_ms(measurer, exes, loaded.inputs, rounds=3)}
             # each task's default schedule, the start of the tuning curves of gpu-bert-l2-h192
             with Store(f"sqlite:///{self.work / REGISTRIES['plain'][1]}") as store:
-                tasks = extract(store, load(BIG), self.target)
+                tasks = extract(store, load(BIG, self.target), self.target)
                 timed = measurer.kernels([module_job(default_schedule(t.mod, self.target), self.target, t.arguments)
                                           for t in tasks])  # fmt: skip
             out["defaults_us"] = {t.name: m.median_us for t, m in zip(tasks, timed, strict=True)}
         return out
 
+    def outputs(self) -> dict:
+        if self.stand_in:  # nothing can run on a GPU that is not there
+            return {"skipped": "stand-in: no GPU"}
+        import tvm
+
+        out: dict = {}
+        for model in MODELS:
+            dbs = {"dlight": None}
+            dbs.update({step: _database(self.work / name, self.target) for step, (m, name) in REGISTRIES.items()
+                        if m == model and (self.work / name).exists()})  # fmt: skip
+            out[model] = {k: output_error(model, db, self.target, tvm.cuda(0)) for k, db in dbs.items()}
+        return out
+
     def report(self) -> dict:
         return assemble(self)
+
+
+def output_error(model: str, db, target, dev) -> float:
+    """``model`` compiled with ``db`` (None: no records) and run on ``dev``, against onnxruntime on the CPU, same
+    inputs: the largest difference over its outputs, relative to each output's largest value."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from bench.corpus.catalogue import BY_NAME, materialize
+    from bench.tuning.run import load
+    from registry.tvm_side.compile import compile_model
+    from registry.tvm_side.onnx_inputs import input_specs, make_inputs
+    from registry.tvm_side.onnx_prep import fixed_input_shapes
+
+    path = materialize(BY_NAME[model])
+    graph = onnx.load(str(path))
+    feeds = make_inputs(input_specs(graph, fixed_input_shapes(graph, BY_NAME[model].shapes)), seed=0)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    loaded = load(model, target)
+    exe = compile_model(db if db is not None else ms.database.MemoryDatabase(), loaded.mod, target)
+    got = relax.VirtualMachine(exe, dev)["main"](*(tvm.runtime.tensor(feeds[i.name], dev) for i in loaded.inputs))
+    got = [got.numpy()] if hasattr(got, "numpy") else [g.numpy() for g in got]  # one output, or a tuple
+    return max(float(np.abs(w.astype(np.float64) - g).max() / max(float(np.abs(w).max()), 1e-30))
+               for w, g in zip(want, got, strict=True))  # fmt: skip
 
 
 def _database(path: Path, target):
@@ -264,9 +309,9 @@ def _curve(bench: Bench, db: str, started: str, defaults_us: dict[str, float]) -
     from registry.store.sql.store import Store
 
     with Store(f"sqlite:///{bench.work / db}") as store:
-        tasks = extract(store, load(BIG), bench.target)
+        tasks = extract(store, load(BIG, bench.target), bench.target)
         defaults = {t.workload_id: defaults_us.get(t.name) or float("inf") for t in tasks}
-        return curve(store, load(BIG), bench.target, store.all_devices()[0].id, started, defaults)
+        return curve(store, load(BIG, bench.target), bench.target, store.all_devices()[0].id, started, defaults)
 
 
 def assemble(bench: Bench) -> dict:
