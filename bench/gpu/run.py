@@ -21,6 +21,9 @@ ViT, gpu-vit-l2-h128 (64x64): the models of issue #22's H100 table. Steps, in or
 - ``outputs``: every model compiled with DLight's defaults and with each registry written for it, run on the GPU in
   this process, against onnxruntime on the CPU with the same inputs (the largest difference, relative to the output's
   largest value): the tuned kernels compute the model;
+- ``noise``: gpu-bert-l2-h128 compiled with its registry (tune-h128's) and loaded afresh into the worker 8 times,
+  each load timed twice, then timed again after the GPU sat idle for 5 s: how much a whole model's time on the GPU
+  moves between measurements of the same code (on the H200 it fell from 152-169 µs to 141.5 µs over the first 3 s);
 - ``report``: ``--out`` (JSON with the machine, commit and date) and the table for docs/BENCHMARKS.md.
 
 ``--stand-in`` runs the steps on a machine without a GPU, with tests/gpu_standin.py's made-up latencies: a check that
@@ -48,7 +51,7 @@ SMALL, BIG, VIT = "gpu-bert-l2-h128", "gpu-bert-l2-h192", "gpu-vit-l2-h128"
 MODELS = (SMALL, BIG, VIT)
 TRIALS_PER_TASK = 16
 STEPS = ("start", "torch", "plain", "tune-empty", "tune-h128", "tune-over", "transfer", "tune-vit", "check", "e2e",
-         "outputs", "report")  # fmt: skip
+         "outputs", "noise", "report")  # fmt: skip
 # Every registry a step writes, by step: what `check` and `e2e` read.
 REGISTRIES = {
     "plain": (BIG, "plain-gpu-bert-l2-h192.db"),
@@ -85,6 +88,11 @@ class Bench:
     def save(self, step: str, result: dict) -> dict:
         (self.work / f"{step}.json").write_text(json.dumps(result, indent=1))
         return result
+
+    def written(self, model: str | None = None) -> dict[str, Path]:
+        """Step -> the registry it wrote, for the steps done (of ``model``, if given)."""
+        return {step: self.work / name for step, (m, name) in REGISTRIES.items()
+                if self.done(step) is not None and model in (None, m)}  # fmt: skip
 
     def measurer(self):
         if self.stand_in:
@@ -201,11 +209,10 @@ class Bench:
         from registry.store.sql.store import Store
 
         out = {}
-        for step, (_, name) in REGISTRIES.items():
-            if (self.work / name).exists():
-                with Store(f"sqlite:///{self.work / name}") as store:
-                    r = audit(store, dry_run=True)
-                out[step] = {"records": r.checked, "not_replaying": r.bad, "first": r.first}
+        for step, path in self.written().items():
+            with Store(f"sqlite:///{path}") as store:
+                r = audit(store, dry_run=True)
+            out[step] = {"records": r.checked, "not_replaying": r.bad, "first": r.first}
         return out
 
     def e2e(self) -> dict:
@@ -223,13 +230,11 @@ class Bench:
             for model in MODELS:
                 loaded = load(model, self.target)
                 dbs = {"dlight": ms.database.MemoryDatabase()}
-                for step, (m, name) in REGISTRIES.items():
-                    if m == model and (self.work / name).exists():
-                        dbs[step] = _database(self.work / name, self.target)
+                dbs.update({step: _database(path, self.target) for step, path in self.written(model).items()})
                 exes = {k: compile_model(db, loaded.mod, self.target) for k, db in dbs.items()}
                 out[model] = {"ms": interleaved_model_ms(measurer, exes, loaded.inputs, rounds=3)}
             # each task's default schedule, the start of the tuning curves of gpu-bert-l2-h192
-            with Store(f"sqlite:///{self.work / REGISTRIES['plain'][1]}") as store:
+            with Store(f"sqlite:///{self.work / 'defaults.db'}") as store:  # a scratch registry: tasks by name
                 tasks = extract(store, load(BIG, self.target), self.target)
                 timed = measurer.kernels([module_job(default_schedule(t.mod, self.target), self.target, t.arguments)
                                           for t in tasks])  # fmt: skip
@@ -244,10 +249,26 @@ class Bench:
         out: dict = {}
         for model in MODELS:
             dbs = {"dlight": None}
-            dbs.update({step: _database(self.work / name, self.target) for step, (m, name) in REGISTRIES.items()
-                        if m == model and (self.work / name).exists()})  # fmt: skip
+            dbs.update({step: _database(path, self.target) for step, path in self.written(model).items()})
             out[model] = {k: output_error(model, db, self.target, tvm.cuda(0)) for k, db in dbs.items()}
         return out
+
+    def noise(self) -> dict:
+        from bench.tuning.run import load
+        from registry.measure.jobs import model_job
+        from registry.tvm_side.compile import compile_model
+
+        loaded = load(SMALL, self.target)
+        exe = compile_model(_database(self.work / REGISTRIES["tune-h128"][1], self.target), loaded.mod, self.target)
+        loads = []
+        with self.measurer() as measurer:
+            for _ in range(8):
+                with model_job(exe, loaded.inputs) as job:
+                    loads.append([measurer.model(job).median_s * 1e6 for _ in range(2)])
+            time.sleep(5)
+            with model_job(exe, loaded.inputs) as job:
+                after_idle = [measurer.model(job).median_s * 1e6 for _ in range(3)]
+        return {"model": SMALL, "loads_us": loads, "after_5s_idle_us": after_idle}
 
     def report(self) -> dict:
         return assemble(self)
