@@ -331,24 +331,29 @@ def test_parallel_measurement_agrees_grossly_with_serial_measurement():
     builder.shutdown()
     arguments = kernel_arguments(mod)
     jobs = [artifact_job(b.artifact_path, arguments) for b in built]
-    with Measurer(target) as measurer:
-        quick = measurer.measure(jobs)
-        cal = measurer.calibration
-        assert cal is not None and 1 <= cal.dop <= 2  # calibrated on this batch (calibrate() has tests of its own)
-        recorded = [min(m.run_secs) for m in measurer.recheck(jobs)]
     args_info = ms.arg_info.ArgInfo.from_prim_func(next(iter(mod.functions.values())))
     plain = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(**PRECISE.runner_config()))
-    serial = [
-        min(float(s) for s in f.result().run_secs)
-        for f in plain.run([RunnerInput(b.artifact_path, "cpu", args_info) for b in built])
-    ]
-    # Each side's fastest sample: a neighbour's burst on this shared VM only ever adds time, and medians taken a
-    # minute apart disagreed by a quarter here (a znver3 VM: recheck/serial medians 0.60-0.99, median 0.7498). One
-    # kernel of six may still be 2x off (seen once: [1.09, 1.02, 1.02, 0.45, 0.96, 0.98]); a systematic
+    # Five rounds, each side in turn, and each kernel's fastest sample over them: a neighbour's burst on this shared
+    # VM only ever adds time, and it comes in phases of seconds. Once a single round each was taken: medians a minute
+    # apart disagreed by a quarter (a znver3 VM: recheck/serial 0.60-0.99), and on a Xeon VM one kernel timed 385,
+    # 732 and 571 µs by serial, registry and serial again, within a minute. Three rounds there still saw all three of
+    # one side's rounds in slow phases once (ratios 1.5-1.7).
+    quick, recorded, serial = [], [], []
+    with Measurer(target) as measurer:
+        for _ in range(5):
+            quick.append(measurer.measure(jobs))
+            assert all(q.ok for q in quick[-1])
+            cal = measurer.calibration
+            assert cal is not None and 1 <= cal.dop <= 2  # calibrated on this batch (calibrate() has tests of its own)
+            recorded.append([min(m.run_secs) for m in measurer.recheck(jobs)])
+            runs = plain.run([RunnerInput(b.artifact_path, "cpu", args_info) for b in built])
+            serial.append([min(float(s) for s in f.result().run_secs) for f in runs])
+    fastest_serial = [min(k) for k in zip(*serial)]
+    # One kernel of six may still be 2x off (seen once: [1.09, 1.02, 1.02, 0.45, 0.96, 0.98]); a systematic
     # disagreement moves the median of the ratios.
-    ratios = [r / s for r, s in zip(recorded, serial, strict=True)]
-    quick_ratios = [min(q.run_secs) / s for q, s in zip(quick, serial, strict=True)]
-    assert all(q.ok for q in quick) and sum(not 0.5 <= x <= 2 for x in quick_ratios) <= 1, quick_ratios
+    ratios = [min(k) / s for k, s in zip(zip(*recorded), fastest_serial, strict=True)]
+    quick_ratios = [min(min(q.run_secs) for q in k) / s for k, s in zip(zip(*quick), fastest_serial, strict=True)]
+    assert sum(not 0.5 <= x <= 2 for x in quick_ratios) <= 1, quick_ratios
     assert sum(not 0.5 <= x <= 2 for x in ratios) <= 1 and 0.7 <= statistics.median(ratios) <= 1.4, ratios
 
 
