@@ -118,12 +118,12 @@ def _record(raw: tvmlog.RawRecord, idents, pair, devices: _Devices, team, model)
         return device
     trace = raw.trace
     insts = trace[0] if isinstance(trace, list) and trace else None
+    insts_json = raw.insts_json or (canonical_json(insts) if isinstance(insts, list) else "")
     return RecordIn(
         workload=idents[raw.workload_index],
         device=device,
         trace=trace,
-        # serialized once here, for both the checks and the write
-        insts_json=canonical_json(insts) if isinstance(insts, list) else "",
+        insts_json=insts_json,  # serialized once (once per instruction list the reader knew), for checks and write
         run_secs=raw.run_secs,
         source="imported",
         tool_version=hostinfo.tool_version(),

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from registry.errors import BadInputError
+from registry.store.rows import canonical_json
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -88,9 +89,9 @@ def find_logs(path: Path) -> list[LogPair]:
     return pairs
 
 
-def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) for each non-empty line; a line that is not JSON, or is longer than
-    MAX_LINE_BYTES, is a BadInputError."""
+def _lines(file: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, the line's bytes) for each non-empty line; a line longer than MAX_LINE_BYTES is a
+    BadInputError."""
     try:
         with open(file, "rb") as f:
             lineno = 0
@@ -103,13 +104,24 @@ def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
                     )
                 if line.isspace():  # (not strip(), which copies every line of a log of millions)
                     continue
-                try:
-                    yield lineno, orjson.loads(line)  # bytes: orjson checks the UTF-8 itself
-                except orjson.JSONDecodeError as e:
-                    reason = str(e).split(":")[0]
-                    raise BadInputError(f"{file}:{lineno}: not valid JSON ({reason}); is the log truncated?") from None
+                yield lineno, line
     except OSError as e:
         raise BadInputError(f"{file}: cannot read ({e.strerror})") from None
+
+
+def _parsed(file: Path, lineno: int, line: bytes) -> Any:
+    try:
+        return orjson.loads(line)  # bytes: orjson checks the UTF-8 itself
+    except orjson.JSONDecodeError as e:
+        reason = str(e).split(":")[0]
+        raise BadInputError(f"{file}:{lineno}: not valid JSON ({reason}); is the log truncated?") from None
+
+
+def read_lines(file: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for each non-empty line; a line that is not JSON, or is longer than
+    MAX_LINE_BYTES, is a BadInputError."""
+    for lineno, line in _lines(file):
+        yield lineno, _parsed(file, lineno, line)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,8 @@ class RawRecord(NamedTuple):  # a tuple, not a frozen dataclass: built for every
     target: dict[str, Any]
     args_info: Any
     where: str  # "file:line", for error messages
+    # the canonical JSON of trace[0] where the reader knows it (an instruction list seen before), else None
+    insts_json: str | None = None
 
 
 def read_workloads(file: Path) -> list[RawWorkload]:
@@ -143,8 +157,13 @@ def read_workloads(file: Path) -> list[RawWorkload]:
 
 def read_records(file: Path) -> Iterator[RawRecord]:
     """Records one by one: a log can hold millions."""
-    for lineno, entry in read_lines(file):
-        where = f"{file}:{lineno}"
+    known = _KnownInstructions()
+    where_prefix = f"{file}:"
+    for lineno, line in _lines(file):
+        where = f"{where_prefix}{lineno}"
+        entry, insts_json = known.parse(line)
+        if entry is None:
+            entry = _parsed(file, lineno, line)
         try:
             index, (trace, run_secs, target, args_info) = entry
             if not isinstance(index, int) or isinstance(index, bool) or index < 0:
@@ -153,8 +172,85 @@ def read_records(file: Path) -> Iterator[RawRecord]:
                 raise ValueError("target")
         except (TypeError, ValueError):
             raise BadInputError(f"{where}: expected [workload_index, [trace, run_secs, target, args_info]]") from None
+        if insts_json is None:
+            known.learn(line, entry)
         secs = tuple(run_secs) if isinstance(run_secs, list) else () if run_secs is None else run_secs
-        yield RawRecord(index, trace, secs, target, args_info, where)
+        yield RawRecord(index, trace, secs, target, args_info, where, insts_json)
+
+
+class _KnownInstructions:
+    """Parses a record line whose instruction list is one seen before without parsing that list again.
+
+    A record line is ``[index,[[INSTRUCTIONS,DECISIONS],RUN_SECS,TARGET,ARGS_INFO]]``, and the instructions are most
+    of its bytes and of the objects JSON parsing makes (a thousand bytes, a hundred and fifty lists and strings);
+    a tuner's log repeats a few lists across thousands of records. Per workload index, the last few lists seen are
+    kept as their exact bytes, the parsed list (shared by every record that has it: nothing mutates a trace) and its
+    canonical JSON. A line whose bytes continue with one of them is parsed from the decisions on. Anything else,
+    whitespace included, takes the whole parse, which also says what is wrong with a bad line.
+    """
+
+    PER_WORKLOAD = 8
+
+    def __init__(self) -> None:
+        self._by_index: dict[int, list[tuple[bytes, list, str]]] = {}
+
+    @staticmethod
+    def _start(line: bytes) -> tuple[int, int] | None:
+        """(workload index, where the instructions begin) of a compact line, else None."""
+        comma = line.find(b",", 1, 24)
+        digits = line[1:comma]
+        if comma < 0 or line[:1] != b"[" or not digits.isdigit() or (digits[:1] == b"0" and len(digits) > 1):
+            return None
+        if line[comma : comma + 3] != b",[[":
+            return None
+        return int(digits), comma + 3
+
+    def parse(self, line: bytes) -> tuple[Any, str | None]:
+        """(the line parsed, the canonical JSON of its instructions), or (None, None): parse it whole."""
+        start = self._start(line)
+        known = self._by_index.get(start[0]) if start else None
+        if not known:
+            return None, None
+        index, at = start
+        for n, (raw, insts, insts_json) in enumerate(known):
+            end = at + len(raw)
+            if line.startswith(raw, at) and line[end : end + 1] == b",":
+                rest = line.rstrip()
+                if not rest.endswith(b"]]"):
+                    return None, None
+                try:
+                    decisions, run_secs, target, args_info = orjson.loads(b"[[" + rest[end + 1 : -1])
+                except (orjson.JSONDecodeError, ValueError, TypeError):
+                    return None, None
+                if not (isinstance(decisions, list) and len(decisions) == 1):
+                    return None, None
+                if n:  # the most recently used first
+                    known.insert(0, known.pop(n))
+                return [index, [[insts, decisions[0]], run_secs, target, args_info]], insts_json
+        return None, None
+
+    def learn(self, line: bytes, entry: list) -> None:
+        """Remember the instruction list of a line parsed whole (``entry``), where its bytes can be told apart."""
+        start = self._start(line)
+        trace = entry[1][0]
+        if start is None or not (isinstance(trace, list) and len(trace) == 2 and isinstance(trace[0], list)):
+            return
+        index, at = start
+        try:  # the instructions end where the decisions begin; decisions are integers, written exactly as orjson would
+            end = line.find(b"," + orjson.dumps(trace[1]) + b"],", at)
+        except (TypeError, orjson.JSONEncodeError):
+            return
+        if end < 0:
+            return
+        raw = line[at:end]
+        try:
+            if orjson.loads(raw) != trace[0]:
+                return
+        except orjson.JSONDecodeError:
+            return
+        known = self._by_index.setdefault(index, [])
+        known.insert(0, (raw, trace[0], canonical_json(trace[0])))
+        del known[self.PER_WORKLOAD :]
 
 
 def write_database(folder: Path, workloads: list[tuple[str, str]], records: Iterator[tuple[int, list]]) -> int:
