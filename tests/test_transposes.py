@@ -124,3 +124,81 @@ def test_a_convnext_block_converts_to_channels_last_and_computes_the_same(tmp_pa
     got = _outputs(compile_model(ms.database.MemoryDatabase(), mod, target), [x])[0]  # TVM's default schedules
     want = _run(mod, [x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _conv1d_block(path) -> None:
+    """x (1x16x8: length 16, 8 channels, as a Keras model stores it) -> a 1-d convolution as a 2-d one (unsqueeze, to
+    NCHW, 3x1 kernel, squeeze) -> Max with a constant: magika's shape. ONNX's Max of two tensors imports as a stack
+    and a reduction, on which ``ConvertLayout`` fails."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((12, 8, 3, 1)) / 3).astype("float32"), "w"),
+        numpy_helper.from_array(np.array([3], "int64"), "axis3"),
+        numpy_helper.from_array(np.zeros((1, 12, 14), "float32"), "floor"),
+    ]
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axis3"], ["u"]),
+        helper.make_node("Transpose", ["u"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Conv", ["t", "w"], ["c"]),
+        helper.make_node("Squeeze", ["c", "axis3"], ["s"]),
+        helper.make_node("Max", ["s", "floor"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv1d-block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 14])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_a_model_convertlayout_fails_on_has_each_convolution_made_channels_last_on_its_own(tmp_path):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.compat import TVM_ERRORS
+    from registry.tvm_side.compile import _channels_last, compile_model
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+    from registry.tvm_side.transposes import count_transposes
+
+    _conv1d_block(tmp_path / "block.onnx")
+    mod = load_onnx(tmp_path / "block.onnx").mod
+    with pytest.raises(TVM_ERRORS):  # what the fallback is for
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod)
+
+    target = host_target()
+    converted = _channels_last(mod, target)
+    assert 'data_layout="NHWC"' in converted.script() and 'kernel_layout="OHWI"' in converted.script()
+    # the model's own transpose to NCHW and the one into NHWC make one that moves only a unit axis: a reshape;
+    # the one out of the convolution stays
+    assert count_transposes(mod) == 1 and count_transposes(converted) == 1
+
+    x = np.random.default_rng(1).standard_normal((1, 16, 8)).astype("float32")
+    got = _outputs(compile_model(ms.database.MemoryDatabase(), mod, target), [x])[0]  # TVM's default schedules
+    want = _run(mod, [x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_only_a_transpose_that_moves_unit_axes_becomes_a_reshape():
+    import tvm
+    from tvm.script import relax as R
+
+    from registry.tvm_side.transposes import count_transposes, unit_transposes_as_reshapes
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(a: R.Tensor((1, 4, 1, 8), "float32")):
+            with R.dataflow():
+                p = R.permute_dims(a, (0, 2, 1, 3))  # (1, 1, 4, 8): the same order of elements
+                q = R.permute_dims(a, (0, 3, 2, 1))  # (1, 8, 1, 4): 4 and 8 swap
+                R.output(p, q)
+            return (p, q)
+
+    rewritten = unit_transposes_as_reshapes(Module)
+    assert count_transposes(Module) == 2 and count_transposes(rewritten) == 1
+    a = np.random.default_rng(0).standard_normal((1, 4, 1, 8)).astype("float32")
+    for got, want in zip(_run(rewritten, [a]), _run(Module, [a]), strict=True):
+        np.testing.assert_array_equal(got, want)

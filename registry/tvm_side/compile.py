@@ -28,7 +28,12 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.tvm_side.compat import TVM_ERRORS
-from registry.tvm_side.transposes import count_transposes, sink_transposes
+from registry.tvm_side.transposes import (
+    convolutions_nhwc,
+    count_transposes,
+    sink_transposes,
+    unit_transposes_as_reshapes,
+)
 
 LAYOUT_FREE = "layout_free_buffers"  # the function attribute RewriteLayout reads (AttachAttrLayoutFreeBuffers')
 
@@ -115,17 +120,20 @@ def _channels_last(mod: IRModule, target: Target) -> IRModule:
     can (ConvNeXt: 10 added, none after). Where transposes stay, around an operator Relax cannot see into (the
     ``topi.maximum``/``minimum`` kernels of an ONNX ``Clip`` with bound inputs, in a hard-swish), they cost more than
     the layout gains: a PaddleOCR classifier went from 1.04x onnxruntime to 1.73x (56 transposes added, 38 after
-    sinking). ``ConvertLayout``'s check failure on one model (magika: "Invalid SLayout") also keeps the model as it
-    is. Rewriting those kernels as Relax's ``maximum``/``minimum`` converted that classifier cleanly (2 transposes),
-    and it tuned to 1.47x, where NCHW had reached 1.03x (another day's run). So those kernels stay as the importer
-    makes them, and keep such a model NCHW.
+    sinking). Rewriting those kernels as Relax's ``maximum``/``minimum`` converted that classifier cleanly (2
+    transposes), and it tuned to 1.47x, where NCHW had reached 1.03x (another day's run). So those kernels stay as the
+    importer makes them, and keep such a model NCHW.
+
+    Where ``ConvertLayout`` itself fails (magika: "Invalid SLayout", on an operator after its convolution), each
+    convolution is converted on its own between two transposes (``convolutions_nhwc``), which sinking and
+    ``unit_transposes_as_reshapes`` then reduce, and the same rule decides.
     """
     if not _layout_free_here(target):
         return mod
     try:
         converted = sink_transposes(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod))
     except TVM_ERRORS:
-        return mod
+        converted = unit_transposes_as_reshapes(sink_transposes(convolutions_nhwc(mod)))
     main = mod["main"]
     edges = len(main.params) + len(getattr(main.ret_ty, "fields", [main.ret_ty]))  # a tuple type lists its outputs
     return converted if count_transposes(converted) - count_transposes(mod) <= edges else mod

@@ -81,6 +81,54 @@ def sink_transposes(mod: IRModule) -> IRModule:
     return relax.transform.DeadCodeElimination()(SinkTransposes()(mod))
 
 
+def convolutions_nhwc(mod: IRModule) -> IRModule:
+    """``mod`` with each NCHW 2-d convolution made NHWC (its weight OHWI) between a transpose in and one out, as
+    ``ConvertLayout`` does for an operator it converts, but with no layout rule for any other operator: for a model
+    on which ``ConvertLayout`` fails (magika: "Invalid SLayout", on an operator after its convolution). The
+    transposes left are then ``sink_transposes``'."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    pattern = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+
+    def rewrite(call, _matched):
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return call
+        data, weight = (relax.op.permute_dims(v, [0, 2, 3, 1]) for v in call.args)
+        conv = relax.op.nn.conv2d(data, weight, a.strides, a.padding, a.dilation, a.groups, "NHWC", "OHWI", "NHWC",
+                                  a.out_dtype)  # fmt: skip
+        return relax.op.permute_dims(conv, [0, 3, 1, 2])
+
+    @relax.transform.function_pass(opt_level=0, name="ConvolutionsNHWC")
+    class ConvolutionsNHWC:
+        def transform_function(self, func, _mod, _ctx):
+            return rewrite_call(pattern, rewrite, func)
+
+    return ConvolutionsNHWC()(mod)
+
+
+def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
+    """``mod`` with every transpose that moves only axes of extent 1 made the reshape it is (its elements stay in
+    order): magika's own transpose into NCHW and the one into NHWC before its convolution make one such."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    pattern = is_op("relax.permute_dims")(wildcard())
+
+    def rewrite(call, _matched):
+        shape = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in call.args[0].ty.shape]
+        moved = [a for a in _axes(call) if shape[a] != 1]
+        if None in shape or moved != sorted(moved):
+            return call
+        return relax.op.reshape(call.args[0], [shape[a] for a in _axes(call)])
+
+    @relax.transform.function_pass(opt_level=0, name="UnitTransposesAsReshapes")
+    class UnitTransposesAsReshapes:
+        def transform_function(self, func, _mod, _ctx):
+            return rewrite_call(pattern, rewrite, func)
+
+    return UnitTransposesAsReshapes()(mod)
+
+
 def _binary(call, left, right, x, y):
     """``op(permute(x, p), permute(y, p))`` or ``op(permute(x, p), scalar)`` as ``permute(op(x, y), p)``."""
     a, b = call.args
