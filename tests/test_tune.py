@@ -348,11 +348,13 @@ def test_parallel_measurement_agrees_grossly_with_serial_measurement():
             recorded.append([min(m.run_secs) for m in measurer.recheck(jobs)])
             runs = plain.run([RunnerInput(b.artifact_path, "cpu", args_info) for b in built])
             serial.append([min(float(s) for s in f.result().run_secs) for f in runs])
-    fastest_serial = [min(k) for k in zip(*serial)]
+    fastest_serial = [min(k) for k in zip(*serial, strict=True)]
     # One kernel of six may still be 2x off (seen once: [1.09, 1.02, 1.02, 0.45, 0.96, 0.98]); a systematic
     # disagreement moves the median of the ratios.
-    ratios = [min(k) / s for k, s in zip(zip(*recorded), fastest_serial, strict=True)]
-    quick_ratios = [min(min(q.run_secs) for q in k) / s for k, s in zip(zip(*quick), fastest_serial, strict=True)]
+    ratios = [min(k) / s for k, s in zip(zip(*recorded, strict=True), fastest_serial, strict=True)]
+    quick_ratios = [
+        min(min(q.run_secs) for q in k) / s for k, s in zip(zip(*quick, strict=True), fastest_serial, strict=True)
+    ]
     assert sum(not 0.5 <= x <= 2 for x in quick_ratios) <= 1, quick_ratios
     assert sum(not 0.5 <= x <= 2 for x in ratios) <= 1 and 0.7 <= statistics.median(ratios) <= 1.4, ratios
 

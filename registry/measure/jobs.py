@@ -70,6 +70,29 @@ def time_model(measurer: Measurer, executable, inputs: list[ModelInput], keep: s
         return measurer.model(job)
 
 
+def before_and_after(
+    measurer: Measurer, before, after, inputs: list[ModelInput], first: Measurement, keep: str | None = None
+) -> tuple[Measurement, Measurement]:
+    """Two builds of one model (``before``: the untuned one, already timed once as ``first``; ``after``: the final
+    one, exported to ``keep`` if given), timed before, after, after, before. Their ratio is what a report claims, and a
+    shared VM drifts by tens of percent within a minute: timed a compile apart, once each, an empty registry's final
+    model came out 1.56x slower than the identical untuned one. The mirrored order makes a steady drift hit both
+    alike; each side's samples are pooled."""
+    with model_job(before, inputs) as job_before, model_job(after, inputs, keep) as job_after:
+        after_1 = measurer.model(job_after)
+        after_2 = measurer.model(job_after) if after_1.ok else after_1
+        before_2 = measurer.model(job_before) if first.ok else first
+    return _pooled(first, before_2), _pooled(after_1, after_2)
+
+
+def _pooled(a: Measurement, b: Measurement) -> Measurement:
+    """Two timings of one build as one: every sample, or the first failure."""
+    for m in (a, b):
+        if not m.ok:
+            return m
+    return Measurement(a.run_secs + b.run_secs)
+
+
 def interleaved_model_ms(
     measurer: Measurer, executables: dict[str, object], inputs: list[ModelInput], rounds: int = 3
 ) -> dict[str, float | None]:
