@@ -74,15 +74,17 @@ def before_and_after(
     measurer: Measurer, before, after, inputs: list[ModelInput], first: Measurement, keep: str | None = None
 ) -> tuple[Measurement, Measurement]:
     """Two builds of one model (``before``: the untuned one, already timed once as ``first``; ``after``: the final
-    one, exported to ``keep`` if given), timed before, after, after, before. Their ratio is what a report claims, and a
-    shared VM drifts by tens of percent within a minute: timed a compile apart, once each, an empty registry's final
-    model came out 1.56x slower than the identical untuned one. The mirrored order makes a steady drift hit both
-    alike; each side's samples are pooled."""
-    with model_job(before, inputs) as job_before, model_job(after, inputs, keep) as job_after:
-        after_1 = measurer.model(job_after)
-        after_2 = measurer.model(job_after) if after_1.ok else after_1
-        before_2 = measurer.model(job_before) if first.ok else first
-    return _pooled(first, before_2), _pooled(after_1, after_2)
+    one, exported to ``keep`` if given): ``after`` is timed, then ``before`` again, and ``before``'s two timings are
+    pooled. Their ratio is what a report claims, and a shared VM drifts by tens of percent within a minute: timed a
+    compile apart, once each, an empty registry's final model came out 1.56x slower than the identical untuned one.
+    Timing ``before`` on both sides of ``after`` makes a drift hit both alike, for one timing more."""
+    with model_job(after, inputs, keep) as job_after:
+        final = measurer.model(job_after)
+    if not first.ok:
+        return first, final
+    with model_job(before, inputs) as job_before:
+        again = measurer.model(job_before)
+    return _pooled(first, again), final
 
 
 def _pooled(a: Measurement, b: Measurement) -> Measurement:

@@ -174,7 +174,7 @@ class Untuned:
     time budget keeps that much back)."""
 
     measurement: Measurement
-    seconds: float  # what ``finish`` will spend: one compile, three timings (see ``before_and_after``)
+    seconds: float  # what ``finish`` will spend: one compile, two timings (see ``before_and_after``)
     executable: object  # timed again beside the final model, so that their ratio is taken in one run
 
 
@@ -186,7 +186,7 @@ def untuned_model(run: ModelRun) -> Untuned:
     with run.clock("report"):
         measured = time_model(run.measurer, exe, run.loaded.inputs)
     timed = time.perf_counter()
-    return Untuned(measured, (compiled - start) + 3 * (timed - compiled), exe)
+    return Untuned(measured, (compiled - start) + 2 * (timed - compiled), exe)
 
 
 def default_record(run: ModelRun, task: Task, default_us: float, team: str | None) -> RecordIn | None:

@@ -83,10 +83,11 @@ def tune(
     opts = options or ModelTuneOptions()
     started = time.perf_counter() - import_s  # a time budget counts from the start of the command
     with model_run(store, loaded, target, threads, "tuned", opts.team, import_s, opts.where) as run:
-        # compiled and timed untuned first: what that costs is what the end needs again (the tuned model), so a
-        # time budget keeps it back, and the whole command ends within the budget
-        untuned = untuned_model(run)
+        # the untuned model compiled and timed before tuning: what that costs is what the end needs again (the tuned
+        # model), so a time budget keeps it back, and the whole command ends within the budget. After the defaults:
+        # the workers' start is then not counted as part of timing a model.
         defaults = default_timings(run, run.tasks)
+        untuned = untuned_model(run)
         with run.clock("donors"):
             seeds = donor_seeds(store, target, run.db.device_id, run.tasks, opts.neighbours, opts.engine.seeds)
         engine_tasks = [
