@@ -78,13 +78,10 @@ def before_and_after(
     pooled. Their ratio is what a report claims, and a shared VM drifts by tens of percent within a minute: timed a
     compile apart, once each, an empty registry's final model came out 1.56x slower than the identical untuned one.
     Timing ``before`` on both sides of ``after`` makes a drift hit both alike, for one timing more."""
-    with model_job(after, inputs, keep) as job_after:
-        final = measurer.model(job_after)
+    final = time_model(measurer, after, inputs, keep)
     if not first.ok:
         return first, final
-    with model_job(before, inputs) as job_before:
-        again = measurer.model(job_before)
-    return _pooled(first, again), final
+    return _pooled(first, time_model(measurer, before, inputs)), final
 
 
 def _pooled(a: Measurement, b: Measurement) -> Measurement:

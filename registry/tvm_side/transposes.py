@@ -42,7 +42,7 @@ def sink_transposes(mod: IRModule) -> IRModule:
     and a transpose that leaves the axes in place dropped. An elementwise operator of two operands moves a transpose
     only where both are transposed alike, or the other is a scalar: so no transpose is added, except where a
     transposed value feeds something else too."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     def permuted(arg):
         return is_op("relax.permute_dims")(arg)
@@ -73,12 +73,7 @@ def sink_transposes(mod: IRModule) -> IRModule:
         # The same call back where nothing changes, not an equal new one: the rewriter repeats while a call changes.
         return call.args[0] if _identity(axes) else call
 
-    @relax.transform.function_pass(opt_level=0, name="SinkTransposes")
-    class SinkTransposes:
-        def transform_function(self, func, _mod, _ctx):
-            return rewrite_call(pattern, rewrite, func)
-
-    return relax.transform.DeadCodeElimination()(SinkTransposes()(mod))
+    return relax.transform.DeadCodeElimination()(_rewrite_calls(mod, pattern, rewrite, "SinkTransposes"))
 
 
 def convolutions_nhwc(mod: IRModule) -> IRModule:
@@ -86,7 +81,7 @@ def convolutions_nhwc(mod: IRModule) -> IRModule:
     ``ConvertLayout`` does for an operator it converts, but with no layout rule for any other operator: for a model
     on which ``ConvertLayout`` fails (magika: "Invalid SLayout", on an operator after its convolution). The
     transposes left are then ``sink_transposes``'."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     pattern = is_op("relax.nn.conv2d")(wildcard(), wildcard())
 
@@ -99,18 +94,13 @@ def convolutions_nhwc(mod: IRModule) -> IRModule:
                                   a.out_dtype)  # fmt: skip
         return relax.op.permute_dims(conv, [0, 3, 1, 2])
 
-    @relax.transform.function_pass(opt_level=0, name="ConvolutionsNHWC")
-    class ConvolutionsNHWC:
-        def transform_function(self, func, _mod, _ctx):
-            return rewrite_call(pattern, rewrite, func)
-
-    return ConvolutionsNHWC()(mod)
+    return _rewrite_calls(mod, pattern, rewrite, "ConvolutionsNHWC")
 
 
 def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
     """``mod`` with every transpose that moves only axes of extent 1 made the reshape it is (its elements stay in
     order): magika's own transpose into NCHW and the one into NHWC before its convolution make one such."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     pattern = is_op("relax.permute_dims")(wildcard())
 
@@ -121,12 +111,19 @@ def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
             return call
         return relax.op.reshape(call.args[0], [shape[a] for a in _axes(call)])
 
-    @relax.transform.function_pass(opt_level=0, name="UnitTransposesAsReshapes")
-    class UnitTransposesAsReshapes:
+    return _rewrite_calls(mod, pattern, rewrite, "UnitTransposesAsReshapes")
+
+
+def _rewrite_calls(mod: IRModule, pattern, rewrite, name: str) -> IRModule:
+    """``mod`` with each call that ``pattern`` matches replaced by ``rewrite(call, matched)``, function by function."""
+    from tvm.relax.dpl import rewrite_call
+
+    @relax.transform.function_pass(opt_level=0, name=name)
+    class RewriteCalls:
         def transform_function(self, func, _mod, _ctx):
             return rewrite_call(pattern, rewrite, func)
 
-    return UnitTransposesAsReshapes()(mod)
+    return RewriteCalls()(mod)
 
 
 def _binary(call, left, right, x, y):
