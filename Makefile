@@ -117,8 +117,8 @@ starter: install
 bench-starter: install
 	$(PY) bench/starter_bench.py --rounds 3
 
-# The starter bundle (built from bench-corpus-depth: `bench/corpus/starter.py --work bench/work/corpus32`) on 6 corpus
-# models outside it: the bundle alone, then a user's first transfer (tuning the tasks no donor helped, 32 trials).
+# The starter bundle (built from the 8-model run of docs/BENCHMARKS.md: `bench/corpus/starter.py --work WORK`) on 6
+# corpus models outside it: the bundle alone, then a user's first transfer (tuning the tasks no donor helped, 32 trials).
 OUTSIDE_MODELS := distilbert-l2-h128 t5-encoder-l2-d128 whisper-encoder-l2-d128 resnet-bottleneck-w64 mobilenetv2-0.35 \
 	ppocr-v5-det
 bench-starter-corpus: install
