@@ -42,8 +42,8 @@ test: install-dev
 	$(VENV)/bin/pytest -q
 
 lint: install-dev
-	$(VENV)/bin/ruff check registry tests bench
-	$(VENV)/bin/ruff format --check registry tests bench
+	$(VENV)/bin/ruff check registry cli migrations tests bench
+	$(VENV)/bin/ruff format --check registry cli migrations tests bench
 
 # The store benchmark: minutes, not seconds. See docs/BENCHMARKS.md.
 bench: install

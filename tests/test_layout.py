@@ -8,7 +8,7 @@ import ast
 import collections
 from pathlib import Path
 
-from tests.imports import ROOT, imported, module_name
+from tests.imports import ROOT, imported, module_name, source_files, source_of
 
 # Top to bottom. A module may import its own folder and the layers below it; folders on one line are siblings, which
 # import neither each other nor anything above. registry.store includes its migrations.
@@ -31,7 +31,7 @@ MAX_SHARE = 0.25  # of all lines, in one folder (its own files; a subfolder is a
 
 
 def _modules() -> dict[str, object]:
-    return {module_name(p): p for p in sorted((ROOT / "registry").rglob("*.py")) if "__pycache__" not in p.parts}
+    return {module_name(p): p for p in source_files()}
 
 
 def _edges(modules: dict) -> dict[str, set[str]]:
@@ -72,15 +72,15 @@ def test_every_import_points_down_the_layers():
     assert wrong == [], "\n".join(wrong)
 
 
-def test_no_two_files_import_each_other_through_any_chain():
-    edges = _edges(_modules())
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     circles: list[list[str]] = []
 
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
@@ -104,7 +104,21 @@ def test_no_two_files_import_each_other_through_any_chain():
     for v in edges:
         if v not in index:
             visit(v)
-    assert circles == []
+    return circles
+
+
+def test_no_two_files_import_each_other_through_any_chain():
+    assert _circles(_edges(_modules())) == []
+
+
+def test_no_two_benchmark_scripts_import_each_other():
+    """bench/ is not the package, but a circle there is as hard to follow (imports under TYPE_CHECKING count)."""
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in sorted(ROOT.glob("bench/**/*.py"))}
+    edges = {}
+    for name, path in paths.items():
+        name = name.removesuffix(".__init__")
+        edges[name] = {n for n in imported(path.read_text(), name) if n in paths and n != name}
+    assert _circles(edges) == []
 
 
 def test_registry_keeps_few_loose_modules():
@@ -124,11 +138,6 @@ def test_the_check_sees_an_arrow_that_runs_up():
     """The rule itself, on made-up edges: a store module importing the pipeline is refused."""
     assert _layer("registry.store.sql.ingest")[0] > _layer("registry.pipeline.tune")[0]
     assert _layer("registry.share.sync")[0] == _layer("registry.pipeline.tune")[0]  # siblings: neither way
-
-
-def _source_of(module: str) -> Path | None:
-    base = ROOT.joinpath(*module.split("."))
-    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
 
 
 def _top_level_names(path: Path) -> set[str]:
@@ -152,12 +161,12 @@ def test_benchmarks_and_tests_import_what_the_package_has():
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "registry"):
                 continue
-            source = _source_of(node.module)
+            source = source_of(node.module)
             if source is None:
                 broken.append(f"{path.relative_to(ROOT)}: {node.module}")
                 continue
             defined = _top_level_names(source)
             for alias in node.names:
-                if alias.name not in defined and _source_of(f"{node.module}.{alias.name}") is None:
+                if alias.name not in defined and source_of(f"{node.module}.{alias.name}") is None:
                     broken.append(f"{path.relative_to(ROOT)}: {node.module}.{alias.name}")
     assert not broken, broken

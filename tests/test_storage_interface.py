@@ -11,7 +11,7 @@ from registry import testing
 from registry.errors import BadInputError, DatabaseError
 from registry.store.interface import RegistryStorage, open_storage, record_trace_hash
 from registry.store.sql.store import Store
-from tests.imports import ROOT, imported, module_name
+from tests.imports import ROOT, imported, module_name, source_files
 
 # The store's internals: its tables, its SQL, and the code that writes.
 PRIVATE = {"registry.store.sql.models", "registry.store.sql.queries", "registry.store.sql.ingest"}
@@ -23,12 +23,11 @@ def _private(names: set[str]) -> set[str]:
 
 def test_nothing_outside_the_store_imports_its_internals():
     offenders = []
-    for top in ("registry",):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            if (ROOT / "registry" / "store") in path.parents:
-                continue
-            found = _private(imported(path.read_text(), module_name(path), path.name == "__init__.py"))
-            offenders += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(found)]
+    for path in source_files():
+        if module_name(path).startswith("registry.store."):
+            continue
+        found = _private(imported(path.read_text(), module_name(path), path.name == "__init__.py"))
+        offenders += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(found)]
     assert not offenders, "use registry.store.interface.RegistryStorage instead:\n" + "\n".join(offenders)
 
 

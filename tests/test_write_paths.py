@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from registry.cli.main import cli
 from registry.records.rebase import block_names, rebased, renaming
 from registry.tvm_side import tvmlog
+from tests.imports import source_files
 
 ROOT = Path(__file__).resolve().parents[1]
 THE_DOOR = ROOT / "registry" / "records" / "write.py"
@@ -36,7 +37,7 @@ def _writes_around_the_door() -> list[str]:
     """Calls of ``.ingest(...)`` / ``.ingest_batches(...)`` that store records anywhere but THE_DOOR and the storage
     implementation. ``ingest(workloads, [])`` stores workloads only."""
     found = []
-    for path in sorted((ROOT / "registry").rglob("*.py")):
+    for path in source_files():
         if path in (THE_DOOR, OVERLAY) or STORAGE in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):

@@ -414,7 +414,7 @@ def markdown() -> str:
         f"`schema_version` (now {SCHEMA_VERSION}): it changes only when a field is removed, renamed or changes "
         "meaning;",
         "new fields may appear in any release. Lists of rows are under `rows`. The shapes are the pydantic models of",
-        "`registry/cli/schemas.py`; their JSON schemas follow.",
+        "`cli/schemas.py`; their JSON schemas follow.",
         "",
     ]
     for model in OUTPUTS:

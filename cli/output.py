@@ -1,4 +1,4 @@
-"""Printing: aligned tables for people, JSON (pydantic models, see registry/cli/schemas.py) and CSV for programs; status
+"""Printing: aligned tables for people, JSON (pydantic models, see cli/schemas.py) and CSV for programs; status
 lines and progress with an ETA on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def echo_json(obj: Any) -> None:
 
 
 def echo_model(model) -> None:
-    """A pydantic model of registry/cli/schemas.py, as the JSON that docs/JSON.md documents."""
+    """A pydantic model of cli/schemas.py, as the JSON that docs/JSON.md documents."""
     click.echo(model.model_dump_json(indent=2))
 
 
