@@ -25,32 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.corpus.origins import HF, Wheel
+
 CACHE_ENV = "TVM_REGISTRY_CORPUS"
-
-
-@dataclass(frozen=True)
-class HF:
-    """A transformers model class built from ``config`` (kwargs of its config class) and exported by torch."""
-
-    model: str  # e.g. "BertModel"; ``encoder`` takes model.get_encoder() (BART, Whisper)
-    config: str  # e.g. "BertConfig"
-    kwargs: dict[str, Any]
-    output: str = "last_hidden_state"
-    encoder: bool = False
-    opset: int = 17
-    # torch's exporter folds BatchNorm into the convolutions (and constant subgraphs) unless told not to; files
-    # exported with do_constant_folding=False keep BatchNormalization nodes and more run-time shape arithmetic.
-    constant_folding: bool = True
-
-
-@dataclass(frozen=True)
-class Wheel:
-    """``member`` of the wheel of ``package==version`` on PyPI."""
-
-    package: str
-    version: str
-    member: str
-    sha256: str
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 if TYPE_CHECKING:
-    from bench.corpus.catalogue import HF
+    from bench.corpus.origins import HF
 
 SEED = 0
 
