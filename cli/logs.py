@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 
 from registry import hostinfo
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 
 
 @click.command("import")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--team", help="Provenance: the team these records come from.")
-@click.option("--model", help="Provenance: the model these records were tuned for.")
+@click.option("--team", type=NAME, help="Provenance: the team these records come from.")
+@click.option("--model", type=NAME, help="Provenance: the model these records were tuned for.")
 @click.option(
     "--threads",
     type=click.IntRange(1, hostinfo.MAX_THREADS),
@@ -103,8 +103,8 @@ def _print_import(result, fmt: str) -> None:
 )
 @device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several exist.")
 @click.option("--best-only", is_flag=True, help="Only each workload's best record (per device).")
-@click.option("--team", help="Bundle: only records of this team.")
-@click.option("--model", help="Bundle: only records tuned for this model.")
+@click.option("--team", type=NAME, help="Bundle: only records of this team.")
+@click.option("--model", type=NAME, help="Bundle: only records tuned for this model.")
 @click.option("--since", type=click.DateTime(), help="Bundle: only records measured at or after this time (UTC).")
 @output_options()
 @common_options
@@ -126,6 +126,10 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
     """
     if (folder is None) == (bundle is None):
         raise click.UsageError("give either -o FOLDER (TVM's log format) or --bundle FILE (a registry bundle)")
+    from registry.tvm_side.tvmlog import RECORD_FILE, WORKLOAD_FILE  # no TVM: the log format's file names
+
+    logs = [("-o", folder / name) for name in (WORKLOAD_FILE, RECORD_FILE)] if folder is not None else []
+    ctx.refuse_own_files(("--bundle", bundle), *logs)
     if bundle is not None:
         _export_bundle(ctx, bundle, device, team, model, since, best_only, fmt)
         return

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx, trust_option
+from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx, trust_option
 from registry.cli.output import echo_model, echo_rows, shapes
 from registry.errors import BadInputError
 
@@ -17,15 +17,31 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     compact = re.sub(r"\s+", "", text)
     if not re.fullmatch(r"\d+([,x]\d+)*", compact):
         raise BadInputError(f"--shape {text!r}: expected dimensions like 1,3,224,224 or 1x3x224x224")
-    return tuple(int(p) for p in re.split(r"[,x]", compact))
+    dims = re.split(r"[,x]", compact)
+    if any(len(d) > 18 for d in dims):  # int() of 5,000 digits is refused by Python itself; no tensor is that big
+        raise BadInputError(f"--shape {text[:40]!r}...: a dimension of more than 18 digits is no tensor's")
+    return tuple(int(p) for p in dims)
+
+
+def parse_workload(text: str | None) -> str | None:
+    """A structural hash as the registry stores it: a whole number below 2^64, in decimal."""
+    if text is None:
+        return None
+    if not (re.fullmatch(r"\d{1,20}", text) and int(text) < 2**64):
+        raise BadInputError(f"--workload {text[:40]!r}: a structural hash is a whole number below 2^64, in decimal")
+    return text
 
 
 @click.command()
-@click.option("--op", help="Operator kind: conv2d, depthwise_conv2d, matmul, dense, softmax, pool, injective, ...")
+@click.option(
+    "--op", type=NAME, help="Operator kind: conv2d, depthwise_conv2d, matmul, dense, softmax, pool, injective, ..."
+)
 @click.option("--shape", help="An argument shape the workload must have, e.g. 1,64,56,56.")
-@click.option("--dtype", help="An argument dtype the workload must have, e.g. float32.")
+@click.option("--dtype", type=NAME, help="An argument dtype the workload must have, e.g. float32.")
 @device_option("`host` (this machine), a device id, or a name from `registry devices`.")
-@click.option("--model", help="Only workloads of this model (a name recorded by transfer or import --model).")
+@click.option(
+    "--model", type=NAME, help="Only workloads of this model (a name recorded by transfer or import --model)."
+)
 @click.option("--workload", "workload", metavar="HASH", help="One workload, by structural hash.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(1, 100), help="Best records per workload.")
 @click.option(
@@ -59,7 +75,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         shape=parse_shape(shape),
         dtype=dtype,
         model=model,
-        workload=workload,
+        workload=parse_workload(workload),
         top_k=top_k,
         limit=limit,
         trust=ctx.trust,

@@ -82,6 +82,9 @@ def cli(ctx: click.Context) -> None:
     ctx.call_on_close(lambda: configure_logging(0))
     _one_line_warnings()
     configure_logging(obj.verbosity)
+    from registry import hostinfo
+
+    hostinfo.env_threads()  # a $TVM_NUM_THREADS that is no thread count is refused by every command, first
 
 
 def _one_line_warnings() -> None:

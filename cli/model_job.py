@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from registry import hostinfo
-from registry.cli.options import common_options, output_options, overlay_option, trust_option
+from registry.cli.options import NAME, common_options, output_options, overlay_option, trust_option
 from registry.cli.output import Progress, echo_model, echo_table
 
 
@@ -49,8 +49,8 @@ def model_options(command):
             help="On a CPU, keep erf, exp, tanh and softmax exact [default: TVM's fast approximations, within 4e-7 "
             "of exact; libm's erf is a scalar call per element, often the slowest part of a GELU transformer].",
         ),
-        click.option("--name", help="Model name in the registry [default: the file's stem]."),
-        click.option("--team", help="Provenance written on the records this run commits."),
+        click.option("--name", type=NAME, help="Model name in the registry [default: the file's stem]."),
+        click.option("--team", type=NAME, help="Provenance written on the records this run commits."),
         click.option(
             "--rpc",
             metavar="HOST:PORT:KEY",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,8 +41,11 @@ class Context:
         """The registry, created (and migrated) if it does not exist yet: for the commands that write. With
         --overlay, the registry must exist and is only read; the writes go to the overlay file."""
         if self._store is None and self.overlay is not None:
+            from registry.config import resolve_database_url
             from registry.share.overlay import open_overlay
+            from registry.store.own_files import refuse_own_file
 
+            refuse_own_file(self.overlay, [resolve_database_url(self.url)], "--overlay")
             self._store = open_overlay(self.url, self.overlay, trust=self.trust)
         elif self._store is None:
             from registry.config import resolve_database_url
@@ -50,12 +54,18 @@ class Context:
 
             path = sqlite_file.file_of(resolve_database_url(self.url))
             self._new_file = path if path is not None and not path.exists() else None
+            if path is not None and sqlite_file.read_only_uri(path) is not None:  # before any work, not at its end
+                from registry.errors import DatabaseError
+
+                raise DatabaseError(sqlite_file.not_writable(path))
             self._store = open_storage(self.url, trust=self.trust)
         return self._store
 
     def undo_new_registry(self) -> None:
         """After a command failed: the SQLite registry it created, if it holds no record, is removed with its side
         files, so that a refused import into a new file leaves nothing behind (a registry with a record stays)."""
+        if self._new_file is None and self._store is not None and hasattr(self._store, "drop_if_unused"):
+            self._store.drop_if_unused()  # a server database: its tables go, the database stays (empty) as it was
         if self._new_file is None or self._store is None:
             return
         try:
@@ -82,6 +92,17 @@ class Context:
             self._store = open_storage(self.url, create_new=False, trust=self.trust)
         return self._store
 
+    def refuse_own_files(self, *outputs: tuple[str, Path | str | None]) -> None:
+        """Before a command writes files, given as (option, path) pairs: none may be one of the files of this
+        registry or of the --overlay (the database, its journal and side files, the similarity index)."""
+        from registry.config import resolve_database_url
+        from registry.store.own_files import refuse_own_file
+
+        urls = [resolve_database_url(u) for u in (self.url, self.overlay) if u is not None] or [resolve_database_url()]
+        for option, path in outputs:
+            if path is not None:
+                refuse_own_file(path, urls, option)
+
     @property
     def quiet(self) -> bool:
         return self.verbosity < 0
@@ -94,6 +115,36 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context, ensure=True)
+
+
+class Name(click.ParamType):
+    """A name or filter value (a team, model, task, operator kind, device): printable text, not empty. A newline or
+    an ANSI escape in a name would forge lines in every table that prints it; an empty filter matches nothing."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        from registry.store.validation import name_problem
+
+        problem = name_problem(value, "the value") if value != "" else "the value is empty"
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+NAME = Name()
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that refuses NaN and the infinities. A NaN fails every comparison, so a range check written
+    `value < min` lets it through (`verify --tolerance nan` marked every record verified); no option of the registry
+    means anything by an infinity either."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def current() -> Context:
@@ -252,7 +303,7 @@ def complete_devices(ctx: click.Context, _param, incomplete: str) -> list:
 
 
 def device_option(help: str, **kwargs) -> Callable:  # noqa: A002 - click's own name
-    return click.option("--device", help=help, shell_complete=complete_devices, **kwargs)
+    return click.option("--device", type=NAME, help=help, shell_complete=complete_devices, **kwargs)
 
 
 def trust_option(what: str) -> Callable:
@@ -297,6 +348,8 @@ def overlay_option(command: Callable) -> Callable:
 
 __all__: Sequence[str] = [
     "Context",
+    "FiniteRange",
+    "NAME",
     "common_options",
     "complete_devices",
     "configure_logging",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import Context, FiniteRange, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import StatusLine, echo_model, echo_rows, echo_table
 
 
@@ -28,7 +28,7 @@ def predictor() -> None:
 )
 @click.option(
     "--holdout",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteRange(0, 1, max_open=True),
     default=0.25,
     show_default=True,
     help="Share of the workloads held out to evaluate a model trained without them; 0: no evaluation.",

@@ -22,8 +22,10 @@ report_option = click.option(
 )
 
 
-def check_report_path(report_path: Path | None) -> None:
-    """Before a long run: a report that could not be written is refused now, not after the run."""
+def check_outputs(ctx: Context, report_path: Path | None, output: Path | None) -> None:
+    """Before a long run: a report or library that could not be written, or would land on the registry's own files,
+    is refused now, not after the run."""
+    ctx.refuse_own_files(("--report", report_path), ("-o", output))
     if report_path is not None:
         from registry.report.html import check_writable
 
@@ -70,6 +72,7 @@ def report(ctx: Context, model: str, output: Path | None, device: str | None, fm
     from registry.report.html import check_writable, default_path, write_report
 
     path = output or default_path(model)
+    ctx.refuse_own_files(("-o", path))
     check_writable(path)
     data = write_report(ctx.existing_store, model, path, device=device)
     tuned = sum(1 for t in data.tasks if t.curve)

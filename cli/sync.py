@@ -6,7 +6,7 @@ import dataclasses
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 
 
@@ -14,8 +14,8 @@ from registry.cli.output import Progress, echo_model
 @click.argument("source")
 @click.argument("destination")
 @device_option("Only records of devices matching this (`host`, an id or a name in the source).")
-@click.option("--team", help="Only records of this team.")
-@click.option("--model", help="Only records tuned for this model.")
+@click.option("--team", type=NAME, help="Only records of this team.")
+@click.option("--model", type=NAME, help="Only records tuned for this model.")
 @click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC).")
 @click.option("--full", is_flag=True, help="Read every matching record again, not only those since the last sync.")
 @click.option("--skip-invalid", is_flag=True, help="Copy the valid records and report the invalid ones.")
@@ -29,8 +29,9 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
     Incremental: only records added to SOURCE since this pair's last sync (with the same filters) are read. Every
     record keeps its origin, team, model, host and measurement time; measurements of one schedule from different
     origins are all kept, and re-syncing adds nothing. Records arrive "imported" (see `registry verify`), and are
-    checked as an import checks them, in one transaction: a bad record leaves DESTINATION as it was. DESTINATION is
-    created if it does not exist; SOURCE must. --db is not used: both are named.
+    checked as an import checks them, in one transaction: a bad record leaves DESTINATION as it was. An SQLite
+    DESTINATION is created if it does not exist; a PostgreSQL one must be a database that exists (empty, or a
+    registry: `createdb NAME` makes one). SOURCE must exist. --db is not used: both are named.
 
     \b
     Examples:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_report
-from registry.cli.options import Context, pass_ctx
-from registry.cli.report import check_report_path, report_option, write_run_report
+from registry.cli.options import Context, FiniteRange, pass_ctx
+from registry.cli.report import check_outputs, report_option, write_run_report
 
 
 @click.command()
@@ -32,7 +32,7 @@ from registry.cli.report import check_report_path, report_option, write_run_repo
 )
 @click.option(
     "--retune-below",
-    type=click.FloatRange(0, 1),
+    type=FiniteRange(0, 1),
     default=0.5,
     show_default=True,
     help="A transferred schedule that reaches less than this share of the best FLOP rate its donors reached on "
@@ -72,7 +72,7 @@ def transfer(
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
       registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
     """
-    check_report_path(report_path)
+    check_outputs(ctx, report_path, output)
     before_tvm(threads)
     from registry import api
 

@@ -7,8 +7,8 @@ import re
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_report
-from registry.cli.options import Context, pass_ctx
-from registry.cli.report import check_report_path, report_option, write_run_report
+from registry.cli.options import Context, FiniteRange, pass_ctx
+from registry.cli.report import check_outputs, report_option, write_run_report
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
@@ -60,14 +60,14 @@ _FLOOR_HELP = (
 )
 @click.option(
     "--keep",
-    type=click.FloatRange(0.05, 1.0),
+    type=FiniteRange(0.05, 1.0),
     default=0.75,
     show_default=True,
     help="Share of each batch measured; the predicted-worst rest is dropped unmeasured.",
 )
 @click.option(
     "--min-gain",
-    type=click.FloatRange(0.0),
+    type=FiniteRange(0.0),
     default=1.0,
     show_default=True,
     help="Stop a task when, for 3 batches running, it gains less than this percent of the model's latency per "
@@ -75,7 +75,7 @@ _FLOOR_HELP = (
 )
 @click.option(
     "--min-share",
-    type=click.FloatRange(0.0, 100.0),
+    type=FiniteRange(0.0, 100.0),
     default=1.0,
     show_default=True,
     help="Stop a task whose share of the model's latency is below this percent.",
@@ -121,7 +121,7 @@ def tune(
       registry tune resnet.onnx --trials 500 --threads 2 -o resnet.so --json
       registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
     """
-    check_report_path(report_path)
+    check_outputs(ctx, report_path, output)
     before_tvm(threads)
     from registry import api
 

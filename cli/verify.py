@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import NAME, Context, FiniteRange, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model, echo_rows
 
 
@@ -15,11 +15,11 @@ from registry.cli.output import Progress, echo_model, echo_rows
     default="host",
     show_default=True,
 )
-@click.option("--model", help="Only records of this model (its tasks, or records naming it).")
+@click.option("--model", type=NAME, help="Only records of this model (its tasks, or records naming it).")
 @click.option("--limit", type=click.IntRange(1), help="Verify at most this many records, each pair's best first.")
 @click.option(
     "--tolerance",
-    type=click.FloatRange(1.0),
+    type=FiniteRange(1.0),
     default=1.5,
     show_default=True,
     help="A record is disputed when measured here slower than its claimed latency times this.",

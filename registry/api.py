@@ -325,8 +325,7 @@ def _threads(threads: int | None) -> int | None:
         if not 1 <= int(threads) <= hostinfo.MAX_THREADS:
             raise BadInputError(f"threads: {threads} is not between 1 and {hostinfo.MAX_THREADS}")
         return int(threads)
-    env = os.environ.get(hostinfo.THREADS_ENV, "")
-    return int(env) if env.isdigit() else None
+    return hostinfo.env_threads()
 
 
 def _store(db: StoreLike):

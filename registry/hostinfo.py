@@ -15,6 +15,21 @@ THREADS_ENV = "TVM_NUM_THREADS"
 MAX_THREADS = 1024
 
 
+def env_threads() -> int | None:
+    """``$TVM_NUM_THREADS`` as a thread count, None where it is unset or empty. A value that is no count from 1 to
+    MAX_THREADS is refused (BadInputError): records would be filed under a thread count the runtime never ran."""
+    import os
+
+    from registry.errors import BadInputError
+
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    if not (text.isdigit() and len(text) <= 5 and 1 <= int(text) <= MAX_THREADS):
+        raise BadInputError(f"{THREADS_ENV}={text[:20]!r} is not a thread count from 1 to {MAX_THREADS}")
+    return int(text)
+
+
 @functools.cache
 def cpu_model() -> str:
     """The CPU's marketing name, e.g. "AMD EPYC 9B45": part of a device's fingerprint."""

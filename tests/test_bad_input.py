@@ -46,6 +46,7 @@ class Case:
     fragment: str
     code: int = 1
     watch_suite_db: bool = False  # the URL given is no database at all: the suite's must stay as it was
+    env: tuple[tuple[str, str], ...] = ()  # environment variables the command runs with
 
 
 def _on_suite_db(args: Callable[[Env], list[str]]) -> Callable[[Env], tuple[list[str], str | None]]:
@@ -638,11 +639,134 @@ AUDIT_CASES = {
     "tune: --trials 0": Case(_transfer(_model, *SHAPE, "--trials", "0", command="tune"), "--trials", code=2),
 }
 
-CASES = {**LOG_CASES, **ONNX_CASES, **CLI_CASES, **DATABASE_CASES, **BUNDLE_CASES, **AUDIT_CASES}
+# -- the second audit (issue 34): files written over the registry, NaN options, forged bundles, odd filters ---------
 
 
-def test_the_suite_is_large_enough():
-    assert len(CASES) >= 120, len(CASES)
+def _own_registry(env: Env) -> Path:
+    """An SQLite registry of its own with the suite's logs (on PostgreSQL too: these cases are about its files)."""
+    db = env.tmp / "own.db"
+    done = CliRunner().invoke(cli, ["--db", str(db), "import", str(env.logs)])
+    assert done.exit_code == 0, done.output
+    return db
+
+
+def _onto_own_file(*args: str, suffix: str = "") -> Callable[[Env], tuple[list[str], str | None]]:
+    """A command whose output path (the last argument, completed here) is one of the registry's own files."""
+
+    def setup(env: Env) -> tuple[list[str], str | None]:
+        db = _own_registry(env)
+        own = db.with_suffix(suffix) if suffix.startswith(".") else Path(f"{db}{suffix}")
+        made = [str(_model(env)) if a == "MODEL" else a for a in args]
+        return [*made, str(own)], f"sqlite:///{db}"
+
+    return setup
+
+
+def _overlay_is_the_registry(env: Env) -> tuple[list[str], str | None]:
+    db = _own_registry(env)
+    return ["transfer", str(_model(env)), *SHAPE, "--overlay", str(db)], f"sqlite:///{db}"
+
+
+def _zip_with(data: bytes, extra: dict[str, bytes]) -> bytes:
+    """The bundle ``data`` with ``extra`` members appended (a name it already holds is then there twice)."""
+    import io
+    import warnings
+    import zipfile
+
+    buf = io.BytesIO(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: that is the point
+        with zipfile.ZipFile(buf, "a") as zf:
+            for name, content in extra.items():
+                zf.writestr(name, content)
+    return buf.getvalue()
+
+
+def _forged_latency(data: bytes) -> bytes:
+    """A second records.jsonl whose record claims 1 ps: the manifest's checksum is the first one's."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        row = json.loads(zf.read("records.jsonl").splitlines()[0])
+    row[5] = [1e-12]
+    return _zip_with(data, {"records.jsonl": json.dumps(row).encode() + b"\n"})
+
+
+def _weighing(weight):
+    """models.jsonl replaced by one model whose one task weighs ``weight``."""
+    return lambda rows: [{"name": "m", "sha256": "0" * 64, "input_shapes": {}, "tasks": [[0, "t", weight]]}]
+
+
+AUDIT2_CASES = {
+    "report -o the registry's database file": Case(
+        _onto_own_file("report", "no-such-model", "-o"), "registry's own database file"
+    ),
+    "report -o the registry's write-ahead log": Case(
+        _onto_own_file("report", "no-such-model", "-o", suffix="-wal"), "registry's own write-ahead log"
+    ),
+    "export --bundle onto the similarity index": Case(
+        _onto_own_file("export", "--bundle", suffix=".faiss"), "registry's own similarity index"
+    ),
+    "transfer -o the registry's database file": Case(
+        _onto_own_file("transfer", "MODEL", *SHAPE, "-o"), "registry's own database file"
+    ),
+    "transfer --report onto the registry's database file": Case(
+        _onto_own_file("transfer", "MODEL", *SHAPE, "--report"), "registry's own database file"
+    ),
+    "--overlay that is the --db registry": Case(_overlay_is_the_registry, "registry's own database file"),
+    "verify --tolerance nan": _cmd("verify", "--tolerance", "nan", fragment="not a finite number", code=2),
+    "verify --tolerance inf": _cmd("verify", "--tolerance", "inf", fragment="not a finite number", code=2),
+    "tune --min-gain nan": Case(
+        _transfer(_model, *SHAPE, "--min-gain", "nan", command="tune"), "not a finite number", code=2
+    ),
+    "bundle: records.jsonl twice, the second forging 1 ps": Case(
+        _bundle(raw=_forged_latency), "holds records.jsonl more than once"
+    ),
+    "bundle: a member the manifest does not list": Case(
+        _bundle(raw=lambda data: _zip_with(data, {"extra.jsonl": b"{}\n"})), "no member of a registry bundle"
+    ),
+    "bundle: a record without latencies": Case(_bundle(_each(5, [])), "states no latencies"),
+    "bundle: a record measured in 9999": Case(_bundle(_each(12, "9999-01-01T00:00:00+00:00")), "in the future"),
+    "bundle: a donor that names no workload of the set": Case(
+        _bundle(_each(13, ["999", "structural", "f" * 64, "0" * 64, "elsewhere"])), "names a donor"
+    ),
+    "bundle: a team with a newline and an ANSI escape": Case(
+        _bundle(_each(8, "vision\n\x1b[31mred")), "control character"
+    ),
+    "bundle: a task weight of -5": Case(
+        _bundle(_weighing(-5), member="models.jsonl"), "task weight -5 is not a whole number"
+    ),
+    "bundle: a task weight of 10^30": Case(
+        _bundle(_weighing(10**30), member="models.jsonl"), "is not a whole number from 1"
+    ),
+    "lookup --shape of 5,000 digits": _cmd("lookup", "--shape", "1," + "9" * 5000, fragment="18 digits"),
+    "lookup --workload abc": _cmd("lookup", "--workload", "abc", fragment="whole number below 2^64"),
+    "lookup --workload 2^64": _cmd("lookup", "--workload", str(2**64), fragment="whole number below 2^64"),
+    "lookup --op ''": _cmd("lookup", "--op", "", fragment="--op", code=2),
+    "lookup --device ''": _cmd("lookup", "--device", "", fragment="--device", code=2),
+    "import --team with a newline and an ANSI escape": Case(
+        _on_suite_db(lambda env: ["import", str(env.logs), "--team", "vision\n\x1b[31mred"]),
+        "control character",
+        code=2,
+    ),
+    "TVM_NUM_THREADS=abc": Case(
+        _transfer(_model, *SHAPE), "TVM_NUM_THREADS='abc' is not a thread count", env=(("TVM_NUM_THREADS", "abc"),)
+    ),
+    "lookup with TVM_NUM_THREADS=abc": Case(
+        _on_suite_db(lambda env: ["lookup", "--device", "host"]),
+        "TVM_NUM_THREADS='abc'",
+        env=(("TVM_NUM_THREADS", "abc"),),
+    ),
+}
+
+CASES = {**LOG_CASES, **ONNX_CASES, **CLI_CASES, **DATABASE_CASES, **BUNDLE_CASES, **AUDIT_CASES, **AUDIT2_CASES}
+
+
+def test_every_case_has_a_name_of_its_own():
+    """The groups are merged into one dict: a name in two groups would silently drop a case."""
+    groups = [LOG_CASES, ONNX_CASES, CLI_CASES, DATABASE_CASES, BUNDLE_CASES, AUDIT_CASES, AUDIT2_CASES]
+    assert len(CASES) == sum(len(g) for g in groups)
 
 
 @pytest.mark.tvm
@@ -656,9 +780,9 @@ def test_bad_input_gets_one_line_and_changes_nothing(name, db_url, tuned_logs, t
     args, url = case.setup(Env(tmp_path, db_url, tuned_logs.work_dir))
     target = url or db_url
     watched = db_url if case.watch_suite_db else target
-    before = rows_of(watched)
+    before, before_bytes = rows_of(watched), _file_bytes(watched)
 
-    result = CliRunner().invoke(cli, ["--db", target, *args])
+    result = CliRunner().invoke(cli, ["--db", target, *args], env=dict(case.env))
 
     assert result.exit_code == case.code, (result.exit_code, result.output, result.exception)
     assert "Traceback" not in result.output, result.output
@@ -666,3 +790,14 @@ def test_bad_input_gets_one_line_and_changes_nothing(name, db_url, tuned_logs, t
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert case.fragment in lines[0], lines[0]
     assert rows_of(watched) == before
+    assert _file_bytes(watched) == before_bytes  # an SQLite registry: byte for byte
+
+
+def _file_bytes(url: str) -> str | None:
+    """The sha256 of an SQLite registry's file, None for another database or a file that is not there."""
+    path = Path(make_url(url).database or "") if url.startswith("sqlite") else None
+    if path is None or not path.is_file():
+        return None
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -2,7 +2,7 @@
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2026-11-29 10:00:00.000000
+Create Date: 2026-11-24 16:51:07.000000
 """
 
 from __future__ import annotations

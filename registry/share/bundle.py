@@ -18,6 +18,7 @@ once ``registry verify`` has re-measured them here.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import hashlib
 import io
@@ -115,6 +116,8 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                             filters=filters, counts=counts, members=sums)  # fmt: skip
             zf.writestr("manifest.json", json.dumps(manifest, indent=1))
         tmp.replace(path)
+    except OSError as e:  # a full disk or a quota, mid-way: the partial file goes, the error is one line
+        raise BadInputError(f"cannot write the bundle {path}: {e.strerror or e}") from None
     finally:
         try:
             tmp.unlink(missing_ok=True)
@@ -158,6 +161,7 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
     try:
         zf = zipfile.ZipFile(path)
         manifest = _manifest(zf, where)
+        _check_member_list(zf, manifest, where)
         for name in MEMBERS:
             _check_member(zf, name, manifest, where)
     except (zipfile.BadZipFile, EOFError, OSError) as e:
@@ -174,7 +178,7 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
     try:
         out.models = [
             ExModel(m["name"], m["sha256"], m["input_shapes"],
-                    [(_at(idents, i, "workload"), t, int(w)) for i, t, w in m["tasks"]])
+                    [(_at(idents, i, "workload"), t, w) for i, t, w in m["tasks"]])
             for m in _lines(zf, "models.jsonl", where)
         ]  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -228,6 +232,21 @@ def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
 def _count(value: Any) -> bool:
     """Whether ``value`` is a whole number at least 0 as JSON gives one (not a bool, not a string)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_member_list(zf: zipfile.ZipFile, manifest: dict, where: str) -> None:
+    """Exactly the manifest and the members it lists, each once. A zip may hold two members of one name: the
+    checksum would be checked against one and the other read (an audit stored a forged 1 ps latency that way)."""
+    names = zf.namelist()
+    twice = sorted(n for n, k in collections.Counter(names).items() if k > 1)
+    if twice:
+        raise BadInputError(f"{where}: holds {twice[0]} more than once (altered bundle)")
+    unlisted = sorted(set(names) - {"manifest.json", *MEMBERS})
+    if unlisted:
+        raise BadInputError(f"{where}: holds {unlisted[0]}, which is no member of a registry bundle (altered bundle)")
+    unknown = sorted(set(manifest["members"]) - set(MEMBERS))
+    if unknown:
+        raise BadInputError(f"{where}: its manifest lists {unknown[0]!r}, which is no member of a registry bundle")
 
 
 def _check_member(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:

@@ -20,7 +20,7 @@ from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
 from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
-from registry.store.validation import Problem
+from registry.store.validation import Problem, name_problem, weight_problem
 from registry.store.values import ExchangeSet, ExRecord
 from registry.tvm_side.target import canonical_target
 
@@ -43,6 +43,13 @@ def import_exchange(
     workloads = {w.ident: _workload(w, where) for w in exchange.workloads}
     devices = {d.key: _device(d, where) for d in exchange.devices}
     insts = {h: (text, _json(text, f"{where}: skeleton {h}")) for h, text in exchange.skeletons.items()}
+    for m in exchange.models:
+        problem = name_problem(m.name, "model name") or next(
+            (p for _, task, weight in m.tasks for p in (name_problem(task, "task name"), weight_problem(weight)) if p),
+            None,
+        )
+        if problem:
+            raise BadInputError(f"{where}: model {m.name!r}: {problem}")
     extras = IngestExtras(
         local={sent: w.ident for sent, w in workloads.items()},
         models=[(m.name, m.sha256, m.input_shapes, m.tasks) for m in exchange.models],
@@ -109,6 +116,11 @@ def _record(
         return Problem("refers to a workload, device or instruction list the set does not hold", trace=False)
     if not isinstance(r.origin, str) or not r.origin:  # a record that travels says which registry measured it
         return Problem("it does not name the registry that measured it (no origin)", trace=False)
+    if not r.run_secs:  # a registry writes a failed run's stand-in, never nothing
+        return Problem("it states no latencies", trace=False)
+    if r.donor is not None and (r.donor[0] not in workloads or r.donor[1] not in devices):
+        # A set carries its records' donors' workloads and devices: a donor outside it could name anything.
+        return Problem("it names a donor whose workload or device the set does not hold", trace=False)
     try:
         decisions = orjson.loads(r.decisions_json)
     except orjson.JSONDecodeError:

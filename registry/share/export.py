@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.errors import BadInputError, UnknownDeviceError
+from registry.errors import UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
 from registry.store.decode import parse
 from registry.store.interface import DeviceRow, RegistryStorage
-from registry.store.sql import sqlite_file
+from registry.store.own_files import refuse_own_file
 from registry.store.values import ExchangeFilters
 from registry.tvm_side import tvmlog
 
@@ -75,9 +75,7 @@ def exchange_filters(
 def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) -> BundleInfo:
     """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``.
     Raises BadInputError when ``path`` is the registry's own file (it would be replaced) or cannot be written."""
-    own = sqlite_file.file_of(store.url)
-    if own is not None and own.exists() and path.exists() and own.samefile(path):
-        raise BadInputError(f"--bundle {path} is the registry's own database file: give the bundle another name")
+    refuse_own_file(path, [store.url], "--bundle")
     with store.read_exchange(filters) as exchange:
         described = {k: v for k, v in dataclasses.asdict(filters).items() if v not in (None, False)}
         if filters.since is not None:

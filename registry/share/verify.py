@@ -21,6 +21,7 @@ Records of devices this machine cannot measure (another CPU, thread count or TVM
 from __future__ import annotations
 
 import datetime as dt
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ import tvm
 from tvm.target import Target
 
 from registry import hostinfo
-from registry.errors import RegistryError
+from registry.errors import BadInputError, RegistryError
 from registry.measure.builder import PersistentBuilder
 from registry.measure.jobs import artifact_job, kernel_arguments, traced_job
 from registry.measure.measurer import Measurer
@@ -91,7 +92,7 @@ def judge(claimed_s: float, m: Measurement, tolerance: float) -> tuple[str, str 
             return "disputed", what
         return "disputed", "failed to run: " + what.removeprefix("run failed: ")
     ratio = m.mean_us / (claimed_s * 1e6)
-    if ratio > tolerance:
+    if not ratio <= tolerance:  # written so that a NaN, from either side, disputes rather than verifies
         return "disputed", f"{ratio:.1f}x slower than claimed"
     return "verified", None
 
@@ -107,6 +108,8 @@ def verify(
 ) -> VerifyResult:
     """Verify the imported records of the devices matching ``device`` (``host``, an id or a name); see the module
     docstring. Raises UnknownDeviceError when no device matches."""
+    if not (math.isfinite(tolerance) and tolerance >= 1):
+        raise BadInputError(f"the tolerance must be a finite number of at least 1, not {tolerance}")
     start = time.perf_counter()
     result = VerifyResult()
     left = limit

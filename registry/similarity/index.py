@@ -9,21 +9,18 @@ rebuilt from SQL before use.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import faiss
 import numpy as np
-from sqlalchemy.engine import make_url
 
-from registry.config import registry_home
 from registry.errors import RegistryWarning
 from registry.store.embedding import DIM
 from registry.store.interface import RegistryStorage
+from registry.store.own_files import index_path
 from registry.store.sql.engine import redact
 
 # Bump when embed() changes: an index built by another version is rebuilt.
@@ -38,14 +35,6 @@ class IndexStatus:
     indexed: int  # workloads in the saved index
     expected: int  # workloads with good records in SQL
     built_at: str | None
-
-
-def index_path(url: str) -> Path:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        return Path(parsed.database).expanduser().with_suffix(".faiss")
-    digest = hashlib.sha256(redact(url).encode()).hexdigest()[:16]
-    return registry_home() / "index" / f"{digest}.faiss"
 
 
 class SimilarityIndex:

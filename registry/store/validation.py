@@ -16,6 +16,7 @@ reason. What needs the workload (do the instructions apply to it, do tile sizes 
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
 from collections.abc import Sequence
@@ -34,6 +35,10 @@ MAX_RUN_SECS = 3600.0
 MAX_RUNS = 1000  # MetaSchedule's evaluator repeats a handful of times; thousands of samples is not a log line
 MAX_INSTS = 10_000  # real traces have tens to a few hundred instructions
 MAX_INT = 2**31 - 1  # TVM keeps decisions and loop extents in 32 bits in places
+MAX_NAME = 200  # characters of a team, model, host or task name: a label, not a document
+MAX_WEIGHT = MAX_INT  # how often a task runs in its model: an INTEGER column on both dialects
+# A record measured later than this after now is a forged or broken clock's: a day covers time zones and clock skew.
+FUTURE_SLACK = dt.timedelta(days=1)
 
 TILE, PARTITIONED_TILE = "SamplePerfectTile", "SamplePartitionedTile"
 CATEGORICAL, LOCATION = "SampleCategorical", "SampleComputeLocation"
@@ -72,6 +77,38 @@ class Refusals:
             frozenset(self._kinds), "are invalid or do not apply to their workload"
         )
         return f"{self.count} of {total} records {what} (first: {self.first})"
+
+
+def name_problem(value: Any, what: str) -> str | None:
+    """None for a name fit to store and print (a team, model, host or task name: printable text, no control or
+    format characters, at most MAX_NAME long; None itself is no name); else what is wrong. A newline or an ANSI
+    escape in a name forges lines in every table and log that prints it."""
+    if value is None or (type(value) is str and 0 < len(value) <= MAX_NAME and value.isprintable()):
+        return None
+    if not isinstance(value, str):
+        return f"{what} {_short(value)} is not text"
+    if not value.strip():
+        return f"{what} is empty"
+    if len(value) > MAX_NAME:
+        return f"{what} is {len(value)} characters long, more than {MAX_NAME}"
+    return f"{what} {value!r} holds a control character"
+
+
+def weight_problem(value: Any) -> str | None:
+    """None for a task weight (how often the task runs in its model: a whole number from 1 to MAX_WEIGHT)."""
+    if _is_int(value) and 1 <= value <= MAX_WEIGHT:
+        return None
+    return f"task weight {_short(value)} is not a whole number from 1 to {MAX_WEIGHT}"
+
+
+def measured_at_problem(at: dt.datetime | None) -> str | None:
+    """None for a time a record may have been measured at: not later than a day from now."""
+    if at is None:
+        return None
+    now = dt.datetime.now(dt.timezone.utc)
+    if (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)) > now + FUTURE_SLACK:
+        return f"it was measured at {at.isoformat()}, in the future"
+    return None
 
 
 def run_secs_problem(run_secs: Any) -> str | None:
@@ -320,7 +357,13 @@ def check_trace(trace: Any, insts_json: str, cache: SkeletonCache) -> tuple[Skel
 def read_record(record: RecordIn, cache: SkeletonCache) -> tuple[Skeleton, dict[int, Any], str] | Problem:
     """The record's skeleton, decisions by instruction and instructions' canonical JSON; or, if anything shows wrong
     without its workload, why. Never raises."""
-    problem = run_secs_problem(record.run_secs)
+    problem = (
+        run_secs_problem(record.run_secs)
+        or name_problem(record.team, "team")
+        or name_problem(record.model, "model name")
+        or name_problem(record.host, "host name")
+        or measured_at_problem(record.created_at)
+    )
     if problem:
         return Problem(problem, trace=False)
     try:

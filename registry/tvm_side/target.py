@@ -147,9 +147,8 @@ def cuda_target() -> Target:
 
 def runtime_threads() -> int:
     """Threads the TVM runtime measures with: ``$TVM_NUM_THREADS``, else what the runtime reports (1 here)."""
-    if os.environ.get(hostinfo.THREADS_ENV):
-        return int(os.environ[hostinfo.THREADS_ENV])
-    return running_threads()
+    env = hostinfo.env_threads()
+    return env if env is not None else running_threads()
 
 
 def running_threads() -> int:

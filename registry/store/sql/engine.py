@@ -54,6 +54,7 @@ def create(url: str) -> Engine:
 
 def _sqlite_engine(url) -> Engine:
     memory = url.database in (None, "", ":memory:")
+    read_only, path = None, None
     if not memory:
         path = Path(url.database).expanduser()
         refused = sqlite_file.problem(path)  # before the first connection turns the file to WAL mode
@@ -63,6 +64,9 @@ def _sqlite_engine(url) -> Engine:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DatabaseError(f"cannot create the registry {path}: {e.strerror or e} ({path.parent})") from None
+        read_only = sqlite_file.read_only_uri(path)
+        if read_only is not None:  # the reading commands work; a write is refused in one line (translated_errors)
+            url = url.set(database=read_only, query={**url.query, "uri": "true"})
     engine = create_engine(
         url,
         # An in-memory database lives only as long as its one connection, which an import's write-behind thread
@@ -76,7 +80,7 @@ def _sqlite_engine(url) -> Engine:
         # Take transaction control from the sqlite3 module, which would not BEGIN before DDL or before a SELECT.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        if not memory:
+        if not memory and read_only is None:
             cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -86,9 +90,73 @@ def _sqlite_engine(url) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection):
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
+        if conn.get_execution_options().get(WRITE) and path is not None:
+            _begin_writing(conn.connection.dbapi_connection, path)
+        else:
+            conn.exec_driver_sql("BEGIN")
 
     return engine
+
+
+# How long a writer waits quietly for another writer's lock before it says so.
+SQLITE_QUIET_WAIT_MS = 1_000
+_said_waiting: set[Path] = set()
+
+
+def _begin_writing(raw, path: Path) -> None:
+    """BEGIN IMMEDIATE on an SQLite registry: take the writer's lock, waiting for another writer's for up to
+    SQLITE_BUSY_TIMEOUT_MS. A wait longer than a second is said once (and for which processes, where /proc shows
+    them); one that runs out is one error line, not a silent hang or a retry loop."""
+    import sqlite3
+
+    raw.execute(f"PRAGMA busy_timeout={SQLITE_QUIET_WAIT_MS}")
+    try:
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e):
+                raise
+        wait_s = (SQLITE_BUSY_TIMEOUT_MS - SQLITE_QUIET_WAIT_MS) / 1000
+        if path not in _said_waiting:
+            _said_waiting.add(path)
+            import warnings
+
+            from registry.errors import RegistryWarning
+
+            warnings.warn(
+                RegistryWarning(f"{path} is locked by another writer{_holders(path)}: waiting up to {wait_s:g} s"),
+                stacklevel=2,
+            )
+        raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS - SQLITE_QUIET_WAIT_MS}")
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e):
+                raise
+            raise DatabaseError(
+                f"{path} is still locked by another writer{_holders(path)} after {SQLITE_BUSY_TIMEOUT_MS / 1000:g} s: "
+                "try again when it has finished"
+            ) from None
+    finally:
+        raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
+def _holders(path: Path) -> str:
+    """ " (process 123: registry import ...)" for the other processes that have ``path`` open, as far as /proc shows
+    them (Linux; processes of other users are not shown to an ordinary user); "" where none is seen."""
+    wanted = {str(path.resolve()), f"{path.resolve()}-wal"}
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        if proc.name == str(os.getpid()):
+            continue
+        try:
+            if any(os.readlink(fd) in wanted for fd in (proc / "fd").iterdir()):
+                command = " ".join((proc / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
+                found.append(f"process {proc.name}: {command[:60]}")
+        except OSError:
+            continue
+    return f" ({'; '.join(found[:3])})" if found else ""
 
 
 def _transient(e: DBAPIError) -> bool:
@@ -124,7 +192,11 @@ def translated_errors(url: str, *, writing: bool = False) -> Iterator[None]:
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e)
         if getattr(e.orig, "sqlstate", None) == _NO_RIGHT:
             raise AccessDeniedError(refusal(url, reason, writing=writing)) from e
+        if "readonly database" in reason or (reason == "unable to open database file" and url.startswith("sqlite")):
+            raise DatabaseError(sqlite_file.not_writable(sqlite_file.file_of(url) or redact(url))) from e
         if isinstance(e, OperationalError):
+            if reason.endswith("does not exist") and "database" in reason:  # the server says: no such database
+                reason += " (the registry creates its tables, not the database: `createdb` makes one)"
             raise DatabaseError(f"cannot use database {redact(url)}: {reason}") from e
         raise DatabaseError(f"database error on {redact(url)}: {reason}") from e
 

@@ -70,6 +70,15 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0) ->
         return out
     wl_ids = set(conn.execute(select(TuningRecord.workload_id).where(*where).distinct()).scalars())
     dev_ids = set(conn.execute(select(TuningRecord.device_id).where(*where).distinct()).scalars())
+    # The workloads and devices of the travelling records' donors travel too, so that a set names no donor it does
+    # not hold (the receiving side refuses one that does: it could name anything).
+    donor = aliased(TuningRecord)
+    donors = conn.execute(
+        select(donor.workload_id, donor.device_id).join(TuningRecord, TuningRecord.donor_record_id == donor.id)
+        .where(*where).distinct()
+    ).all()  # fmt: skip
+    wl_ids |= {w for w, _ in donors}
+    dev_ids |= {d for _, d in donors}
     # Models whose tasks include a travelling workload, with all their tasks (a model's task list is whole).
     model_ids = set(conn.execute(select(ModelTask.model_id).where(ModelTask.workload_id.in_(wl_ids))).scalars())
     if f.model is not None:

@@ -52,7 +52,8 @@ def connect(url: str) -> Sql | None:
                 return None
             import sqlite3
 
-            sql = Sql(sqlite3.connect(path, timeout=30), "named")
+            uri = sqlite_file.read_only_uri(Path(path))
+            sql = Sql(sqlite3.connect(uri or path, timeout=30, uri=uri is not None), "named")
         elif re.match(r"postgres(ql)?(\+psycopg)?://", url):
             import psycopg
 
@@ -132,8 +133,8 @@ def host_device(found: list[DeviceRow]) -> list[DeviceRow]:
             target = json.loads(d.target_json)
         except ValueError:
             target = {}
-        env = os.environ.get(hostinfo.THREADS_ENV, "")
-        return bool(target.get("mcpu")), (d.num_threads == int(env)) if env.isdigit() else True
+        env = hostinfo.env_threads()
+        return bool(target.get("mcpu")), (d.num_threads == env) if env is not None else True
 
     best = max(rank(d) for d in found)
     return [d for d in found if rank(d) == best]

@@ -256,8 +256,9 @@ class SyncState(Base):
 class Predictor(Base):
     """A cost model pre-trained on one device's records: a versioned artifact, so a tuning run can start from it.
 
-    ``blob`` is the model as its library saves it (for ``xgb``: the tar of XGBModel.save, booster and training
-    features). Versions count up per device; a newer one supersedes, the older ones stay for comparison.
+    ``blob`` is the model as its library saves it (``xgb-v2``: the zip of ``registry/tvm_side/predictor_blob.py``,
+    booster and training features as data; ``xgb`` rows, written before it, hold XGBModel's tar and are never
+    opened). Versions count up per device; a newer one supersedes, the older ones stay for comparison.
     """
 
     __tablename__ = "predictor"

@@ -31,9 +31,10 @@ def current_revision(conn: Connection) -> str | None:
     return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
-def ensure_current(engine: Engine, *, create: bool = True) -> None:
+def ensure_current(engine: Engine, *, create: bool = True) -> bool:
     """Make sure ``engine``'s database is at HEAD: migrate it if it is empty (or, without ``create``, refuse it with
-    NoRegistryError: a read-only command sets nothing up), refuse it otherwise."""
+    NoRegistryError: a read-only command sets nothing up), refuse it otherwise. True when this call created the
+    registry's tables."""
     with engine.connect() as conn:
         revision = current_revision(conn)
     if revision is None and not create:
@@ -50,9 +51,29 @@ def ensure_current(engine: Engine, *, create: bool = True) -> None:
                 from registry.store.sql.migrate import run_upgrade
 
                 run_upgrade(engine)
-                return
+                return True
     if revision != HEAD:
         _refuse(revision)
+    return False
+
+
+def drop_if_unused(engine: Engine) -> bool:
+    """Drop the registry's tables when they hold no workload, device or model (a registry created for a write that
+    was refused); True when they were dropped. One transaction: PostgreSQL's DDL is transactional, so a registry
+    that another process writes into meanwhile keeps its tables (the counts are taken under the tables' locks)."""
+    from registry.store.sql.models import Base
+
+    with engine.begin() as conn:
+        tables = [t for t in Base.metadata.sorted_tables if inspect(conn).has_table(t.name)]
+        if engine.dialect.name == "postgresql" and tables:
+            conn.execute(text(f"LOCK TABLE {', '.join(t.name for t in tables)} IN ACCESS EXCLUSIVE MODE"))
+        for name in ("tuning_record", "workload", "device", "model"):
+            if any(t.name == name for t in tables) and conn.execute(text(f"SELECT 1 FROM {name} LIMIT 1")).first():
+                return False
+        for table in reversed(tables):
+            table.drop(conn)
+        conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
+    return True
 
 
 def _revision_of_ours(engine: Engine) -> str | None:

@@ -10,6 +10,7 @@ the fast lookup path asks it too.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 import urllib.parse
@@ -28,6 +29,31 @@ def file_of(url: str) -> Path | None:
     if not rest.startswith("///") or rest[3:] in ("", ":memory:"):
         return None
     return Path(rest[3:]).expanduser()
+
+
+def read_only_uri(path: Path) -> str | None:
+    """An SQLite URI that opens the existing file ``path`` for reading only, where this process cannot write it (a
+    read-only filesystem, or no permission on the file or its folder); None where it can. Where its folder cannot be
+    written either, SQLite could not create the shared-memory file a WAL database is read through, so the file is
+    opened ``immutable`` when no write-ahead log with frames lies beside it: on a read-only filesystem nothing can
+    change it, and elsewhere no writer has it open (a writer keeps a ``-wal`` file). A write through either is
+    refused by SQLite ("readonly database")."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not path.is_file() or (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
+        return None
+    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+    wal = Path(f"{path}-wal")
+    if not os.access(folder, os.W_OK) and (not wal.exists() or wal.stat().st_size == 0):
+        uri += "&immutable=1"
+    return uri
+
+
+def not_writable(path: Path | str) -> str:
+    """The one line for a write to a registry file that ``read_only_uri`` opened for reading only."""
+    return (
+        f"cannot write the registry {path}: it is read-only here (a read-only filesystem, or no permission to write "
+        "the file or its folder); reading commands still work"
+    )
 
 
 def missing(url: str) -> str | None:

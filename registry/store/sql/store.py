@@ -56,12 +56,21 @@ class Store:
             if missing:
                 raise NoRegistryError(missing)
         self.engine = create(self.url)
+        self.created = False  # whether opening it created the registry's tables (see drop_if_unused)
         if check_schema:
             with translated_errors(self.url):
-                schema.ensure_current(self.engine, create=create_new)
+                self.created = schema.ensure_current(self.engine, create=create_new)
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def drop_if_unused(self) -> bool:
+        """After a refused write into a database that opening this store set up: drop the registry's tables again
+        if nothing was stored, so that the database is as it was (empty). True when they were dropped."""
+        if not self.created:
+            return False
+        with translated_errors(self.url, writing=True):
+            return schema.drop_if_unused(self.engine)
 
     def __enter__(self) -> Store:
         return self
