@@ -162,3 +162,12 @@ def test_a_refused_import_into_an_empty_database_leaves_it_empty(db_url, tuned_l
         assert rows_of(url) == {}  # no table at all: not even the version table
     else:
         assert not (tmp_path / "new.db").exists()
+
+
+def test_sync_into_a_postgresql_database_that_does_not_exist_says_how_to_make_one(registry_file, pg_server_url):
+    from sqlalchemy.engine import make_url
+
+    missing = make_url(pg_server_url).set(database="registry_no_such_database").render_as_string(hide_password=False)
+    done = CliRunner().invoke(cli, ["sync", str(registry_file), missing])
+    assert done.exit_code == 1 and len(done.stderr.splitlines()) == 1, done.output
+    assert 'database "registry_no_such_database" does not exist' in done.stderr and "createdb" in done.stderr
