@@ -64,21 +64,20 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
     from registry.store.interface import open_storage
     from registry.tvm_side import onnx_prep
     from registry.tvm_side.compile import compile_model
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.onnx_inputs import input_specs, make_inputs
     from registry.tvm_side.target import host_target
 
     model, target = BY_NAME[name], host_target()
     path = materialize(model)
     exact = load_onnx(path, model.shapes, name=name)
-    mods = {"exact": exact, "fast": with_fast_math(exact, target)}
     with Measurer(target) as measurer:
-        built = {"untuned": compile_model(ms.database.MemoryDatabase(), exact.mod, target)}
-        for math, loaded in mods.items():
+        built = {"untuned": compile_model(ms.database.MemoryDatabase(), exact.mod, target, exact_math=True)}
+        for math in ("exact", "fast"):
             db = RegistryDatabase(
                 target, open_storage(f"sqlite:///{work / f'{name}-{math}.db'}"), device=measurer.device
             )
-            built[math] = compile_model(db, loaded.mod, target)
+            built[math] = compile_model(db, exact.mod, target, exact_math=math == "exact")
         samples = timed_with_onnxruntime(measurer, built, exact.inputs, path, model.shapes, rounds)
     onnx_model = onnx.load(str(path))
     feeds = make_inputs(input_specs(onnx_model, onnx_prep.fixed_input_shapes(onnx_model, model.shapes)), 0)

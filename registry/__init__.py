@@ -7,12 +7,22 @@ Importing this package is cheap and never imports TVM; the functions and ``Regis
     db = registry.database()  # a MetaSchedule database for this machine's device, as the CLI files records
     report = registry.transfer("model.onnx", output="model.so")  # the report `registry transfer` prints
 
-See ``registry.api`` for ``host_target``, ``host_device``, ``database``, ``compile_model``, ``transfer`` and ``tune``.
+See ``registry.api`` for ``host_target``, ``host_device``, ``database``, ``compile_model``, ``load_model``,
+``task_module``, ``transfer`` and ``tune``.
 """
 
 from __future__ import annotations
 
-from registry.api import compile_model, database, host_device, host_target, transfer, tune
+from registry.api import (
+    compile_model,
+    database,
+    host_device,
+    host_target,
+    load_model,
+    task_module,
+    transfer,
+    tune,
+)
 from registry.errors import RegistryError
 
 __all__ = [
@@ -24,6 +34,8 @@ __all__ = [
     "database",
     "host_device",
     "host_target",
+    "load_model",
+    "task_module",
     "transfer",
     "tune",
 ]

@@ -7,8 +7,8 @@ Nothing here imports TVM until a function is called, so ``import registry`` stay
     from tvm.s_tir import meta_schedule as ms
 
     db = registry.database()  # this machine's device, exactly as `registry transfer`/`tune` file records under
-    ms.relax_integration.tune_relax(mod, params, db.target, work_dir, 2000, database=db)
-    ex = registry.compile_model(raw_mod, db)  # or ms.relax_integration.compile_relax(db, raw_mod, db.target, params)
+    ms.relax_integration.tune_relax(registry.task_module(mod, db.target), None, db.target, work_dir, 2000, database=db)
+    ex = registry.compile_model(mod, db)  # the same rewriting as the CLI's: `registry transfer`'s records apply too
 
     report = registry.transfer("model.onnx", input_shapes={"x": [1, 3, 224, 224]}, output="model.so")
     print(report.final_ms, [t.source for t in report.tasks])
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     StoreLike = Union[RegistryStorage, str, os.PathLike, None]  # noqa: UP007
 
 
-__all__ = ["compile_model", "database", "host_device", "host_target", "transfer", "tune"]
+__all__ = ["compile_model", "database", "host_device", "host_target", "load_model", "task_module", "transfer", "tune"]
 
 
 def host_target(num_cores: int | None = None) -> Target:
@@ -94,17 +94,27 @@ def database(
     )
 
 
-def compile_model(mod: IRModule, db: RegistryDatabase):
+def compile_model(mod: IRModule, db: RegistryDatabase, *, exact_math: bool = False):
     """``mod`` (a Relax module as ``from_onnx`` makes it, weights bound as constants) compiled with ``db``'s best
     records, as ``registry transfer`` and ``tune`` compile: returns the ``relax.Executable``.
 
-    On a CPU the registry tunes convolutions with layout-free weights (``registry.tvm_side.compile``), which makes
-    them other workloads than the ones plain ``compile_relax`` looks up: compiled with that, the convolutions keep
-    TVM's default schedules. This applies their records and folds their weights' reorderings into the constants.
+    The registry tunes a model after rewriting it (``registry.tvm_side.compile.model_passes``: fast math on a CPU,
+    channels-last convolutions with layout-free weights, fusion), so its records are for kernels that plain
+    ``compile_relax`` never makes: compiled with that, those kernels keep TVM's default schedules. This runs the same
+    rewriting, so the records apply. ``exact_math``: as ``registry transfer --exact-math``.
     """
     from registry.tvm_side.compile import compile_model as compile_with
 
-    return compile_with(db, mod, db.target)
+    return compile_with(db, mod, db.target, exact_math)
+
+
+def task_module(mod: IRModule, target: TargetLike = None, *, exact_math: bool = False) -> IRModule:
+    """``mod`` rewritten into the kernels the registry tunes and compiles (``registry.tvm_side.compile``): give this
+    to MetaSchedule's ``tune_relax`` with ``database=registry.database(...)``, then compile the module as it came with
+    ``compile_model``, and the records tuned apply."""
+    from registry.tvm_side.compile import task_module as rewritten
+
+    return rewritten(mod, _target(target), exact_math)
 
 
 def transfer(
@@ -121,6 +131,7 @@ def transfer(
     candidates: int = 3,
     neighbours: int = 5,
     tune_trials: int = 32,
+    tune_budget: float | None = 180.0,
     retune_below: float = 0.5,
     team: str | None = None,
     rpc: str | None = None,
@@ -138,8 +149,9 @@ def transfer(
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none), and for each
     transferred task whose schedule reached less than ``retune_below`` of its donors' best FLOP rate (0: none such);
-    ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
-    (``registry.tvm_side.frontend.with_fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
+    ``tune_budget``: seconds that tuning may take at most (None: no limit; 0: none); ``output``: where to export the
+    compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
+    (``registry.tvm_side.compile.fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
     (TVM's warnings and errors) on stderr, as ``-vv`` shows it. The rest is as the CLI's options of the same names.
     """
@@ -152,6 +164,7 @@ def transfer(
         team=team,
         output=Path(output) if output is not None else None,
         tune_trials=tune_trials,
+        tune_seconds=tune_budget,
         retune_below=retune_below,
         where=_where(rpc, dop, verbose),
     )
@@ -209,14 +222,11 @@ def tune(
 
 def _run(run, options, model, input_shapes, params, name, target, threads, where_to, exact, progress) -> ModelReport:
     import time
-
-    from registry.tvm_side.frontend import with_fast_math
+    from dataclasses import replace
 
     start = time.perf_counter()
     tvm_target = _target(target)
-    loaded = load_model(model, input_shapes, params, name)
-    if not exact:
-        loaded = with_fast_math(loaded, tvm_target)
+    loaded = replace(load_model(model, input_shapes, params, name), exact_math=exact)
     import_s = time.perf_counter() - start
     store, owned = _open(*where_to)
     try:
@@ -240,7 +250,10 @@ def load_model(
     params: Mapping[str, Any] | None = None,
     name: str | None = None,
 ) -> LoadedModel:
-    """An ONNX file (path, bytes, ``onnx.ModelProto``) or a Relax ``IRModule`` as the pipeline takes it."""
+    """An ONNX file (path, bytes, ``onnx.ModelProto``) or a Relax ``IRModule`` as the pipeline takes it: ``.mod`` is
+    the Relax module. An ONNX file is prepared as the CLI prepares it (its input shapes fixed, shape arithmetic that is
+    constant at them folded, batch norms folded into their convolutions) before TVM's ``from_onnx`` imports it: many
+    PyTorch exports import only so."""
     from tvm.ir import IRModule
 
     if isinstance(model, IRModule):

@@ -1,6 +1,6 @@
-"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations (``with_fast_math``), and powers by 2-4
-multiplications, unless the user asks for exact ones; the approximations keep the model's outputs, and a GPU module
-is left alone. Real TVM."""
+"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations, and powers by 2-4 multiplications
+(``registry.tvm_side.compile.fast_math``, in the pipeline every door runs), unless the user asks for exact ones; the
+approximations keep the model's outputs, and a GPU module is left alone. Real TVM."""
 
 from __future__ import annotations
 
@@ -51,17 +51,18 @@ def _run(mod, target, x: np.ndarray) -> np.ndarray:
 
 
 def test_the_cpu_module_is_approximated_and_computes_the_same():
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.compile import fast_math
+    from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
     target = host_target()
     exact = load_onnx(_gelu_softmax_onnx(), name="m")
-    fast = with_fast_math(exact, target)
-    text = fast.mod.script()
+    fast = fast_math(exact.mod)
+    text = fast.script()
     assert all(f in text for f in ("fast_erf", "fast_tanh", "fast_softmax")), text[:2000]
     assert "fast_" not in exact.mod.script()  # the loaded model itself is not changed
     x = np.random.default_rng(1).standard_normal((8, 64)).astype("float32") * 3
-    want, got = _run(exact.mod, target, x), _run(fast.mod, target, x)
+    want, got = _run(exact.mod, target, x), _run(fast, target, x)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
@@ -89,26 +90,31 @@ def _powers_onnx() -> bytes:
 
 
 def test_a_power_by_a_small_integer_becomes_multiplications_and_computes_the_same():
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.compile import fast_math
+    from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
     target = host_target()
     exact = load_onnx(_powers_onnx(), name="m")
     assert exact.mod.script().count("R.power(") == 2
-    fast = with_fast_math(exact, target).mod.script()
+    fast = fast_math(exact.mod).script()
     assert fast.count("R.power(") == 1 and 'R.const(2.5, "float32")' in fast, fast
     x = np.random.default_rng(2).standard_normal((8, 64)).astype("float32") * 3
-    want, got = _run(exact.mod, target, x), _run(with_fast_math(exact, target).mod, target, x)
+    want, got = _run(exact.mod, target, x), _run(fast_math(exact.mod), target, x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_gpu_module_is_left_as_it_is():
+def test_the_pipeline_approximates_on_a_cpu_unless_asked_not_to_and_never_on_a_gpu():
     import tvm
 
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.compile import task_module
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
 
-    exact = load_onnx(_gelu_softmax_onnx(), name="m")
-    assert with_fast_math(exact, tvm.target.Target({"kind": "cuda", "arch": "sm_90"})) is exact
+    mod = load_onnx(_gelu_softmax_onnx(), name="m").mod
+    assert "fast_erf" in task_module(mod, host_target()).script()
+    assert "fast_" not in task_module(mod, host_target(), exact_math=True).script()
+    assert "fast_" not in task_module(mod, tvm.target.Target({"kind": "cuda", "arch": "sm_90"})).script()
 
 
 @pytest.mark.parametrize("flags, erf", [([], "fast_erf"), (["--exact-math"], "erf")])

@@ -181,7 +181,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
     from registry.records.database import RegistryDatabase
     from registry.store.sql.store import Store
     from registry.tvm_side.compile import compile_model
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
     target = host_target()
@@ -191,7 +191,7 @@ def time_all(models: list[CorpusModel], work: Path, rounds: int, rows: dict) -> 
             if "error" in row or "tune" not in row or "transfer" not in row:
                 continue
             path = materialize(model)
-            loaded = with_fast_math(load_onnx(path, model.shapes, name=model.name), target)  # as the CLI compiled it
+            loaded = load_onnx(path, model.shapes, name=model.name)  # compile_model rewrites it as the CLI did
             exes = {"untuned": ms.database.MemoryDatabase()}
             for kind in ("transfer", "tune"):
                 exes[kind] = RegistryDatabase(target, Store(f"sqlite:///{work / kind / f'{model.name}.db'}"),

@@ -52,13 +52,19 @@ PLAIN_BATCH = 32
 
 def load(name: str, target):
     """The model as `registry tune` takes it for ``target`` (fast math on a CPU), for plain and registry alike."""
+    from dataclasses import replace
+
     from bench.corpus.catalogue import BY_NAME, materialize
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.compile import fast_math
+    from registry.tvm_side.frontend import load_onnx
 
     if name in BY_NAME:
-        return with_fast_math(load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name), target)
-    kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
-    return with_fast_math(load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name), target)
+        loaded = load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name)
+    else:
+        kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
+        loaded = load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
+    # plain tune_relax gets the module fast math made, as `registry tune`'s pipeline makes it on a CPU
+    return replace(loaded, mod=fast_math(loaded.mod)) if target.kind.name == "llvm" else loaded
 
 
 def _now() -> dt.datetime:
