@@ -144,6 +144,12 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
         echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
         return
     click.echo(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
+    if r.plain_kernels:
+        click.echo(
+            f"plain TVM: {r.plain_records} of the {r.plain_kernels} kernels it extracts otherwise than the registry "
+            f"got the registry's schedule replayed; {len(r.plain_unusable)} did not (they keep TVM's defaults under "
+            f"plain compile_relax; compile with the registry's pipeline instead: {folder / 'README.md'})"
+        )
 
 
 def _export_bundle(ctx: Context, path: Path, device, team, model, since, best_only: bool, fmt: str) -> None:

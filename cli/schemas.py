@@ -130,6 +130,12 @@ class ExportOutput(Output):
     device: str
     workloads: int
     records: int
+    plain_kernels: int = Field(
+        description="Kernels that plain TVM extracts from a stored model differently from the registry, without a "
+        "record of their own on the device."
+    )
+    plain_records: int = Field(description="Of those, how many got the registry's schedule replayed on them.")
+    plain_unusable: list[str] = Field(description="The task names of the rest: plain TVM keeps its defaults there.")
 
 
 class BundleOutput(Output):

@@ -91,13 +91,19 @@ def test_tune_and_transfer_for_cuda_store_only_records_that_replay(monkeypatch, 
         ms.relax_integration.compile_relax(ms.database.JSONDatabase(work_dir=str(out)), mod, Target(CUDA), None)
 
 
+def _copy_upgraded(source, db):
+    """A copy of a shared registry (written at schema 0004), upgraded as its user would: `registry db upgrade`."""
+    shutil.copy(source, db)
+    _cli("--db", str(db), "db", "upgrade")
+    return db
+
+
 @needs_shared
 def test_check_finds_and_marks_the_h100_records_that_do_not_replay(tmp_path):
     """The registries written on an H100 before every write path was checked: 44 of tune's 51 records and 51 of the
     55 that tune and transfer wrote beside 261 imported ones do not replay (../shared/data/README.md)."""
     for name, bad, total in (("tune_bert_fresh.db", 44, 51), ("transfer_bert_after_import.db", 51, 316)):
-        db = tmp_path / name
-        shutil.copy(H100_RUNS / name, db)
+        db = _copy_upgraded(H100_RUNS / name, tmp_path / name)
         dry = json.loads(_cli("--db", str(db), "check", "--dry-run", "--json"))
         assert (dry["checked"], sum(dry["not_replaying"].values()), dry["marked"]) == (total, bad, False)
         marked = json.loads(_cli("--db", str(db), "check", "--json"))
@@ -114,8 +120,7 @@ def test_compiling_with_a_registry_of_unreplayable_records_warns_and_falls_back(
     from registry.store.interface import DeviceSpec, open_storage
     from registry.tvm_side.frontend import load_onnx
 
-    db = tmp_path / "registry.db"
-    shutil.copy(H100_RUNS / "transfer_bert_after_import.db", db)
+    db = _copy_upgraded(H100_RUNS / "transfer_bert_after_import.db", tmp_path / "registry.db")
     store = open_storage(f"sqlite:///{db}")
     [row] = store.all_devices()
     spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)

@@ -25,15 +25,25 @@ from registry.measure.types import Measurement
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
-from registry.store.rows import DeviceSpec, RecordIn, Signature
+from registry.store.rows import DeviceSpec, RecordIn, Signature, WorkloadIn
 from registry.tvm_side.compat import TVM_ERRORS, error_line
-from registry.tvm_side.compile import compile_model, task_module
+from registry.tvm_side.compile import compile_model, plain_module, task_module
 from registry.tvm_side.defaults import default_schedule, default_trace
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.signature import workload_in
 
 # Progress: (steps done, steps in all, what is happening now).
 Progress = Callable[[int, int, str], None]
+
+
+def say(progress: Progress, text: str) -> None:
+    """A line the user must read (what a long job is about to do): the progress's own ``note`` where it has one
+    (the CLI's prints it at once), else as a progress message."""
+    note = getattr(progress, "note", None)
+    if note is not None:
+        note(text)
+    else:
+        progress(0, 0, text)
 
 
 @dataclass
@@ -80,13 +90,14 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
     made on this model's copy (blocks "lv9", "lv9_reindex") would not replay on a stored copy whose blocks are
     "matmul". Tuned and transferred on the stored module, every record replays on the workload it is filed under.
     """
-    extracted = ms.relax_integration.extract_tasks(task_module(loaded.mod, target), target)
+    extracted = ms.relax_integration.extract_tasks(task_module(loaded.mod, target, loaded.exact_math), target)
     workloads = [workload_in(t.dispatched[0], task_name=t.task_name) for t in extracted]
     store.record_model(
         loaded.name,
         loaded.sha256,
         loaded.input_shapes,
         [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
+        plain_tasks(loaded, target, {w.ident for w in workloads}),
     )
     ids = store.workload_ids([w.ident for w in workloads])
     stored = store.workloads_by_id(sorted(set(ids.values())))
@@ -99,6 +110,20 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
         mod = t.dispatched[0] if same else tvm.ir.load_json(stored[wid].mod_json)
         tasks.append(Task(t.task_name, int(t.weight), mod, w.ident, wid, w.signature, kernel_arguments(mod)))
     return tasks
+
+
+def plain_tasks(loaded: LoadedModel, target: Target, ours: set) -> list[tuple[WorkloadIn, str, int]]:
+    """The model's kernels as plain TVM extracts them, those that differ from the registry's own (``ours``): what
+    ``registry export -o`` gives plain ``compile_relax`` records for (``registry.share.plain_export``)."""
+    plain = plain_module(loaded.mod, target)
+    if plain is None:
+        return []
+    found = []
+    for t in ms.relax_integration.extract_tasks(plain, target):
+        w = workload_in(t.dispatched[0], task_name=t.task_name)
+        if w.ident not in ours:
+            found.append((w, t.task_name, int(t.weight)))
+    return found
 
 
 @dataclass
@@ -248,7 +273,7 @@ def finish(
 
 def _compile(run: ModelRun, database):
     try:
-        return compile_model(database, run.loaded.mod, run.target)
+        return compile_model(database, run.loaded.mod, run.target, run.loaded.exact_math)
     except TVM_ERRORS as e:  # the schedules found so far stay committed: each is a complete, measured record
         raise RegistryError(f"{run.loaded.name}: compiling the model failed: {error_line(e)}") from None
 

@@ -1,9 +1,11 @@
-"""``registry export``: one device's records as a JSONDatabase that plain TVM loads. No TVM needed."""
+"""``registry export``: one device's records as a JSONDatabase that plain TVM loads, with records for the kernels plain
+TVM extracts (``registry.share.plain_export``, which imports TVM, only where a stored model has such kernels)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,9 @@ class ExportResult:
     device: str
     workloads: int
     records: int
+    plain_kernels: int = 0  # kernels plain TVM extracts differently from the registry, without a record of their own
+    plain_records: int = 0  # of those, how many got the registry's schedule replayed on them
+    plain_unusable: list[str] = dataclasses.field(default_factory=list)  # task names of the rest
 
 
 def export_database(
@@ -34,15 +39,41 @@ def export_database(
     """
     dev = _pick_device(store, device)
     target = parse(dev.target_json, f"device {dev.id}'s target")
+    plain = _plain_records(store, dev.id, target)
     with store.device_records(dev.id, best_only=best_only) as found:
-        workloads = found.workloads
+        workloads = dict(found.workloads)
+        workloads.update({w.id: w for w in plain.workloads if w.id not in workloads})
         index = {wid: i for i, wid in enumerate(workloads)}
-        records = (
+        stored = (
             (index[r.workload_id], [json.loads(r.trace_json), r.run_secs, target, workloads[r.workload_id].args_info])
             for r in found.records
         )
-        n = tvmlog.write_database(folder, [(w.shash, w.mod_json) for w in workloads.values()], records)
-    return ExportResult(device=f"{dev.id}:{dev.name}", workloads=len(workloads), records=n)
+        replayed = (
+            (index[wid], [trace, run_secs, target, workloads[wid].args_info]) for wid, trace, run_secs in plain.records
+        )
+        n = tvmlog.write_database(
+            folder, [(w.shash, w.mod_json) for w in workloads.values()], itertools.chain(stored, replayed)
+        )
+    if plain.kernels or plain.records:
+        from registry.share.plain_export import readme
+
+        (folder / "README.md").write_text(readme(str(folder), plain), encoding="utf-8")
+    return ExportResult(
+        device=f"{dev.id}:{dev.name}", workloads=len(workloads), records=n, plain_kernels=plain.kernels,
+        plain_records=len(plain.records), plain_unusable=plain.unusable,
+    )  # fmt: skip
+
+
+def _plain_records(store: RegistryStorage, device_id: int, target: dict):
+    """``plain_export.plain_records`` where a stored model has kernels plain TVM extracts otherwise (it imports
+    TVM); else nothing, without TVM."""
+    from types import SimpleNamespace
+
+    if not store.plain_tasks():
+        return SimpleNamespace(workloads=[], records=[], kernels=0, unusable=[])
+    from registry.share.plain_export import plain_records
+
+    return plain_records(store, device_id, target)
 
 
 def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:

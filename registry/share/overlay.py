@@ -43,6 +43,7 @@ from registry.store.interface import (
     LookupFilter,
     LookupRow,
     ModelRow,
+    PlainTask,
     PredictorInfo,
     RecordIn,
     RecordPoint,
@@ -198,9 +199,17 @@ class OverlayStorage:
         return self.overlay.ingest_batches(workloads, lambda: (self._local(b) for b in batches()), extras)
 
     def record_model(
-        self, name: str, sha256: str, input_shapes: dict[str, list[int]], tasks: Sequence[tuple[WorkloadIn, str, int]]
+        self,
+        name: str,
+        sha256: str,
+        input_shapes: dict[str, list[int]],
+        tasks: Sequence[tuple[WorkloadIn, str, int]],
+        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
     ) -> int:
-        return self.overlay.record_model(name, sha256, input_shapes, tasks)
+        return self.overlay.record_model(name, sha256, input_shapes, tasks, plain)
+
+    def plain_tasks(self) -> list[PlainTask]:
+        return self.overlay.plain_tasks()
 
     def device_id(self, spec: DeviceSpec) -> int:
         found = self.overlay.device_id(spec)

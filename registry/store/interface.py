@@ -30,6 +30,7 @@ from registry.store.values import (
     ExchangeSet,
     IndexedSet,
     ModelRow,
+    PlainTask,
     PredictorInfo,
     RecordPoint,
     RecordProvenance,
@@ -61,6 +62,7 @@ __all__ = [
     "StoredPredictor",
     "StoredRecord",
     "StoredWorkload",
+    "PlainTask",
     "TaskRow",
     "TuningState",
     "WorkloadIn",
@@ -116,9 +118,15 @@ class RegistryStorage(Protocol):
         the start, and anything it raises leaves the database as it was."""
 
     def record_model(
-        self, name: str, sha256: str, input_shapes: dict[str, list[int]], tasks: Sequence[tuple[WorkloadIn, str, int]]
+        self,
+        name: str,
+        sha256: str,
+        input_shapes: dict[str, list[int]],
+        tasks: Sequence[tuple[WorkloadIn, str, int]],
+        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
     ) -> int:
-        """Record a model and its tasks as (workload, task name, weight), adding new workloads; returns its id."""
+        """Record a model and its tasks as (workload, task name, weight), adding new workloads; returns its id.
+        ``plain``: its kernels as plain TVM extracts them, where they differ from ``tasks`` (``PlainTask``)."""
 
     def device_id(self, spec: DeviceSpec) -> int:
         """The id of a device, added if new."""
@@ -231,6 +239,9 @@ class RegistryStorage(Protocol):
 
     def model_names(self, limit: int = 10) -> list[str]:
         """The names of the most recently recorded models."""
+
+    def plain_tasks(self) -> list[PlainTask]:
+        """Every model's kernels as plain TVM extracts them, where they differ from the registry's own."""
 
     def model_tasks(self, model_id: int) -> list[TaskRow]:
         """A model's tasks, with their workloads' operator kind and embedding."""

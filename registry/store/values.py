@@ -120,6 +120,15 @@ class TaskRow:
     embedding: bytes
 
 
+@dataclass(frozen=True)
+class PlainTask:
+    """A kernel of a model as plain TVM extracts it (``plain_task``), by its workload's id."""
+
+    model_id: int
+    workload_id: int
+    task_name: str
+
+
 @dataclass
 class RecordPoint:
     """One ok record: when it was written and how fast it ran."""

@@ -25,6 +25,7 @@ from registry.store.sql.models import (
     Device,
     Model,
     ModelTask,
+    PlainTask,
     RegistryInfo,
     TraceSkeleton,
     TuningRecord,
@@ -403,9 +404,15 @@ def recompute_best(conn: Connection, pairs: Iterable[tuple[int, int]]) -> None:
 
 
 def upsert_model(
-    conn: Connection, name: str, sha256: str, input_shapes: dict[str, list[int]], tasks: dict[int, tuple[str, int]]
+    conn: Connection,
+    name: str,
+    sha256: str,
+    input_shapes: dict[str, list[int]],
+    tasks: dict[int, tuple[str, int]],
+    plain: dict[int, tuple[str, int]] | None = None,
 ) -> int:
     """Record a model at fixed input shapes and its tasks (workload id -> (task name, weight)); returns its id.
+    ``plain``: its kernels as plain TVM extracts them (``PlainTask``), the same way; None leaves those as they are.
 
     Seeing the same file at the same shapes again replaces its task list, which extraction determines.
     """
@@ -422,4 +429,13 @@ def upsert_model(
     ]  # fmt: skip
     if rows:
         conn.execute(insert(conn, ModelTask), rows)
+    if plain is not None:
+        conn.execute(PlainTask.__table__.delete().where(PlainTask.model_id == model_id))
+        plain_rows = [
+            dict(model_id=model_id, workload_id=w, task_name=fitted(n, PlainTask.task_name, "a task name", cut=True),
+                 weight=wt)
+            for w, (n, wt) in sorted(plain.items())
+        ]  # fmt: skip
+        if plain_rows:
+            conn.execute(insert(conn, PlainTask), plain_rows)
     return model_id

@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.store.sql.models import Device, Model, ModelTask, TuningRecord, Workload
-from registry.store.values import DonorRow, ModelRow, RecordPoint, TaskRow
+from registry.store.sql.models import PlainTask as PlainTaskRow
+from registry.store.values import DonorRow, ModelRow, PlainTask, RecordPoint, TaskRow
 
 
 def find_models(conn: Session, selector: str, sha256: str | None = None) -> list[ModelRow]:
@@ -39,6 +40,15 @@ def model_tasks(conn: Session, model_id: int) -> list[TaskRow]:
         .order_by(ModelTask.workload_id)
     ).all()
     return [TaskRow(*r) for r in rows]
+
+
+def plain_tasks(conn: Session) -> list[PlainTask]:
+    rows = conn.execute(
+        select(PlainTaskRow.model_id, PlainTaskRow.workload_id, PlainTaskRow.task_name).order_by(
+            PlainTaskRow.model_id, PlainTaskRow.workload_id
+        )
+    ).all()
+    return [PlainTask(*r) for r in rows]
 
 
 def busiest_device(conn: Session, workload_ids: Sequence[int]) -> tuple[int, str] | None:

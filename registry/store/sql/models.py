@@ -231,6 +231,21 @@ class ModelTask(Base):
     model: Mapped[Model] = relationship(back_populates="tasks")
 
 
+class PlainTask(Base):
+    """A model's kernels as plain TVM extracts them from it (exact math, NCHW convolutions, weights as given), beside
+    the registry's own (``ModelTask``): ``registry export -o`` gives plain ``compile_relax`` a record for each, the
+    registry's schedule of the model replayed on it where it applies (migration 0005)."""
+
+    __tablename__ = "plain_task"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("model.id", ondelete="CASCADE"), primary_key=True)
+    workload_id: Mapped[int] = mapped_column(
+        ForeignKey("workload.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    task_name: Mapped[str] = mapped_column(String(200))
+    weight: Mapped[int] = mapped_column(Integer)
+
+
 class RegistryInfo(Base):
     """This registry's identity: the origin stamped on the records it measures, so that they keep it elsewhere."""
 

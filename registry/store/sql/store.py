@@ -190,14 +190,17 @@ class Store:
         sha256: str,
         input_shapes: dict[str, list[int]],
         tasks: Sequence[tuple[WorkloadIn, str, int]],
+        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
     ) -> int:
-        """Record a model and its tasks as (workload, task name, weight); the workloads are added if new."""
+        """Record a model and its tasks as (workload, task name, weight); the workloads are added if new. ``plain``:
+        its kernels as plain TVM extracts them, where they differ."""
         from registry.store.sql import ingest
 
         def write(conn: Connection) -> int:
-            ids = ingest.upsert_workloads(conn, [w for w, _, _ in tasks], IngestResult())
+            ids = ingest.upsert_workloads(conn, [w for w, _, _ in [*tasks, *plain]], IngestResult())
             by_id = {ids[w.ident]: (task, weight) for w, task, weight in tasks}
-            return ingest.upsert_model(conn, name, sha256, input_shapes, by_id)
+            plain_by_id = {ids[w.ident]: (task, weight) for w, task, weight in plain}
+            return ingest.upsert_model(conn, name, sha256, input_shapes, by_id, plain_by_id)
 
         return self.transact(write)
 
@@ -382,6 +385,10 @@ class Store:
     def model_names(self, limit: int = 10) -> list[str]:
         with self.read() as conn:
             return model_history.model_names(conn, limit)
+
+    def plain_tasks(self) -> list[values.PlainTask]:
+        with self.read() as conn:
+            return model_history.plain_tasks(conn)
 
     def model_tasks(self, model_id: int) -> list[values.TaskRow]:
         with self.read() as conn:
