@@ -69,12 +69,12 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
     from registry.records.database import RegistryDatabase
     from registry.store.interface import open_storage
     from registry.tvm_side.compile import compile_model
-    from registry.tvm_side.frontend import load_onnx, with_fast_math
+    from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
     target = host_target()
     with Measurer(target) as measurer:
-        loaded = with_fast_math(load_onnx(path, shapes, name=path.stem), target)  # as the CLI compiled it
+        loaded = load_onnx(path, shapes, name=path.stem)  # compile_model rewrites it as the CLI did
         starter = RegistryDatabase(target, open_storage(f"sqlite:///{db}"), device=measurer.device)
         dbs = {"untuned": ms.database.MemoryDatabase(), "starter": starter}
         built = {k: compile_model(d, loaded.mod, target) for k, d in dbs.items()}
@@ -117,10 +117,16 @@ def main() -> None:
         help="transfer's --retune-below: transferred tasks under this share of their donor's FLOP rate are tuned too "
         "(when --tune-trials is not 0); 0 tunes only the tasks no donor helped",
     )
+    parser.add_argument(
+        "--every-default",
+        action="store_true",
+        help="`registry transfer` with every default, as a new user runs it (--tune-trials and --retune-below are then "
+        "not passed; the default time budget of transfer's tuning applies)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "starter.json")
     args = parser.parse_args()
     results: dict = {"models": {}, "bundle": str(args.bundle or "registry pull"), "tune_trials": args.tune_trials,
-                     "retune_below": args.retune_below}  # fmt: skip
+                     "retune_below": args.retune_below, "every_default": args.every_default}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "starter.db"
         start = time.perf_counter()
@@ -132,8 +138,9 @@ def main() -> None:
             copy_sqlite(base, db)
             shape_args = [a for k, v in shapes.items() for a in ("--input-shape", f"{k}={','.join(map(str, v))}")]
             start = time.perf_counter()
-            report = registry(db, "transfer", str(path), *shape_args, "--tune-trials", str(args.tune_trials),
-                              "--retune-below", str(args.retune_below))  # fmt: skip
+            chosen = [] if args.every_default else ["--tune-trials", str(args.tune_trials), "--retune-below",
+                                                    str(args.retune_below)]  # fmt: skip
+            report = registry(db, "transfer", str(path), *shape_args, *chosen)
             tasks = report["tasks"]
             row = {"tasks": len(tasks), "sources": report["sources"],
                    "transferred": report["sources"].get("transferred", 0), "search_s": report["search_s"],

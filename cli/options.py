@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -133,6 +134,30 @@ class Name(click.ParamType):
 
 
 NAME = Name()
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+class Duration(click.ParamType):
+    """``90s``, ``20m``, ``1h30m`` or plain seconds, as seconds; ``allow_zero``: 0 too (a step it turns off)."""
+
+    name = "DURATION"
+
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, float):
+            return value
+        match = _DURATION.match(str(value).strip())
+        if not match or not any(match.groups()):
+            self.fail(f"{value!r} is not a duration; examples: 90s, 20m, 1h30m", param, ctx)
+        hours, minutes, seconds = (float(g or 0) for g in match.groups())
+        total = hours * 3600 + minutes * 60 + seconds
+        if total < 0 or (total == 0 and not self.allow_zero):
+            self.fail("the budget must be positive", param, ctx)
+        return total
 
 
 class FiniteRange(click.FloatRange):
@@ -348,6 +373,7 @@ def overlay_option(command: Callable) -> Callable:
 
 __all__: Sequence[str] = [
     "Context",
+    "Duration",
     "FiniteRange",
     "NAME",
     "common_options",

@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -111,7 +112,36 @@ class Progress:
         self.quiet = _quiet()
         self.last_plain = -1e9
         self.width = 0
+        self.last: tuple[int, int, str] | None = None
+        self.lock = threading.Lock()
+        self.ended = threading.Event()
+        if not self.tty and not self.quiet:  # a log or a pipe hears from a long step too, not only between steps
+            threading.Thread(target=self._heartbeat, name="registry-progress", daemon=True).start()
         return self
+
+    def _heartbeat(self) -> None:
+        """Every ``every`` seconds without a line, the last state again (its elapsed time moves on): a step that
+        takes minutes (one batch of a large convolution) is never a silent stretch."""
+        while not self.ended.wait(self.every / 2):
+            with self.lock:
+                now = time.monotonic()
+                if self.last is not None and now - self.start >= self.every and now - self.last_plain >= self.every:
+                    self._plain(self.line(*self.last))
+
+    def _plain(self, text: str) -> None:
+        self.last_plain = time.monotonic()
+        click.echo(text, err=True)
+
+    def note(self, text: str) -> None:
+        """A line that must be read (what a job is about to do), printed now, above the bar on a terminal."""
+        if self.quiet:
+            return
+        with self.lock:
+            if self.tty and self.width:
+                click.echo("\r" + " " * self.width + "\r", nl=False, err=True)
+                self.width = 0
+            click.echo(text, err=True)
+            self.last_plain = time.monotonic()
 
     def line(self, done: int, total: int, what: str) -> str:
         """``label  37% [######    ] 37/100  elapsed 00:12  ETA 00:20  what``."""
@@ -144,6 +174,11 @@ class Progress:
     def __call__(self, done: int, total: int, what: str) -> None:
         if self.quiet:
             return
+        with self.lock:
+            self.last = (done, total, what)
+            self._show(done, total, what)
+
+    def _show(self, done: int, total: int, what: str) -> None:
         text = self.line(done, total, what)
         if self.tty:
             cols = shutil.get_terminal_size((120, 24)).columns - 1  # a longer line would wrap and not be overwritten
@@ -154,9 +189,9 @@ class Progress:
         if now - self.start < self.every:  # a job that ends (or fails) at once leaves stderr to its result or error
             return
         if (total > 0 and done >= total) or now - self.last_plain >= self.every:
-            self.last_plain = now
-            click.echo(text, err=True)
+            self._plain(text)
 
     def __exit__(self, *exc) -> None:
+        self.ended.set()
         if self.tty and not self.quiet and self.width:
             click.echo("\r" + " " * self.width + "\r", nl=False, err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_report
-from registry.cli.options import Context, FiniteRange, pass_ctx
+from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 
 
@@ -29,6 +29,15 @@ from registry.cli.report import check_outputs, report_option, write_run_report
     show_default=True,
     help="Tasks that no donor helped are tuned (as by `registry tune`), seeded with the donors tried, with this "
     "many measured trials each, and so are poor transfers (--retune-below); 0 tunes nothing.",
+)
+@click.option(
+    "--tune-budget",
+    type=Duration(allow_zero=True),
+    default="3m",
+    show_default=True,
+    help="Wall time the tuning of those tasks may take, at most (90s, 5m, ...; 0: tune nothing). Transfer says "
+    "before it starts how many tasks it will tune; those the budget does not reach keep their best transfer or TVM's "
+    "default, and `registry tune` goes on from there.",
 )
 @click.option(
     "--retune-below",
@@ -57,6 +66,7 @@ def transfer(
     candidates,
     neighbours,
     tune_trials,
+    tune_budget,
     retune_below,
 ) -> None:
     """Transfer-tune MODEL.onnx from the registry and compile it.
@@ -80,7 +90,8 @@ def transfer(
         report = api.transfer(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials,
-            retune_below=retune_below, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2, exact_math=exact_math,
+            tune_budget=tune_budget, retune_below=retune_below, team=team, rpc=rpc, dop=dop,
+            verbose=ctx.verbosity >= 2, exact_math=exact_math,
             progress=progress,
         )  # fmt: skip
     print_report(report, fmt)

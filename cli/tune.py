@@ -2,34 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_report
-from registry.cli.options import Context, FiniteRange, pass_ctx
+from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-class Duration(click.ParamType):
-    """``90s``, ``20m``, ``1h30m`` or plain seconds, as seconds."""
-
-    name = "DURATION"
-
-    def convert(self, value, param, ctx) -> float:
-        if isinstance(value, float):
-            return value
-        match = _DURATION.match(str(value).strip())
-        if not match or not any(match.groups()):
-            self.fail(f"{value!r} is not a duration; examples: 90s, 20m, 1h30m", param, ctx)
-        hours, minutes, seconds = (float(g or 0) for g in match.groups())
-        total = hours * 3600 + minutes * 60 + seconds
-        if total <= 0:
-            self.fail("the budget must be positive", param, ctx)
-        return total
-
 
 _FLOOR_HELP = (
     "Measure at least this many candidates of every task of at least --min-share (stored ones counted) before any "

@@ -96,3 +96,20 @@ def test_console_script_prints_no_traceback(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("Error:"), result.stderr
+
+
+def test_progress_on_a_log_is_never_silent_for_long(capsys):
+    """stderr that is no terminal (a log, CI) hears the last state again every few seconds while a step runs on,
+    and a note at once."""
+    import time
+
+    from registry.cli.output import Progress
+
+    with Progress("job", every=0.2) as progress:
+        progress(0, 10, "a long first step")
+        progress.note("about to do 10 things")
+        time.sleep(1.1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "about to do 10 things"
+    beats = [line for line in lines if "a long first step" in line]
+    assert len(beats) >= 3, lines

@@ -26,6 +26,7 @@ against the untuned build.
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from registry.pipeline.model_run import (
     default_timings,
     finish,
     model_run,
+    say,
 )
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
@@ -69,6 +71,9 @@ class TransferOptions:
     # Fallback tuning of the tasks no donor helped, and of poor transfers: this many measured trials per such task
     # (0: none).
     tune_trials: int = 32
+    # ... within this many seconds of wall time at most (None: no limit, 0: no tuning): a user who asked to transfer
+    # did not ask for half an hour of tuning.
+    tune_seconds: float | None = 180.0
     # A transferred task whose schedule reached less than this share of its donors' best FLOP rate is tuned too (0:
     # never).
     retune_below: float = 0.5
@@ -101,16 +106,37 @@ def transfer(
             results.append(resolver.resolve(task, defaults[task.workload_id]))
         tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
-        if fallback and opts.tune_trials > 0:
-            poor = sum(1 for _, r in fallback if r.source == "transferred")
-            why = [f"{n} {what}" for n, what in ((len(fallback) - poor, "without a usable donor"),
-                   (poor, f"under {opts.retune_below:.0%} of their donors' FLOP rate")) if n]  # fmt: skip
-            progress(len(run.tasks), len(run.tasks), f"tuning {len(fallback)} task(s): {', '.join(why)}")
-            tuning, history = _tune_fallback(run, opts, resolver, fallback)
+        tunes = bool(fallback) and opts.tune_trials > 0 and opts.tune_seconds != 0
+        say(progress, _plan(results, fallback, opts, tunes))
+        if tunes:
+            tuning, history = _tune_fallback(run, opts, resolver, fallback, progress)
         progress(len(run.tasks), len(run.tasks), "compiling")
         report = finish(run, results, opts.output)
     report.tuning, report.history = tuning, history
     return report
+
+
+def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool) -> str:
+    """What transfer found and is about to do, in one line, before any tuning starts."""
+    count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred")}
+    found = f"{len(results)} task(s): {count['exact']} exact, {count['transferred']} transferred"
+    if not fallback:
+        return f"{found}; nothing left to tune"
+    poor = sum(1 for _, r in fallback if r.source == "transferred")
+    why = ", ".join(f"{n} {what}" for n, what in ((len(fallback) - poor, "without a usable donor"),
+                    (poor, f"under {opts.retune_below:.0%} of their donors' FLOP rate")) if n)  # fmt: skip
+    if not tunes:
+        return f"{found}; {len(fallback)} left untuned ({why}): --tune-budget/--tune-trials turned tuning off"
+    limit = f"at most {_minutes(opts.tune_seconds)}" if opts.tune_seconds else "without a time limit"
+    return (
+        f"{found}; tuning {len(fallback)} ({why}) for {limit} and {opts.tune_trials} trials a task "
+        "(--tune-budget, --tune-trials; 0 skips it); the rest keep their best transfer or TVM's default"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
 def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
@@ -122,7 +148,9 @@ def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
     return result.source == "transferred" and share is not None and share < opts.retune_below
 
 
-def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback) -> tuple[dict, list[dict]]:
+def _tune_fallback(
+    run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback, progress: Progress
+) -> tuple[dict, list[dict]]:
     """The engine of ``registry tune`` on the tasks ``_needs_tuning`` picked, seeded with the donor schedules transfer
     tried for them; each result is updated in place, a transferred one only where tuning beat its transferred
     schedule. Returns the tuning summary and history."""
@@ -132,7 +160,8 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
 
     tasks = [task for task, _ in fallback]
     db = run.database(tasks, "tuned", opts.team)
-    engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback))
+    engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback), seconds=opts.tune_seconds)
+    deadline = time.perf_counter() + opts.tune_seconds if opts.tune_seconds else None
     engine_tasks = [
         EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, []), r.error) for task, r in fallback
     ]
@@ -140,8 +169,7 @@ def _tune_fallback(run: ModelRun, opts: TransferOptions, resolver: _Resolver, fa
     transferred_us = {
         task.workload_id: resolver.best_here_us(task.workload_id) for task, r in fallback if r.source == "transferred"
     }
-    quiet = lambda *_: None  # noqa: E731 -- transfer's own progress line already names this step
-    outcome = run_engine(run, db, engine_opts, opts.team, quiet, engine_tasks)
+    outcome = run_engine(run, db, engine_opts, opts.team, progress, engine_tasks, deadline)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
         kept = transferred_us.get(t.task.workload_id)
