@@ -19,7 +19,7 @@ source bench/gpu/device_env.sh || exit 1
 export REGISTRY_COMMIT=${REGISTRY_COMMIT:-unknown}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 python3 bench/gpu/run.py --work "$W" start 2>&1 | tee "$OUT/run.log"
-timeout $(($(left) - 200)) python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_pipeline.py \
+timeout $(($(left) - 200)) python3 -P -m pytest -q -p no:cacheprovider --import-mode=append tests/test_cuda.py tests/test_cuda_pipeline.py \
   tests/test_measure.py -k "gpu or exec or torch or zygote or h100 or build or default or compil" > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$? at $((SECONDS - T0)) s" >> "$OUT/pytest.txt"
 python3 bench/gpu/run.py --work "$W" --seconds 45 --until $(($(left) - 90)) tune-h128 transfer check outputs e2e \
