@@ -33,11 +33,12 @@ from registry.cli.report import check_outputs, report_option, write_run_report
 @click.option(
     "--tune-budget",
     type=Duration(allow_zero=True),
-    default="3m",
+    default="5m",
     show_default=True,
-    help="Wall time the tuning of those tasks may take, at most (90s, 5m, ...; 0: tune nothing). Transfer says "
-    "before it starts how many tasks it will tune; those the budget does not reach keep their best transfer or TVM's "
-    "default, and `registry tune` goes on from there.",
+    help="Wall time for the whole command (90s, 5m, ...; 0: tune nothing): those tasks are tuned in what the "
+    "transfers leave of it, and the compile at the end is provided for. Transfer says before tuning how many tasks "
+    "it will tune and for how long; those the budget does not reach keep their best transfer or TVM's default, and "
+    "`registry tune` goes on from there.",
 )
 @click.option(
     "--retune-below",

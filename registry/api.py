@@ -131,7 +131,7 @@ def transfer(
     candidates: int = 3,
     neighbours: int = 5,
     tune_trials: int = 32,
-    tune_budget: float | None = 180.0,
+    tune_budget: float | None = 300.0,
     retune_below: float = 0.5,
     team: str | None = None,
     rpc: str | None = None,
@@ -149,8 +149,8 @@ def transfer(
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
     schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none), and for each
     transferred task whose schedule reached less than ``retune_below`` of its donors' best FLOP rate (0: none such);
-    ``tune_budget``: seconds that tuning may take at most (None: no limit; 0: none); ``output``: where to export the
-    compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
+    ``tune_budget``: seconds for the whole call, tuning taking what the transfers leave (None: no limit; 0: none);
+    ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
     (``registry.tvm_side.compile.fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
     (TVM's warnings and errors) on stderr, as ``-vv`` shows it. The rest is as the CLI's options of the same names.

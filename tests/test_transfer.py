@@ -255,26 +255,28 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
 
 
 def test_a_first_transfer_says_what_it_will_tune_and_keeps_to_its_time_budget(sqlite_url, tmp_path):
-    """An empty registry: every task is left to tune. One line says so before tuning starts; a budget of a few
-    seconds bounds the tuning however many trials a task is allowed."""
+    """An empty registry: every task is left to tune. One line says so before tuning starts, and for how long; the
+    whole command keeps to its budget however many trials a task is allowed."""
+    import re
     import time
 
     path = tmp_path / "mlp3.onnx"
     onnx.save(zoo.mlp(16, (96, 64, 48, 32), seed=5), path)  # three matmul tasks
     start = time.perf_counter()
-    result = transfer(sqlite_url, str(path), "--tune-budget", "6s", "--tune-trials", "1000", "--json")
+    result = transfer(sqlite_url, str(path), "--tune-budget", "45s", "--tune-trials", "1000", "--json")
     wall = time.perf_counter() - start
-    assert result.exit_code == 0, result.output
     plan = [line for line in result.stderr.splitlines() if "0 exact, 0 transferred" in line]
-    assert len(plan) == 1 and "tuning 3 (3 without a usable donor) for at most 6 s" in plan[0], result.stderr
+    assert len(plan) == 1 and "tuning 3 (3 without a usable donor) for at most" in plan[0], result.stderr
+    seconds = int(re.search(r"for at most (\d+) s", plan[0]).group(1))
+    assert 5 <= seconds <= 45 - 20, plan[0]  # the budget less the transfers' time and the end's reserve
     report = json.loads(result.stdout[result.stdout.index("{") :])
-    tuned = [t for t in report["tasks"] if t["source"] == "tuned"]
-    assert tuned and sum(t["tune_s"] or 0 for t in report["tasks"]) <= 6 + 5, report["tasks"]  # a batch may overrun
+    assert any(t["source"] == "tuned" for t in report["tasks"]), report["tasks"]
+    assert sum(t["tune_s"] or 0 for t in report["tasks"]) <= seconds + 5, report["tasks"]  # a batch may overrun
     assert sum(t["measurements"] or 0 for t in report["tasks"]) < 3 * 1000
-    assert wall < 90, wall  # the import, the defaults, 6 s of tuning, the compile and the timings: gross
+    assert wall < 45 + 30, wall  # gross: the end's reserve is an estimate
 
 
-def test_transfer_with_no_tuning_budget_names_what_it_leaves(sqlite_url, sibling):
-    result = transfer(sqlite_url, str(sibling), "--tune-budget", "0")
-    assert result.exit_code == 0, result.output
-    assert "1 left untuned (1 without a usable donor)" in result.stderr, result.stderr
+@pytest.mark.parametrize("budget, cause", [("0", "tuning is off"), ("5s", "no time is left of --tune-budget")])
+def test_transfer_without_time_to_tune_names_what_it_leaves(sqlite_url, sibling, budget, cause):
+    result = transfer(sqlite_url, str(sibling), "--tune-budget", budget)
+    assert "1 left untuned (1 without a usable donor): " + cause in result.stderr, result.stderr

@@ -71,9 +71,10 @@ class TransferOptions:
     # Fallback tuning of the tasks no donor helped, and of poor transfers: this many measured trials per such task
     # (0: none).
     tune_trials: int = 32
-    # ... within this many seconds of wall time at most (None: no limit, 0: no tuning): a user who asked to transfer
-    # did not ask for half an hour of tuning.
-    tune_seconds: float | None = 180.0
+    # ... within what is left of this many seconds of the whole command's wall time, once the transfers are measured
+    # and the compile is provided for (None: no limit, 0: no tuning): a user who asked to transfer did not ask for
+    # half an hour of tuning.
+    tune_seconds: float | None = 300.0
     # A transferred task whose schedule reached less than this share of its donors' best FLOP rate is tuned too (0:
     # never).
     retune_below: float = 0.5
@@ -93,6 +94,7 @@ def transfer(
     """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads (None: the runtime's default); see the
     module docstring."""
     opts = options or TransferOptions()
+    started = time.perf_counter() - import_s  # a time budget counts from the start of the command
     with model_run(store, loaded, target, threads, "transferred", opts.team, import_s, opts.where) as run:
         with run.clock("donors"):
             index = SimilarityIndex(store)
@@ -106,17 +108,33 @@ def transfer(
             results.append(resolver.resolve(task, defaults[task.workload_id]))
         tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
-        tunes = bool(fallback) and opts.tune_trials > 0 and opts.tune_seconds != 0
-        say(progress, _plan(results, fallback, opts, tunes))
+        seconds = _tuning_seconds(opts, started, len(run.tasks))
+        tunes = bool(fallback) and opts.tune_trials > 0 and (seconds is None or seconds >= MIN_TUNING_S)
+        say(progress, _plan(results, fallback, opts, tunes, seconds))
         if tunes:
-            tuning, history = _tune_fallback(run, opts, resolver, fallback, progress)
+            tuning, history = _tune_fallback(run, opts, resolver, fallback, progress, seconds)
         progress(len(run.tasks), len(run.tasks), "compiling")
         report = finish(run, results, opts.output)
     report.tuning, report.history = tuning, history
     return report
 
 
-def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool) -> str:
+# Kept back from the budget for the end: compiling the model and timing it against the untuned build (measured on
+# this 2-core VM: 20-45 s for 20-60 tasks).
+FINISH_RESERVE_S = 20.0
+FINISH_RESERVE_PER_TASK_S = 0.5
+MIN_TUNING_S = 10.0  # less than this would not finish one batch of a large task
+
+
+def _tuning_seconds(opts: TransferOptions, started: float, tasks: int) -> float | None:
+    """What the budget leaves for tuning now (None: no limit)."""
+    if opts.tune_seconds is None:
+        return None
+    reserve = FINISH_RESERVE_S + FINISH_RESERVE_PER_TASK_S * tasks
+    return max(0.0, started + opts.tune_seconds - reserve - time.perf_counter())
+
+
+def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool, seconds: float | None) -> str:
     """What transfer found and is about to do, in one line, before any tuning starts."""
     count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred")}
     found = f"{len(results)} task(s): {count['exact']} exact, {count['transferred']} transferred"
@@ -126,8 +144,9 @@ def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tune
     why = ", ".join(f"{n} {what}" for n, what in ((len(fallback) - poor, "without a usable donor"),
                     (poor, f"under {opts.retune_below:.0%} of their donors' FLOP rate")) if n)  # fmt: skip
     if not tunes:
-        return f"{found}; {len(fallback)} left untuned ({why}): --tune-budget/--tune-trials turned tuning off"
-    limit = f"at most {_minutes(opts.tune_seconds)}" if opts.tune_seconds else "without a time limit"
+        cause = "no time is left of --tune-budget" if opts.tune_trials > 0 and opts.tune_seconds else "tuning is off"
+        return f"{found}; {len(fallback)} left untuned ({why}): {cause} (--tune-budget, --tune-trials)"
+    limit = f"at most {_minutes(seconds)}" if seconds is not None else "without a time limit"
     return (
         f"{found}; tuning {len(fallback)} ({why}) for {limit} and {opts.tune_trials} trials a task "
         "(--tune-budget, --tune-trials; 0 skips it); the rest keep their best transfer or TVM's default"
@@ -149,7 +168,7 @@ def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
 
 
 def _tune_fallback(
-    run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback, progress: Progress
+    run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback, progress: Progress, seconds: float | None
 ) -> tuple[dict, list[dict]]:
     """The engine of ``registry tune`` on the tasks ``_needs_tuning`` picked, seeded with the donor schedules transfer
     tried for them; each result is updated in place, a transferred one only where tuning beat its transferred
@@ -160,8 +179,8 @@ def _tune_fallback(
 
     tasks = [task for task, _ in fallback]
     db = run.database(tasks, "tuned", opts.team)
-    engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback), seconds=opts.tune_seconds)
-    deadline = time.perf_counter() + opts.tune_seconds if opts.tune_seconds else None
+    engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback), seconds=seconds)
+    deadline = time.perf_counter() + seconds if seconds is not None else None
     engine_tasks = [
         EngineTask(task, r.before_us, resolver.tried.get(task.workload_id, []), r.error) for task, r in fallback
     ]
