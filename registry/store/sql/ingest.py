@@ -421,21 +421,18 @@ def upsert_model(
     stmt = insert(conn, Model).on_conflict_do_nothing(index_elements=["sha256", "input_shapes_json"])
     conn.execute(stmt, dict(name=name, sha256=sha256, input_shapes_json=shapes))
     model_id = conn.execute(select(Model.id).where(Model.sha256 == sha256, Model.input_shapes_json == shapes)).scalar()
-    conn.execute(ModelTask.__table__.delete().where(ModelTask.model_id == model_id))
-    rows = [
-        dict(model_id=model_id, workload_id=w, task_name=fitted(n, ModelTask.task_name, "a task name", cut=True),
-             weight=wt)
-        for w, (n, wt) in sorted(tasks.items())
-    ]  # fmt: skip
-    if rows:
-        conn.execute(insert(conn, ModelTask), rows)
+    _replace_tasks(conn, ModelTask, model_id, tasks)
     if plain is not None:
-        conn.execute(PlainTask.__table__.delete().where(PlainTask.model_id == model_id))
-        plain_rows = [
-            dict(model_id=model_id, workload_id=w, task_name=fitted(n, PlainTask.task_name, "a task name", cut=True),
-                 weight=wt)
-            for w, (n, wt) in sorted(plain.items())
-        ]  # fmt: skip
-        if plain_rows:
-            conn.execute(insert(conn, PlainTask), plain_rows)
+        _replace_tasks(conn, PlainTask, model_id, plain)
     return model_id
+
+
+def _replace_tasks(conn: Connection, table, model_id: int, tasks: dict[int, tuple[str, int]]) -> None:
+    """The model's rows of ``table`` (ModelTask or PlainTask) replaced by ``tasks``."""
+    conn.execute(table.__table__.delete().where(table.model_id == model_id))
+    rows = [
+        dict(model_id=model_id, workload_id=w, task_name=fitted(n, table.task_name, "a task name", cut=True), weight=wt)
+        for w, (n, wt) in sorted(tasks.items())
+    ]
+    if rows:
+        conn.execute(insert(conn, table), rows)
