@@ -45,7 +45,8 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))  # after an installed package (the GPU machine's wheel): only bench/ and tests/ come from here
+# After an installed package (the GPU machine's wheel): only bench/ and tests/ come from the checkout.
+sys.path.append(str(ROOT))
 
 SMALL, BIG, VIT = "gpu-bert-l2-h128", "gpu-bert-l2-h192", "gpu-vit-l2-h128"
 MODELS = (SMALL, BIG, VIT)
