@@ -99,7 +99,7 @@ class Context:
         from registry.config import resolve_database_url
         from registry.store.own_files import refuse_own_file
 
-        urls = [resolve_database_url(u) for u in (self.url, self.overlay) if u is not None] or [resolve_database_url()]
+        urls = [resolve_database_url(self.url), *([resolve_database_url(self.overlay)] if self.overlay else [])]
         for option, path in outputs:
             if path is not None:
                 refuse_own_file(path, urls, option)
@@ -127,7 +127,7 @@ class Name(click.ParamType):
     def convert(self, value, param, ctx):
         from registry.store.validation import name_problem
 
-        problem = name_problem(value, "the value") if value != "" else "the value is empty"
+        problem = name_problem(value, "the value")
         if problem:
             self.fail(problem, param, ctx)
         return value

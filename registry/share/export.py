@@ -1,5 +1,5 @@
 """``registry export``: one device's records as a JSONDatabase that plain TVM loads, with records for the kernels plain
-TVM extracts (``registry.share.plain_export``, which imports TVM, only where a stored model has such kernels)."""
+TVM extracts (``registry.share.plain_export``, which imports TVM only where a stored model has such kernels)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from registry.errors import UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
+from registry.share.plain_export import plain_records, readme
 from registry.store.decode import parse
 from registry.store.interface import DeviceRow, RegistryStorage
 from registry.store.own_files import refuse_own_file
@@ -39,7 +40,7 @@ def export_database(
     """
     dev = _pick_device(store, device)
     target = parse(dev.target_json, f"device {dev.id}'s target")
-    plain = _plain_records(store, dev.id, target)
+    plain = plain_records(store, dev.id, target)
     with store.device_records(dev.id, best_only=best_only) as found:
         workloads = dict(found.workloads)
         workloads.update({w.id: w for w in plain.workloads if w.id not in workloads})
@@ -55,25 +56,11 @@ def export_database(
             folder, [(w.shash, w.mod_json) for w in workloads.values()], itertools.chain(stored, replayed)
         )
     if plain.kernels or plain.records:
-        from registry.share.plain_export import readme
-
         (folder / "README.md").write_text(readme(str(folder), plain), encoding="utf-8")
     return ExportResult(
         device=f"{dev.id}:{dev.name}", workloads=len(workloads), records=n, plain_kernels=plain.kernels,
         plain_records=len(plain.records), plain_unusable=plain.unusable,
     )  # fmt: skip
-
-
-def _plain_records(store: RegistryStorage, device_id: int, target: dict):
-    """``plain_export.plain_records`` where a stored model has kernels plain TVM extracts otherwise (it imports
-    TVM); else nothing, without TVM."""
-    from types import SimpleNamespace
-
-    if not store.plain_tasks():
-        return SimpleNamespace(workloads=[], records=[], kernels=0, unusable=[])
-    from registry.share.plain_export import plain_records
-
-    return plain_records(store, device_id, target)
 
 
 def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:

@@ -17,13 +17,12 @@ import difflib
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
-
-import tvm
-from tvm.target import Target
+from typing import TYPE_CHECKING, Any
 
 from registry.store.interface import RegistryStorage, StoredWorkload
-from registry.tvm_side import apply_trace
+
+if TYPE_CHECKING:
+    from tvm.target import Target
 
 MAX_TRIES = 8  # the registry's kernels tried per plain one, likest name first
 
@@ -37,13 +36,16 @@ class PlainRecords:
 
 
 def plain_records(store: RegistryStorage, device_id: int, target: dict) -> PlainRecords:
-    """Records for every stored model's plain kernels on the device ``device_id`` (target as its JSON)."""
+    """Records for every stored model's plain kernels on the device ``device_id`` (target as its JSON). TVM is
+    imported only where a stored model has such kernels: an export of other registries stays without it."""
     out = PlainRecords()
     by_model: dict[int, list] = defaultdict(list)
     for task in store.plain_tasks():
         by_model[task.model_id].append(task)
     if not by_model:
         return out
+    from tvm.target import Target
+
     tvm_target = Target(target)
     plain_ids = sorted({t.workload_id for tasks in by_model.values() for t in tasks})
     modules = store.workloads_by_id(plain_ids)
@@ -76,6 +78,10 @@ def plain_records(store: RegistryStorage, device_id: int, target: dict) -> Plain
 def _replayed(workload: StoredWorkload, name: str, donors: list, target: Target):
     """(trace, run_secs) of the first donor whose schedule applies to ``workload``, likest name first, replayed whole
     or through its anchor block (a matmul whose epilogue is ``erf`` here and ``fast_erf`` there); or None."""
+    import tvm
+
+    from registry.tvm_side import apply_trace
+
     mod = tvm.ir.load_json(workload.mod_json)
     likest = sorted(donors, key=lambda d: -difflib.SequenceMatcher(None, d[0], name).ratio())[:MAX_TRIES]
     for _, trace, run_secs, donor_mod in likest:
