@@ -46,6 +46,9 @@ def stats(ctx: Context, fmt: str) -> None:
         click.echo("by source  " + ", ".join(f"{k} {v}" for k, v in sorted(s["records_by_source"].items())))
     if s["workloads_by_op"]:
         click.echo("by op      " + ", ".join(f"{k} {v}" for k, v in s["workloads_by_op"].items()))
+    if s["by_team"]:
+        teams = (f"{t['team'] or '(none)'} {t['records']} (last {t['last_at'][:10]})" for t in s["by_team"][:5])
+        click.echo("by team    " + ", ".join(teams))
     if s["per_device"]:
         click.echo("")
         echo_rows(fmt, *per_device, right=("tuned workloads", "ok records"))

@@ -115,9 +115,12 @@ def _register() -> None:
         lookup,
         predictor,
         pull,
+        push,
         report,
+        serve,
         show,
         sync,
+        token,
         transfer,
         tune,
         verify,
@@ -137,6 +140,9 @@ def _register() -> None:
     cli.add_command(show.show)
     cli.add_command(sync.sync)
     cli.add_command(pull.pull)
+    cli.add_command(push.push)
+    cli.add_command(serve.serve)
+    cli.add_command(token.token)
     cli.add_command(verify.verify)
     cli.add_command(check.check)
 

@@ -160,6 +160,28 @@ class Duration(click.ParamType):
         return total
 
 
+class Bytes(click.ParamType):
+    """``256MB``, ``1GB``, ``64KB`` or a plain byte count (KB, MB, GB: powers of 1000; KiB, MiB, GiB: of 1024)."""
+
+    name = "SIZE"
+    UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([A-Za-z]*)", str(value).strip())
+        unit = match and self.UNITS.get(match.group(2).upper())
+        if not unit:
+            self.fail(f"{value!r} is not a size; examples: 256MB, 1GB, 65536", param, ctx)
+        size = int(float(match.group(1)) * unit)
+        if size < 1:
+            self.fail("the size must be at least one byte", param, ctx)
+        return size
+
+
+BYTES = Bytes()
+
+
 class FiniteRange(click.FloatRange):
     """click.FloatRange that refuses NaN and the infinities. A NaN fails every comparison, so a range check written
     `value < min` lets it through (`verify --tolerance nan` marked every record verified); no option of the registry

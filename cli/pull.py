@@ -1,35 +1,76 @@
-"""``registry pull``: import a bundle shipped with the package (the starter bundle)."""
+"""``registry pull``: import a bundle shipped with the package (the starter bundle), or a served registry's records."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 
-from registry.cli.options import Context, common_options, output_options, pass_ctx
+from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model, echo_rows
+
+token_file_option = click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file holding the server's token [default: $REGISTRY_TOKEN; none for a public server].",
+)
+
+
+def remote_filters(command):
+    """The filters of a pull or push by URL (the records of a device, team, model, or measured since a time)."""
+    for option in reversed(
+        [
+            device_option("Only records of devices matching this (`host`, an id or a name, as the source names it)."),
+            click.option("--team", type=NAME, help="Only records of this team."),
+            click.option("--model", type=NAME, help="Only records tuned for this model."),
+            click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC)."),
+            click.option("--full", is_flag=True, help="Read every matching record again, not only the new ones."),
+            token_file_option,
+        ]
+    ):
+        command = option(command)
+    return command
 
 
 @click.command()
-@click.argument("name", default="starter")
+@click.argument("source", metavar="NAME|URL", default="starter")
 @click.option("--list", "list_", is_flag=True, help="List the shipped bundles instead of importing one.")
+@remote_filters
 @output_options("table", "json")
 @common_options
 @pass_ctx
-def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
-    """Import a bundle shipped with tvm-registry (default: `starter`), so that a new registry's first `registry
-    transfer` finds donors.
+def pull(ctx: Context, source: str, list_: bool, device, team, model, since, full, token_file, fmt: str) -> None:
+    """Import a bundle shipped with tvm-registry (default: `starter`), or the records of a registry served by
+    `registry serve` at URL.
 
     The starter bundle holds the best schedules of 8 real models (BERT, GPT-2, ViT, ResNet, ConvNeXt, PaddleOCR
-    det and cls, magika), each task tuned to 36 or more trials on a 2-core x86 CPU; see docs/SHARING.md. Its
-    records arrive "imported", like any bundle's: transfer measures donor schedules on this machine before it keeps
-    them. Pulling twice adds nothing.
+    det and cls, magika), each task tuned to 36 or more trials on a 2-core x86 CPU; see docs/SHARING.md.
+
+    From a URL, only what arrived since the last pull with the same filters is read, in pages of 20,000 records,
+    each checked as `registry import` checks a bundle and committed on its own: an interrupted pull resumes where it
+    stopped. The token comes from --token-file or $REGISTRY_TOKEN, never from the command line.
+
+    Records arrive "imported", whatever their source: transfer measures donor schedules on this machine before it
+    keeps them, and `registry verify` re-measures them. Pulling twice adds nothing.
 
     \b
     Examples:
       registry pull
       registry pull --list
+      registry pull https://registry.example.com --model bert-base --token-file ~/.registry-token
     """
+    from registry.share.remote import is_url
+
+    if is_url(source):
+        if list_:
+            raise click.UsageError("--list lists the shipped bundles; it takes no URL")
+        _pull_url(ctx, source, device, team, model, since, full, token_file, fmt)
+        return
+    given = [o for o, v in (("--device", device), ("--team", team), ("--model", model), ("--since", since),
+                            ("--full", full), ("--token-file", token_file)) if v]  # fmt: skip
+    if given:
+        raise click.UsageError(f"{given[0]} applies to a pull from a URL, not of a shipped bundle")
     from registry.share.starter import shipped, shipped_bundle
 
     if list_:
@@ -46,7 +87,7 @@ def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
             right=("records", "workloads", "models", "MB"),
         )
         return
-    path = shipped_bundle(name)
+    path = shipped_bundle(source)
     from registry.share.exchange_import import import_bundle
 
     with Progress("pull") as progress:
@@ -56,5 +97,30 @@ def pull(ctx: Context, name: str, list_: bool, fmt: str) -> None:
 
         echo_model(ImportOutput(**dataclasses.asdict(result)))
         return
-    click.echo(f"{name}: {result.records_new} record(s) new, {result.records_present} already present; "
+    click.echo(f"{source}: {result.records_new} record(s) new, {result.records_present} already present; "
                f"{result.workloads_new} new workload(s)")  # fmt: skip
+
+
+def _pull_url(ctx: Context, url, device, team, model, since, full, token_file, fmt) -> None:
+    from registry.share.remote import Remote, pull, read_token
+
+    remote = Remote(url, read_token(token_file))
+    with Progress("pull") as progress:
+        result = pull(remote, ctx.store, device=device, team=team, model=model, since=since, full=full,
+                      progress=progress)  # fmt: skip
+    echo_transfer(result, "pulled from", fmt)
+
+
+def echo_transfer(result, verb: str, fmt: str) -> None:
+    """What a pull or push by URL counted: JSON, or one line."""
+    if fmt == "json":
+        from registry.cli.schemas import PushOutput
+
+        echo_model(PushOutput(**result.to_dict()))
+        return
+    more = f", {result.records_skipped} invalid left out" if result.records_skipped else ""
+    click.echo(
+        f"{result.records_read} record(s) {verb} {result.url} in {result.pages} page(s): {result.records_new} new, "
+        f"{result.records_present} already present{more}; {result.workloads_new} new workload(s); "
+        f"{result.seconds:.1f} s"
+    )

@@ -80,6 +80,12 @@ class DeviceCount(BaseModel):
     ok_records: int
 
 
+class TeamCount(BaseModel):
+    team: str | None = Field(description="The team the records were tagged with (null: none).")
+    records: int
+    last_at: str | None = Field(description="When its newest record arrived (ISO 8601, UTC).")
+
+
 class StatsOutput(Output):
     command: ClassVar[str] = "stats"
     database: str = Field(description="The database URL, password hidden.")
@@ -91,6 +97,7 @@ class StatsOutput(Output):
     records_by_source: dict[str, int]
     workloads_by_op: dict[str, int]
     per_device: list[DeviceCount]
+    by_team: list[TeamCount] = Field(description="Records per team, the team whose records arrived last first.")
 
 
 class Device(BaseModel):
@@ -387,6 +394,140 @@ class ReportOutput(Output):
     tasks_with_records: int
 
 
+# -- registry serve: the JSON API's own shapes (lookup, stats, devices and import are the CLI's above) -----------------
+
+
+class ServerInfoOutput(Output):
+    """``GET /api/v1/registry``: which registry answers, and what it runs."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/registry"
+    registry_id: str = Field(description="The registry's id: the origin of the records it measured.")
+    schema_revision: str | None
+    tool_version: str
+    tvm_version: str
+    public: bool = Field(description="Whether it lets a request without a token read.")
+    role: str | None = Field(description="The role of the token that asked (null: none, on a public server).")
+
+
+class ModelEntry(BaseModel):
+    id: int
+    name: str
+    sha256: str
+    input_shapes: dict[str, list[int]]
+    created_at: str | None
+
+
+class ModelsOutput(Output):
+    """``GET /api/v1/models``: the models recorded by transfer, tune or a bundle, newest first."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/models"
+    rows: list[ModelEntry]
+
+
+class ReportTask(BaseModel):
+    name: str
+    workload_id: int
+    weight: int
+    source: str = Field(description="tuned, transferred, imported, or none.")
+    donor: str | None
+    distance: float | None
+    before_us: float | None
+    after_us: float | None
+    records: int
+    curve: list[tuple[float, float]] = Field(description="(seconds since the first record, best µs so far).")
+    share: float | None = Field(description="Share of the model's estimated latency, 0..1.")
+
+
+class ModelReportData(Output):
+    """``GET /api/v1/models/{name}``: what `registry report` draws for a model, as data."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/models/{name}"
+    model: str
+    model_id: int
+    sha256: str
+    input_shapes: str
+    device: str | None
+    generated_at: str
+    start: str | None
+    span_s: float
+    tasks: list[ReportTask]
+    model_curve: list[tuple[float, float]] = Field(description="(seconds, Σ weight × best µs so far).")
+    before_kind: str
+    notes: list[str]
+
+
+class RecordOutput(Output):
+    """``GET /api/v1/records/{id}``: one record with its provenance and trace (as stored, JSON)."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/records/{id}"
+    record_id: int
+    workload: str
+    device_id: int
+    latency_us: float
+    run_secs: list[float]
+    source: str
+    donor_record_id: int | None
+    donor: str | None
+    team: str | None
+    model: str | None
+    host: str | None
+    tvm_version: str
+    created_at: str
+    trace: Any = Field(description="[instructions, decisions], as MetaSchedule writes a trace.")
+
+
+class ExchangeOutput(Output):
+    """``GET /api/v1/exchange``: where a pull of these filters stands; the pages come from ``/exchange/bundle``."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/exchange"
+    origin: str = Field(description="The serving registry's id.")
+    filters_key: str = Field(description="Identifies the filter set in the puller's sync progress.")
+
+
+class SyncStateOutput(Output):
+    """``GET /api/v1/sync-state``: how far pushes from one registry with one filter set have come."""
+
+    command: ClassVar[str] = "serve: GET /api/v1/sync-state"
+    last_record_id: int
+
+
+class TokenEntry(BaseModel):
+    name: str
+    role: str
+    created_at: str | None
+    revoked_at: str | None
+
+
+class TokenListOutput(Output):
+    """``registry token list`` and ``GET /api/v1/tokens`` (admin): the tokens, never their secrets."""
+
+    command: ClassVar[str] = "token list"
+    rows: list[TokenEntry]
+
+
+class TokenCreateOutput(Output):
+    """``registry token create``: the token, shown this once."""
+
+    command: ClassVar[str] = "token create"
+    name: str
+    role: str
+    token: str
+
+
+class PushOutput(ImportOutput):
+    """``registry push URL`` and ``registry pull URL``: what the records' import counted, over every page."""
+
+    command: ClassVar[str] = "push"
+    url: str
+    incremental: bool = Field(
+        description="Whether an earlier pull or push with these filters let this one skip records."
+    )
+    pages: int
+    records_read: int
+    models: int
+    seconds: float
+
+
 OUTPUTS: list[type[Output]] = [
     LookupOutput,
     StatsOutput,
@@ -406,6 +547,15 @@ OUTPUTS: list[type[Output]] = [
     ModelReportOutput,
     ShowOutput,
     ReportOutput,
+    ServerInfoOutput,
+    ModelsOutput,
+    ModelReportData,
+    RecordOutput,
+    ExchangeOutput,
+    SyncStateOutput,
+    TokenListOutput,
+    TokenCreateOutput,
+    PushOutput,
 ]
 
 

@@ -45,7 +45,11 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
         )
     best = rows[0]
     prov = store.record_provenance(best.record_id)
-    script, trace = _schedule(prov)
+    from registry.tvm_side.apply_trace import schedule_text
+
+    script, trace = schedule_text(
+        prov.mod_json, prov.record.trace_json, workload=prov.workload, record_id=best.record_id
+    )
     if fmt == "json":
         from registry.cli.schemas import ShowOutput
 
@@ -89,22 +93,3 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
     if not no_trace:
         click.echo("\n# trace (tvm.s_tir.schedule.Trace.as_python):")
         click.echo(trace.rstrip())
-
-
-def _schedule(prov) -> tuple[str, str]:
-    """(TVMScript of the scheduled module, the trace as Python). TVM is imported here only: lookup stays TVM-free."""
-    import json
-
-    import tvm
-
-    from registry.tvm_side.apply_trace import as_stored
-    from registry.tvm_side.compat import TVM_ERRORS
-
-    try:
-        mod = tvm.ir.load_json(prov.mod_json)
-    except TVM_ERRORS as e:
-        raise BadInputError(f"workload {prov.workload} does not load on this TVM ({type(e).__name__})") from None
-    sch = as_stored(mod, json.loads(prov.record.trace_json))
-    if sch is None:
-        raise BadInputError(f"record {prov.record.id}'s trace does not replay on this TVM {tvm.__version__}")
-    return sch.mod.script(), "\n".join(sch.trace.as_python(remove_postproc=False))

@@ -8,6 +8,7 @@ import click
 
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
+from registry.cli.pull import token_file_option
 
 
 @click.command()
@@ -19,12 +20,14 @@ from registry.cli.output import Progress, echo_model
 @click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC).")
 @click.option("--full", is_flag=True, help="Read every matching record again, not only those since the last sync.")
 @click.option("--skip-invalid", is_flag=True, help="Copy the valid records and report the invalid ones.")
+@token_file_option
 @output_options()
 @common_options
 @pass_ctx
 def sync(ctx: Context, source: str, destination: str, device, team, model, since, full: bool, skip_invalid: bool,
-         fmt: str) -> None:  # fmt: skip
-    """Copy SOURCE's records into DESTINATION: SQLite file or PostgreSQL URL, either way.
+         token_file, fmt: str) -> None:  # fmt: skip
+    """Copy SOURCE's records into DESTINATION: SQLite file, PostgreSQL URL, or the http(s):// URL of a registry
+    served by `registry serve` on one side (a pull or a push by URL, with the same counts).
 
     Incremental: only records added to SOURCE since this pair's last sync (with the same filters) are read. Every
     record keeps its origin, team, model, host and measurement time; measurements of one schedule from different
@@ -37,9 +40,17 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
     Examples:
       registry sync team.db postgresql://registry@db-host/registry
       registry sync postgresql://registry@db-host/registry mine.db --model bert-base
+      registry sync https://registry.example.com mine.db --token-file ~/.registry-token
     """
     if ctx.db_given:
         raise click.UsageError("sync names its SOURCE and DESTINATION; --db does not apply to it")
+    from registry.share.remote import is_url
+
+    if is_url(source) or is_url(destination):
+        _sync_url(source, destination, device, team, model, since, full, skip_invalid, token_file, fmt)
+        return
+    if token_file is not None:
+        raise click.UsageError("--token-file applies to a sync with a registry server's URL")
     from registry.share.export import exchange_filters
     from registry.share.sync import sync as run_sync
     from registry.store.interface import open_storage
@@ -64,4 +75,52 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
         f"{result.records_read} record(s) read from {result.source} ({which}): "
         f"{result.records_new} new, {result.records_present} already present{more}; {result.workloads_new} new "
         f"workload(s), {result.models} model(s); {result.seconds:.1f} s"
+    )
+
+
+def _sync_url(source, destination, device, team, model, since, full, skip_invalid, token_file, fmt) -> None:
+    """A sync with a server on one side: a pull from SOURCE's URL, or a push to DESTINATION's."""
+    from registry.share.export import exchange_filters
+    from registry.share.remote import Remote, is_url, pull, push, read_token
+    from registry.store.interface import open_storage
+
+    if is_url(source) and is_url(destination):
+        raise click.UsageError("one side of a sync must be a database: sync through one, or pull on the server")
+    if skip_invalid:
+        raise click.UsageError("--skip-invalid applies to a sync between databases; a page by URL is whole or refused")
+    token = read_token(token_file)
+    if is_url(source):
+        store = open_storage(destination)
+        try:
+            with Progress("sync") as progress:
+                result = pull(Remote(source, token), store, device=device, team=team, model=model, since=since,
+                              full=full, progress=progress)  # fmt: skip
+        finally:
+            store.close()
+    else:
+        store = open_storage(source, create_new=False)
+        try:
+            filters = exchange_filters(store, device, team, model, since)
+            result = push(Remote(destination, token), store, filters, full=full)
+        finally:
+            store.close()
+    from registry.store.sql.engine import redact
+
+    out = dict(
+        source=source if is_url(source) else redact(store.url),
+        destination=destination if is_url(destination) else redact(store.url),
+        incremental=result.incremental, records_read=result.records_read, records_new=result.records_new,
+        records_present=result.records_present, records_skipped=result.records_skipped,
+        workloads_new=result.workloads_new, models=result.models, seconds=result.seconds,
+    )  # fmt: skip
+    if fmt == "json":
+        from registry.cli.schemas import SyncOutput
+
+        echo_model(SyncOutput(**out))
+        return
+    which = "since the last sync" if result.incremental else "all"
+    click.echo(
+        f"{out['records_read']} record(s) read from {out['source']} ({which}): {out['records_new']} new, "
+        f"{out['records_present']} already present; {out['workloads_new']} new workload(s), {out['models']} "
+        f"model(s); {out['seconds']:.1f} s"
     )

@@ -33,6 +33,10 @@ class BadInputError(RegistryError):
     """Input that the registry refuses: a malformed log, a corrupt file, a record from another TVM version."""
 
 
+class NotFoundError(BadInputError):
+    """A record, workload or model named by id or name that the registry does not hold."""
+
+
 class UnknownDeviceError(RegistryError):
     """A device selector that matches no device, or more than one where exactly one is needed."""
 

@@ -191,12 +191,16 @@ def _model_curve(lines: list[TaskLine]) -> list[tuple[float, float]]:
 
 # -- HTML ------------------------------------------------------------------------------------------------------------
 
-_CSS = """
+# The report's own rules (the web view adds its layout around them: registry/server/templates/base.html). A table too
+# wide for its window scrolls inside .wide instead of widening the page; long names wrap.
+CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#555} .notes li{color:#8a5a00}
+.wide{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin-top:8px} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}
-th{background:#f3f3f3} td.n{text-align:right;font-variant-numeric:tabular-nums}
+td{overflow-wrap:anywhere} td.name{min-width:12em;max-width:28em}
+th{background:#f3f3f3} td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .grid{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{background:#fff;border:1px solid #ddd}
 svg.chart text{font:11px sans-serif;fill:#333} svg.chart text.title{font:bold 12px sans-serif}
@@ -227,14 +231,23 @@ def _chart(title: str, series: list[Series], x_max: float, x_label: str = "time"
 
 
 def render(data: ReportData) -> str:
-    e = escape
+    """The report as a page of its own (``registry report``)."""
     title = f"registry report: {data.model}"
     head = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
-        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{e(title)}</h1>",
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+    ]
+    return "\n".join([*head, content(data), "</body></html>", ""])
+
+
+def content(data: ReportData) -> str:
+    """The report without its page: the meta line, summary, task table and curves. ``registry report`` writes it in
+    a page of its own, the server's model page in the web view's: one report, two outputs."""
+    e = escape
+    head = [
         f'<div class="meta">model id {data.model_id}, sha256 {e(data.sha256[:16])}…, input shapes '
         f"{e(data.input_shapes)}<br>device {e(data.device or 'none')}; written "
         f"{data.generated_at:%Y-%m-%d %H:%M:%S} UTC"
@@ -272,22 +285,25 @@ def render(data: ReportData) -> str:
     body.append('<div class="grid">' + "".join(charts) + "</div>" if charts else "<p>No task has records here.</p>")
     if data.history:
         body += _history(data.history)
-    return "\n".join(head + body + ["</body></html>", ""])
+    return "\n".join(head + body)
 
 
 def _table(data: ReportData) -> list[str]:
     e = escape
     headers = ["task", "weight", "source", "donor", "distance", f"before µs ({data.before_kind})", "after µs"]
     headers += ["speedup", "share", "records"]
-    out = ["<h2>Tasks</h2>", "<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead>"]
+    out = [
+        "<h2>Tasks</h2>",
+        '<div class="wide"><table><thead><tr>' + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead>",
+    ]
     out.append("<tbody>")
     for t in sorted(data.tasks, key=lambda t: -(t.share or 0)):
         speedup = f"{t.before_us / t.after_us:.1f}x" if t.before_us and t.after_us else "-"
         cells = [
-            (e(t.name), ""),
+            (e(t.name), "name"),
             (str(t.weight), "n"),
             (e(t.source), ""),
-            (e(t.donor or "-"), ""),
+            (e(t.donor or "-"), "name"),
             ("-" if t.distance is None else f"{t.distance:.1f}", "n"),
             (_us(t.before_us), "n"),
             (_us(t.after_us), "n"),
@@ -296,7 +312,7 @@ def _table(data: ReportData) -> list[str]:
             (str(t.records), "n"),
         ]
         out.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return out
 
 
@@ -367,4 +383,15 @@ def write_report(
     return data
 
 
-__all__ = ["ReportData", "TaskLine", "check_writable", "collect", "default_path", "render", "write", "write_report"]
+__all__ = [
+    "CSS",
+    "ReportData",
+    "TaskLine",
+    "check_writable",
+    "collect",
+    "content",
+    "default_path",
+    "render",
+    "write",
+    "write_report",
+]

@@ -2,7 +2,8 @@
 
 A bundle is a zip archive (deflated) of JSON-lines members and a manifest::
 
-    manifest.json     format, version, origin registry, time, filters, counts, and each member's sha256 and size
+    manifest.json     format, version, origin registry, time, filters, counts, each member's sha256 and size, and
+                      the highest record id it holds (where the next page of a pull or push starts)
     devices.jsonl     {"key", "target", "num_threads", "host_model", "tvm_version"}
     workloads.jsonl   {"shash", "module_equality", "mod_json"}
     skeletons.jsonl   {"hash", "insts"}: instruction lists, shared by the records of one design space
@@ -111,9 +112,11 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                 records=n_records,
             )
             created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            # last_record_id: the highest sender's record id in it, where a pull or push of the next page starts
             manifest = dict(format=FORMAT, version=VERSION, origin=exchange.origin, created_at=created,
                             tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(),
-                            filters=filters, counts=counts, members=sums)  # fmt: skip
+                            filters=filters, counts=counts, members=sums,
+                            last_record_id=exchange.last_record_id)  # fmt: skip
             zf.writestr("manifest.json", json.dumps(manifest, indent=1))
         tmp.replace(path)
     except OSError as e:  # a full disk or a quota, mid-way: the partial file goes, the error is one line

@@ -53,6 +53,7 @@ from registry.store.interface import (
     StoredRecord,
     StoredWorkload,
     TaskRow,
+    TokenRow,
     TuningState,
     WorkloadIn,
     open_storage,
@@ -162,8 +163,23 @@ class OverlayStorage:
     def registry_id(self) -> str:
         return self.overlay.registry_id()
 
-    def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> contextlib.AbstractContextManager:
-        return self.overlay.read_exchange(filters, after_id)
+    def read_exchange(
+        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
+    ) -> contextlib.AbstractContextManager:
+        return self.overlay.read_exchange(filters, after_id, limit)
+
+    # a server's tokens are the overlay's own, like everything not about a model run's records
+    def add_token(self, name: str, role: str, digest: str) -> None:
+        self.overlay.add_token(name, role, digest)
+
+    def tokens(self) -> list[TokenRow]:
+        return self.overlay.tokens()
+
+    def revoke_token(self, name: str) -> bool:
+        return self.overlay.revoke_token(name)
+
+    def token(self, digest: str) -> TokenRow | None:
+        return self.overlay.token(digest)
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
         return self.overlay.last_synced(source_id, filters_key)

@@ -38,6 +38,7 @@ from registry.store.values import (
     StoredRecord,
     StoredWorkload,
     TaskRow,
+    TokenRow,
     TuningState,
     Verdict,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "StoredWorkload",
     "PlainTask",
     "TaskRow",
+    "TokenRow",
     "TuningState",
     "WorkloadIn",
     "open_storage",
@@ -88,12 +90,29 @@ class RegistryStorage(Protocol):
     def registry_id(self) -> str:
         """This registry's id: the origin stamped on the records it measures."""
 
-    def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> AbstractContextManager[ExchangeSet]:
-        """The records matching ``filters`` with ids above ``after_id``, with their workloads, devices, models and
-        instruction lists, read in one snapshot (``registry.store.sql.exchange``)."""
+    def read_exchange(
+        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
+    ) -> AbstractContextManager[ExchangeSet]:
+        """The records matching ``filters`` with ids above ``after_id`` (the ``limit`` lowest ids of them, if
+        given), with their workloads, devices, models and instruction lists, read in one snapshot
+        (``registry.store.sql.exchange``)."""
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
         """How far syncs from ``source_id`` with these filters have copied (its highest record id; 0: never)."""
+
+    # -- the tokens of `registry serve` (registry.server.auth): their hashes, never the tokens -------------------
+
+    def add_token(self, name: str, role: str, digest: str) -> None:
+        """Store a new token's sha256 ``digest`` under a unique ``name`` with a role of ``ROLES``."""
+
+    def tokens(self) -> list[TokenRow]:
+        """Every token, revoked ones included, in the order they were made."""
+
+    def revoke_token(self, name: str) -> bool:
+        """Revoke the token of this name; False when there is no such token not yet revoked."""
+
+    def token(self, digest: str) -> TokenRow | None:
+        """The token whose sha256 is ``digest``, revoked or not; None when there is none."""
 
     # -- writes -------------------------------------------------------------------------------------------------
 

@@ -87,6 +87,7 @@ class RecordProvenance:
     host: str | None
     tvm_version: str
     created_at: str
+    device_id: int
 
 
 @dataclass(frozen=True)
@@ -291,3 +292,24 @@ class Verdict:
     device_id: int
     trust: str  # "verified" or "disputed"
     measured_s: float | None  # the mean measured here; None when it did not build or run
+
+
+# -- tokens of `registry serve` (registry.store.sql.tokens) -----------------------------------------------------------
+
+# Who may do what over HTTP: a reader every GET, a writer also a POST of a bundle, an admin also the token list. The
+# same three as a shared PostgreSQL registry's roles (docs/SHARING.md): reader, writer, owner.
+ROLES = ("reader", "writer", "admin")
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """A token as the store keeps it: never the token, only its name, role and times."""
+
+    name: str
+    role: str
+    created_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+    def may(self, role: str) -> bool:
+        """Whether this token's role includes ``role`` (an admin may all a writer may, a writer all a reader may)."""
+        return self.revoked_at is None and ROLES.index(self.role) >= ROLES.index(role)

@@ -105,3 +105,23 @@ def trace_json(sch: Schedule) -> list[Any]:
     from registry.tvm_side.signature import _plain
 
     return _plain(sch.trace.as_json())
+
+
+def schedule_text(mod_json: str, trace_json: str, *, workload: str, record_id: int) -> tuple[str, str]:
+    """(TVMScript of the scheduled module, the trace as Python) of a stored record: its workload's module and its
+    trace, as ``RecordProvenance`` holds them. What ``registry show`` prints and the server's workload page shows.
+    BadInputError when it does not load or replay."""
+    import json
+
+    import tvm
+
+    from registry.errors import BadInputError
+
+    try:
+        mod = tvm.ir.load_json(mod_json)
+    except TVM_ERRORS as e:
+        raise BadInputError(f"workload {workload} does not load on this TVM ({type(e).__name__})") from None
+    sch = as_stored(mod, json.loads(trace_json))
+    if sch is None:
+        raise BadInputError(f"record {record_id}'s trace does not replay on this TVM {tvm.__version__}")
+    return sch.mod.script(), "\n".join(sch.trace.as_python(remove_postproc=False))

@@ -55,8 +55,9 @@ def _record_filter(f: ExchangeFilters, after_id: int, device_ids: list[int] | No
     return where
 
 
-def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0) -> ExchangeSet:
-    """The records matching ``f`` with ids above ``after_id``, and what they refer to.
+def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0, limit: int | None = None) -> ExchangeSet:
+    """The records matching ``f`` with ids above ``after_id`` (the ``limit`` lowest ids of them, if given: one page
+    of a pull), and what they refer to.
 
     ``conn`` must see one snapshot for the whole read (``Store.read(snapshot=True)``), and stay open while
     ``records`` is consumed."""
@@ -64,6 +65,11 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0) ->
     if f.device_keys is not None:
         device_ids = list(conn.execute(select(Device.id).where(Device.key.in_(f.device_keys))).scalars())
     where = _record_filter(f, after_id, device_ids)
+    if limit is not None:  # the page ends at the limit-th matching id: one indexed probe, then a range like any other
+        stmt = select(TuningRecord.id).where(*where).order_by(TuningRecord.id).offset(max(limit, 1) - 1).limit(1)
+        end = conn.execute(stmt).scalar()
+        if end is not None:
+            where.append(TuningRecord.id <= end)
     n, last = conn.execute(select(func.count(), func.max(TuningRecord.id)).where(*where)).one()
     out = ExchangeSet(origin=registry_id(conn), n_records=n or 0, last_record_id=last or after_id)
     if not n:

@@ -11,6 +11,7 @@ import datetime as dt
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -290,3 +291,18 @@ class Predictor(Base):
     metrics_json: Mapped[str] = mapped_column(Text)
     blob: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
+
+
+class ApiToken(Base):
+    """A token ``registry serve`` admits: its sha256 only (the token itself is printed once, by ``registry token
+    create``), its name and role. A revoked token stays, so that its name is not given to another (migration 0006)."""
+
+    __tablename__ = "api_token"
+    __table_args__ = (CheckConstraint("role IN ('reader', 'writer', 'admin')", name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))

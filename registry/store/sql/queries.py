@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -10,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.errors import RegistryWarning
+from registry.errors import NotFoundError, RegistryWarning
 from registry.store.decode import CorruptRow, RecordReader, inflate, parse
 from registry.store.sql.models import (
     BestRecord,
@@ -47,6 +48,11 @@ def stats(conn: Session) -> dict[str, Any]:
         .group_by(Device.id, Device.name)
         .order_by(Device.id)
     ).all()
+    # What arrived lately, by team: the teams whose records came last first (an untagged record's team is None).
+    last = func.max(TuningRecord.created_at)
+    by_team = conn.execute(
+        select(TuningRecord.team, func.count(), last).group_by(TuningRecord.team).order_by(last.desc()).limit(20)
+    ).all()
     return {
         "devices": count(select(func.count()).select_from(Device)),
         "workloads": count(select(func.count()).select_from(Workload)),
@@ -56,7 +62,15 @@ def stats(conn: Session) -> dict[str, Any]:
         "records_by_source": by_source,
         "workloads_by_op": dict(by_op),
         "per_device": [{"id": i, "name": n, "tuned_workloads": w, "ok_records": int(r)} for i, n, w, r in per_device],
+        "by_team": [{"team": t, "records": n, "last_at": _iso(at)} for t, n, at in by_team],
     }
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    """A stored time as ISO 8601 UTC (SQLite hands it back without a zone)."""
+    if t is None:
+        return None
+    return (t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)).isoformat(timespec="seconds")
 
 
 def devices(conn: Session) -> list[dict[str, Any]]:
@@ -233,10 +247,13 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
         TuningRecord.host,
         TuningRecord.tvm_version,
         TuningRecord.created_at,
+        TuningRecord.device_id,
     )
     stmt = select(*cols).join(Workload, Workload.id == TuningRecord.workload_id).where(TuningRecord.id == record_id)
-    row = conn.execute(stmt).one()
-    shash, mod_z, source, donor_id, team, model, host, tvm_version, created = row[len(_RECORD_COLS) :]
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise NotFoundError(f"no record {record_id} in the registry")
+    shash, mod_z, source, donor_id, team, model, host, tvm_version, created, device_id = row[len(_RECORD_COLS) :]
     donor = None
     if donor_id is not None:
         found = conn.execute(
@@ -264,6 +281,7 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
         host,
         tvm_version,
         created.isoformat() if created is not None else "",
+        device_id,
     )
 
 

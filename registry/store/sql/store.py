@@ -219,19 +219,45 @@ class Store:
             return registry_id(conn.connection())
 
     @contextlib.contextmanager
-    def read_exchange(self, filters: ExchangeFilters, after_id: int = 0) -> Iterator[ExchangeSet]:
-        """The records matching ``filters`` above ``after_id``, with what they refer to, read in one snapshot that
-        stays open while the set's records are read."""
+    def read_exchange(
+        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
+    ) -> Iterator[ExchangeSet]:
+        """The records matching ``filters`` above ``after_id`` (the first ``limit`` of them), with what they refer
+        to, read in one snapshot that stays open while the set's records are read."""
         from registry.store.sql.exchange import read_exchange
 
         with self.read(snapshot=True) as conn:
-            yield read_exchange(conn.connection(), filters, after_id=after_id)
+            yield read_exchange(conn.connection(), filters, after_id=after_id, limit=limit)
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
         from registry.store.sql.exchange import last_synced
 
         with self.read() as conn:
             return last_synced(conn.connection(), source_id, filters_key)
+
+    # -- the tokens of `registry serve` -------------------------------------------------------------------------
+
+    def add_token(self, name: str, role: str, digest: str) -> None:
+        from registry.store.sql import tokens
+
+        self.transact(lambda conn: tokens.add(conn, name, role, digest))
+
+    def tokens(self) -> list[values.TokenRow]:
+        from registry.store.sql import tokens
+
+        with self.read() as conn:
+            return tokens.all_tokens(conn.connection())
+
+    def revoke_token(self, name: str) -> bool:
+        from registry.store.sql import tokens
+
+        return self.transact(lambda conn: tokens.revoke(conn, name))
+
+    def token(self, digest: str) -> values.TokenRow | None:
+        from registry.store.sql import tokens
+
+        with self.read() as conn:
+            return tokens.by_digest(conn.connection(), digest)
 
     # -- registry verify ----------------------------------------------------------------------------------------
 

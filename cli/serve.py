@@ -1,0 +1,81 @@
+"""``registry serve``: the registry over HTTP (``registry.server``): a JSON API, a web view, pushes of bundles."""
+
+from __future__ import annotations
+
+import click
+
+from registry.cli.options import BYTES, Context, common_options, pass_ctx
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on (0.0.0.0: every one).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="The port to listen on.")
+@click.option("--public", is_flag=True, help="Let requests without a token read (tokens are still needed to push).")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes (one per core serves the most requests).",
+)
+@click.option(
+    "--max-upload",
+    default="256MB",
+    show_default=True,
+    type=BYTES,
+    help="The largest bundle a push may send; a larger one is refused before it is read.",
+)
+@click.option(
+    "--rate-limit",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Requests a second one client address may make (bursts of 4x that); 0: no limit.",
+)
+@common_options
+@pass_ctx
+def serve(ctx: Context, host: str, port: int, public: bool, workers: int, max_upload: int, rate_limit: float) -> None:
+    """Serve this registry over HTTP: a JSON API under /api/v1 (its OpenAPI schema at /openapi.json), a web view
+    for people, and pushes of bundles.
+
+    Every request needs a token (`registry token create`) unless --public lets anyone read. Readers read, writers
+    also push (`registry push URL`), admins also list and revoke tokens. A pushed bundle is checked as `registry
+    import` checks one, and its records arrive "imported". Serve behind a TLS reverse proxy to reach it beyond this
+    machine: see docs/SERVER.md.
+
+    \b
+    Examples:
+      registry token create --role admin --name me       # once: prints a token
+      registry serve --db postgresql://registry@db/registry --port 8000
+      registry serve --public --workers 2                # a read-only mirror, anonymous readers
+    """
+    import uvicorn
+
+    from registry.server.app import ServeConfig, create_app, environment
+    from registry.store.sql.engine import redact
+
+    store = ctx.existing_store  # a registry that exists, at this schema: refused here, in one line, if not
+    if not public and not store.tokens():
+        click.echo(
+            "Warning: no token yet: every request will be refused; make one with "
+            "`registry token create --role admin --name NAME`",
+            err=True,
+        )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"Warning: listening on {host} without TLS; put a TLS reverse proxy in front (docs/SERVER.md)", err=True
+        )
+    config = ServeConfig(
+        db=store.url, public=public, max_upload=max_upload, rate=rate_limit, burst=max(1, round(4 * rate_limit))
+    )
+    who = "public, read-only for anyone" if public else "a token needed"
+    click.echo(f"serving {redact(store.url)} at http://{host}:{port}/ ({who}); Ctrl-C stops", err=True)
+    common = dict(host=host, port=port, log_level="warning", proxy_headers=True, server_header=False)
+    if workers == 1:
+        uvicorn.run(create_app(config, store), **common)
+        return
+    import os
+
+    store.close()
+    os.environ.update(environment(config))  # the workers' processes build their app from it
+    uvicorn.run("registry.server.app:from_environment", factory=True, workers=workers, **common)

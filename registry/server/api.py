@@ -1,0 +1,264 @@
+"""The JSON API, ``/api/v1``: what the CLI reads, by URL, in the shapes its ``--json`` prints.
+
+Reads need a reader's token (none on a ``--public`` server); ``POST /bundles`` a writer's; ``/tokens`` an admin's.
+Every handler is a plain function: FastAPI runs it in its thread pool, so a slow query holds one thread, not the event
+loop. Each finishes its reading before it answers (a bundle is written to a temporary file first), so no database
+transaction stays open while a slow client takes the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import threading
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathPart
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+
+from registry import hostinfo
+from registry.cli import schemas
+from registry.cli.lookup import parse_shape, parse_workload
+from registry.errors import BadInputError
+from registry.server.auth import Gate
+from registry.server.limits import receive_upload
+from registry.server.problems import Problem
+from registry.store.interface import LookupFilter, RegistryStorage
+from registry.store.values import ExchangeFilters
+
+PAGE = 20_000  # records per bundle page of a pull, by default
+MAX_PAGE = 100_000
+MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
+
+Text = Annotated[str | None, Query(max_length=200)]
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    if t is None:
+        return None
+    return (t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)).isoformat(timespec="seconds")
+
+
+def router(store: RegistryStorage, gate: Gate, *, max_upload: int) -> APIRouter:
+    def reader(request: Request):
+        return gate.check(request, "reader")
+
+    def writer(request: Request):
+        return gate.check(request, "writer")
+
+    def admin(request: Request):
+        return gate.check(request, "admin")
+
+    api = APIRouter(prefix="/api/v1", dependencies=[Depends(reader)])
+    pushing = threading.Lock()  # one import at a time: each replays its traces on every core already
+
+    @api.get("/registry", response_model=schemas.ServerInfoOutput)
+    def registry_info(request: Request):
+        token = gate.check(request, "reader")
+        return schemas.ServerInfoOutput(
+            registry_id=store.registry_id(), schema_revision=store.schema_revision(),
+            tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(), public=gate.public,
+            role=None if token is None else token.role,
+        )  # fmt: skip
+
+    @api.get("/stats", response_model=schemas.StatsOutput)
+    def stats(request: Request):
+        # the server's own address, not its database's: a client has no business with the database URL
+        return schemas.StatsOutput(database=str(request.base_url), **store.stats())
+
+    @api.get("/devices", response_model=schemas.DevicesOutput)
+    def devices():
+        return schemas.DevicesOutput(rows=store.devices())
+
+    @api.get("/workloads", response_model=schemas.LookupOutput)
+    def workloads(
+        op: Text = None,
+        shape: Annotated[str | None, Query(max_length=200, description="An argument shape, e.g. 1,64,56,56.")] = None,
+        dtype: Text = None,
+        device: Text = None,
+        model: Text = None,
+        workload: Text = None,
+        top_k: Annotated[int, Query(ge=1, le=100)] = 1,
+        limit: Annotated[int, Query(ge=1, le=MAX_ROWS)] = 100,
+        trust: Annotated[str, Query(pattern="^(imported|verified)$")] = "imported",
+    ):
+        """The best records of each (workload, device) matching every filter, as `registry lookup --json`."""
+        f = LookupFilter(
+            op=op, shape=parse_shape(shape), dtype=dtype, model=model, workload=parse_workload(workload),
+            top_k=top_k, limit=limit, trust=trust,
+        )  # fmt: skip
+        f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
+        return schemas.LookupOutput(rows=[r.as_dict() for r in store.lookup(f)])
+
+    @api.get("/workloads/{shash}", response_model=schemas.LookupOutput)
+    def workload(shash: str, top_k: Annotated[int, Query(ge=1, le=100)] = 20):
+        """A workload's records on every device, best first, with their provenance."""
+        rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=top_k, limit=1000))
+        if not rows:
+            raise Problem(404, f"no stored record of workload {shash}")
+        return schemas.LookupOutput(rows=[r.as_dict() for r in rows])
+
+    @api.get("/records/{record_id}", response_model=schemas.RecordOutput)
+    def record(record_id: Annotated[int, PathPart(ge=1, le=2**62)]):
+        prov = store.record_provenance(record_id)
+        r = prov.record
+        return schemas.RecordOutput(
+            record_id=r.id, workload=prov.workload, device_id=prov.device_id, latency_us=(r.mean_s or 0) * 1e6,
+            run_secs=r.run_secs, source=prov.source, donor_record_id=prov.donor_record_id, donor=prov.donor,
+            team=prov.team, model=prov.model, host=prov.host, tvm_version=prov.tvm_version, created_at=prov.created_at,
+            trace=json.loads(r.trace_json),
+        )  # fmt: skip
+
+    @api.get("/models", response_model=schemas.ModelsOutput)
+    def models(limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+        return schemas.ModelsOutput(rows=model_entries(store, limit))
+
+    @api.get("/models/{name}", response_model=schemas.ModelReportData)
+    def model_report(name: str, device: Text = None):
+        """What `registry report` draws for the model: its task table and curves, as data."""
+        return report_output(model_data(store, name, device))
+
+    @api.get("/exchange", response_model=schemas.ExchangeOutput)
+    def exchange(device: Text = None, team: Text = None, model: Text = None, since: dt.datetime | None = None):
+        """The id and filter key a pull of these filters keeps its progress under (`registry pull URL`)."""
+        filters = _filters(store, device, team, model, since)
+        return schemas.ExchangeOutput(origin=store.registry_id(), filters_key=filters.key())
+
+    @api.get("/exchange/bundle", response_class=FileResponse)
+    def exchange_bundle(
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
+        device: Text = None,
+        team: Text = None,
+        model: Text = None,
+        since: dt.datetime | None = None,
+    ):
+        """One page of the records matching the filters, after record id ``after``, as a bundle: its manifest's
+        ``last_record_id`` is where the next page starts; a page of 0 records is the end."""
+        import tempfile
+
+        from registry.share.bundle import write_bundle
+
+        filters = _filters(store, device, team, model, since)
+        with tempfile.NamedTemporaryFile(prefix="registry-pull-", suffix=".bundle", delete=False) as f:
+            path = Path(f.name)
+        try:
+            with store.read_exchange(filters, after, limit) as found:
+                info = write_bundle(path, found, _described(filters))
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return FileResponse(
+            path, media_type="application/zip", filename="page.bundle",
+            headers={"X-Registry-Records": str(info.records)}, background=BackgroundTask(path.unlink, missing_ok=True),
+        )  # fmt: skip
+
+    @api.get("/sync-state", response_model=schemas.SyncStateOutput)
+    def sync_state(origin: Annotated[str, Query(max_length=64)], key: Annotated[str, Query(pattern="^[0-9a-f]{64}$")]):
+        """How far pushes from registry ``origin`` with filter set ``key`` have come (`registry push URL`)."""
+        return schemas.SyncStateOutput(last_record_id=store.last_synced(origin, key))
+
+    @api.post("/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)])
+    async def push(request: Request, sync_key: Annotated[str | None, Query(pattern="^[0-9a-f]{64}$")] = None):
+        """Import a bundle, checked as `registry import` checks one: every trace replayed on its workload, one bad
+        record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
+        ``sync_key``: the pusher's filter key, under which the bundle's origin and last record id are kept, so that
+        its next push sends only what came after."""
+        from starlette.concurrency import run_in_threadpool
+
+        path = await receive_upload(request, max_upload)
+        try:
+            result = await run_in_threadpool(_import, store, path, sync_key, pushing)
+        finally:
+            path.unlink(missing_ok=True)
+        return schemas.ImportOutput(**dataclasses.asdict(result))
+
+    @api.get("/tokens", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+    def tokens():
+        return token_list(store)
+
+    @api.delete("/tokens/{name}", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+    def revoke(name: str):
+        if not store.revoke_token(name):
+            raise Problem(404, f"no token named {name!r} that is not revoked already")
+        return token_list(store)
+
+    return api
+
+
+# -- what the API and the web view both use ---------------------------------------------------------------------------
+
+
+def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry]:
+    rows = []
+    for name in store.model_names(limit):
+        for m in store.find_models(name)[:1]:
+            rows.append(
+                schemas.ModelEntry(
+                    id=m.id,
+                    name=m.name,
+                    sha256=m.sha256,
+                    input_shapes=json.loads(m.input_shapes_json),
+                    created_at=_iso(m.created_at),
+                )  # fmt: skip
+            )
+    return rows
+
+
+def model_data(store: RegistryStorage, name: str, device: str | None):
+    """The model page's content (``registry.report.html.collect``): 404 for a model the registry does not hold."""
+    from registry.report.html import collect
+
+    if not store.find_models(name):
+        raise Problem(404, f"no model {name!r} in this registry")
+    return collect(store, name, device=device)
+
+
+def report_output(data) -> schemas.ModelReportData:
+    fields = dataclasses.asdict(data)
+    fields.pop("untuned_ms"), fields.pop("final_ms"), fields.pop("history")  # a run's, never a stored model's
+    fields["generated_at"] = _iso(data.generated_at)
+    fields["start"] = _iso(data.start)
+    return schemas.ModelReportData(**fields)
+
+
+def token_list(store: RegistryStorage) -> schemas.TokenListOutput:
+    return schemas.TokenListOutput(
+        rows=[schemas.TokenEntry(name=t.name, role=t.role, created_at=_iso(t.created_at),
+                                 revoked_at=_iso(t.revoked_at)) for t in store.tokens()]
+    )  # fmt: skip
+
+
+def _filters(store: RegistryStorage, device, team, model, since) -> ExchangeFilters:
+    from registry.share.export import exchange_filters
+
+    return exchange_filters(store, device, team, model, since)
+
+
+def _described(filters: ExchangeFilters) -> dict:
+    described = {k: v for k, v in dataclasses.asdict(filters).items() if v not in (None, False)}
+    if filters.since is not None:
+        described["since"] = filters.since.isoformat()
+    return described
+
+
+def _import(store: RegistryStorage, path: Path, sync_key: str | None, lock: threading.Lock):
+    """A pushed bundle into the store, as ``registry import`` takes one; messages name "the bundle", not the
+    server's temporary file."""
+    from registry.share.bundle import read_bundle
+    from registry.share.exchange_import import import_exchange
+
+    with lock:
+        try:
+            exchange, manifest = read_bundle(path)
+            mark = None
+            last = manifest.get("last_record_id")
+            if sync_key is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
+                mark = (exchange.origin, sync_key, last)
+            return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
+        except BadInputError as e:
+            raise BadInputError(str(e).replace(str(path), "the bundle")) from None

@@ -1,0 +1,151 @@
+"""The ASGI application of ``registry serve``: the JSON API, the web view, and one answer for every error.
+
+``create_app`` builds it over a ``RegistryStorage``; ``from_environment`` is the factory uvicorn calls in each worker
+process (``registry serve --workers N``), configured by the ``REGISTRY_SERVE_*`` variables ``registry serve`` sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from registry import hostinfo
+from registry.errors import DatabaseError, NotFoundError, RegistryError, UnknownDeviceError
+from registry.server import api, pages, problems
+from registry.server.auth import Gate
+from registry.server.limits import RateLimit
+from registry.server.problems import Problem, one_line
+from registry.store.interface import RegistryStorage, open_storage
+
+log = logging.getLogger("registry.server")
+
+ENVIRONMENT = "REGISTRY_SERVE_CONFIG"
+
+# Pages load nothing but themselves: no script, no font, no image but inline SVG and data: URLs, no frame.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    db: str | None = None  # the registry's URL (default: as every command resolves it)
+    public: bool = False  # requests without a token may read
+    max_upload: int = 256 << 20  # bytes of one pushed bundle
+    rate: float = 50.0  # requests a second per client; 0: no limit
+    burst: int = 200  # requests a client may send at once before the rate applies
+
+
+def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> FastAPI:
+    store = store or open_storage(config.db, create_new=False)
+    gate = Gate(store, config.public)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        store.close()  # the connections go back when the server stops
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="tvm-registry",
+        version=hostinfo.tool_version(),
+        summary="Tuned MetaSchedule schedules of a TVM registry: lookup, models, records, pull and push.",
+        docs_url=None,  # the interactive pages load their script from a CDN: only the schema is served
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.store = store
+    app.include_router(api.router(store, gate, max_upload=config.max_upload))
+    app.include_router(pages.router(store, gate))
+    _errors(app, gate)
+
+    @app.middleware("http")
+    async def headers(request: Request, call_next):
+        response = await call_next(request)
+        for k, v in SECURITY_HEADERS.items():
+            response.headers.setdefault(k, v)
+        return response
+
+    app.add_middleware(RateLimit, rate=config.rate, burst=config.burst)
+    return app
+
+
+def _errors(app: FastAPI, gate: Gate) -> None:
+    """Every error as one problem document (or, for a browser asking for a page, the same line in a page)."""
+
+    def answer(request: Request, status: int, detail: str, headers: dict | None = None) -> Response:
+        if _wants_page(request):
+            if status == 401:
+                page = pages.page(request, gate, "login.html", 401, title="Sign in", problem=one_line(detail))
+            else:
+                page = pages.page(
+                    request, gate, "error.html", status, title=problems.title(status), detail=one_line(detail)
+                )
+            for k, v in (headers or {}).items():
+                page.headers[k] = v
+            return page
+        return problems.response(status, detail, headers)
+
+    @app.exception_handler(Problem)
+    async def problem(request: Request, e: Problem):
+        return answer(request, e.status, e.detail, e.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException):
+        detail = e.detail if isinstance(e.detail, str) and e.status_code != 404 else None
+        if e.status_code == 404:
+            detail = f"nothing at {request.url.path[:200]} (the API is under /api/v1: /openapi.json lists it)"
+        return answer(request, e.status_code, detail or problems.title(e.status_code), dict(e.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError):
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
+        return answer(request, 422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(RegistryError)
+    async def refused(request: Request, e: RegistryError):
+        if isinstance(e, (NotFoundError,)):
+            status = 404
+        elif isinstance(e, DatabaseError):
+            status = 503
+        elif isinstance(e, UnknownDeviceError):
+            status = 404 if "no device" in str(e) else 400
+        else:
+            status = 400
+        return answer(request, status, str(e))
+
+    @app.exception_handler(Exception)
+    async def fault(request: Request, e: Exception):
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
+        if os.environ.get("REGISTRY_DEBUG"):
+            log.exception("the traceback (REGISTRY_DEBUG is set)", exc_info=e)
+        return answer(request, 500, "internal error: the server's log has its cause")
+
+
+def _wants_page(request: Request) -> bool:
+    path = request.url.path
+    if path.startswith("/api/") or path == "/openapi.json":
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def from_environment() -> FastAPI:
+    """The app as configured by ``registry serve`` in ``$REGISTRY_SERVE_CONFIG`` (JSON of a ``ServeConfig``)."""
+    return create_app(ServeConfig(**json.loads(os.environ.get(ENVIRONMENT, "{}"))))
+
+
+def environment(config: ServeConfig) -> dict[str, str]:
+    return {ENVIRONMENT: json.dumps(asdict(config))}

@@ -1,0 +1,167 @@
+"""The web view: server-rendered pages for people, from ``templates/`` (Jinja2, every value escaped).
+
+No script, no request to anything but this server (the styles are inline, the charts inline SVG), so every page works
+without JavaScript and under a Content-Security-Policy that forbids the rest. The model page is ``registry report``'s
+content (``registry.report.html.content``) inside the site's layout: one report, two outputs. A page that needs a
+token the browser has not given answers with the sign-in form.
+"""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+
+import jinja2
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from markupsafe import Markup
+
+from registry import hostinfo
+from registry.cli.lookup import parse_shape, parse_workload
+from registry.cli.output import shapes
+from registry.errors import BadInputError, RegistryError
+from registry.report.html import CSS, content
+from registry.server import auth
+from registry.server.api import model_data, model_entries
+from registry.server.auth import Gate
+from registry.server.problems import Problem, one_line
+from registry.store.interface import LookupFilter, RegistryStorage
+
+MAX_LOGIN = 4096  # bytes of a sign-in form: a token and its field name
+SEARCH_LIMIT = 200
+
+templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("registry.server", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,  # a name a template misspells fails its test, not silently renders nothing
+)
+templates.globals.update(report_css=Markup(CSS), shapes=shapes)
+
+
+def page(request: Request, gate: Gate, name: str, status: int = 200, **values) -> HTMLResponse:
+    html = templates.get_template(name).render(role=gate.role_of(request), public=gate.public, **values)
+    return HTMLResponse(html, status_code=status)
+
+
+def router(store: RegistryStorage, gate: Gate) -> APIRouter:
+    pages = APIRouter(include_in_schema=False)
+
+    def reader(request: Request) -> None:
+        gate.check(request, "reader")
+
+    @pages.get("/", response_class=HTMLResponse)
+    def overview(request: Request):
+        reader(request)
+        stats = store.stats()
+        return page(
+            request, gate, "overview.html", title="Overview", stats=stats, devices=store.devices(),
+            tuned={d["id"]: d["tuned_workloads"] for d in stats["per_device"]}, models=model_entries(store, 20),
+            info={"registry_id": store.registry_id(), "tvm_version": hostinfo.tvm_version(),
+                  "tool_version": hostinfo.tool_version()},
+        )  # fmt: skip
+
+    @pages.get("/models", response_class=HTMLResponse)
+    def models(request: Request):
+        reader(request)
+        return page(request, gate, "models.html", title="Models", models=model_entries(store, 1000))
+
+    @pages.get("/models/{name}", response_class=HTMLResponse)
+    def model(request: Request, name: str, device: str | None = None):
+        reader(request)
+        data = model_data(store, name, device)
+        return page(request, gate, "model.html", title=f"Model {name}", name=name, report=Markup(content(data)))
+
+    @pages.get("/search", response_class=HTMLResponse)
+    def search(request: Request):
+        reader(request)
+        q = {k: v.strip() for k, v in request.query_params.items() if k in _SEARCH_FIELDS and v.strip()}
+        rows, problem = None, None
+        if q:
+            try:
+                rows = _lookup(store, q)
+            except (BadInputError, RegistryError) as e:
+                problem = one_line(str(e))
+        return page(
+            request, gate, "search.html", title="Search", query=_Query(q), rows=rows, problem=problem,
+            limit=SEARCH_LIMIT, ops=list(store.stats()["workloads_by_op"]), devices=store.all_devices(),
+        )  # fmt: skip
+
+    @pages.get("/workloads/{shash}", response_class=HTMLResponse)
+    def workload(request: Request, shash: str):
+        reader(request)
+        rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=20, limit=1000))
+        if not rows:
+            raise Problem(404, f"no stored record of workload {shash}")
+        best = min((r for r in rows if r.rank == 1), key=lambda r: r.latency_us)
+        prov = store.record_provenance(best.record_id)
+        trace, is_python, note = _trace(prov)
+        return page(
+            request, gate, "workload.html", title=f"Workload {best.workload}", rows=rows, best=best, prov=prov,
+            donor_shash=prov.donor.split(" ", 1)[0] if prov.donor else None, trace=trace, trace_is_python=is_python,
+            trace_note=note,
+        )  # fmt: skip
+
+    @pages.get("/login", response_class=HTMLResponse)
+    def login_form(request: Request):
+        return page(request, gate, "login.html", title="Sign in", problem=None)
+
+    @pages.post("/login")
+    async def login(request: Request):
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_LOGIN:
+                raise Problem(413, f"a sign-in form is at most {MAX_LOGIN} bytes")
+        token = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
+        found = store.token(auth.digest(token)) if token and len(token) <= auth.MAX_TOKEN else None
+        if found is None or not found.may("reader"):
+            return page(request, gate, "login.html", 401, title="Sign in", problem="That token is not valid here.")
+        done = RedirectResponse("/", status_code=303)
+        done.set_cookie(
+            auth.COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
+        )
+        return done
+
+    @pages.post("/logout")
+    def logout():
+        done = RedirectResponse("/", status_code=303)
+        done.delete_cookie(auth.COOKIE, path="/")
+        return done
+
+    return pages
+
+
+_SEARCH_FIELDS = ("op", "shape", "dtype", "device", "model", "trust")
+
+
+class _Query(dict):
+    """The search form's values; a field not given reads as None."""
+
+    def __getattr__(self, name: str):
+        return self.get(name)
+
+
+def _lookup(store: RegistryStorage, q: dict[str, str]):
+    f = LookupFilter(
+        op=q.get("op"), shape=parse_shape(q.get("shape")), dtype=q.get("dtype"), model=q.get("model"),
+        limit=SEARCH_LIMIT, trust="verified" if q.get("trust") == "verified" else "imported",
+    )  # fmt: skip
+    f.device_ids = [d.id for d in store.resolve_devices(q["device"])] if q.get("device") else None
+    return store.lookup(f)
+
+
+def _trace(prov) -> tuple[str, bool, str | None]:
+    """(text, whether it is Python, a note): the trace as Python where it replays on this TVM, else as stored."""
+    try:
+        return _as_python(prov.record.id, prov.mod_json, prov.record.trace_json, prov.workload), True, None
+    except BadInputError as e:
+        return prov.record.trace_json, False, f"Shown as stored: {one_line(str(e))}."
+
+
+@functools.lru_cache(maxsize=256)
+def _as_python(record_id: int, mod_json: str, trace_json: str, workload: str) -> str:
+    """The trace as Python, cached (a record never changes). TVM is imported here, on the first workload page: the
+    rest of the server never needs it to read."""
+    from registry.tvm_side.apply_trace import schedule_text
+
+    return schedule_text(mod_json, trace_json, workload=workload, record_id=record_id)[1]
