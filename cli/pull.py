@@ -16,6 +16,14 @@ token_file_option = click.option(
     help="A file holding the server's token [default: $REGISTRY_TOKEN; none for a public server].",
 )
 
+page_size_option = click.option(
+    "--page-size",
+    type=click.IntRange(1, 100_000),
+    default=20_000,
+    show_default=True,
+    help="Records per page by URL; each page is one transaction, what an interruption can cost.",
+)
+
 
 def remote_filters(command):
     """The filters of a pull or push by URL (the records of a device, team, model, or measured since a time)."""
@@ -26,6 +34,7 @@ def remote_filters(command):
             click.option("--model", type=NAME, help="Only records tuned for this model."),
             click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC)."),
             click.option("--full", is_flag=True, help="Read every matching record again, not only the new ones."),
+            page_size_option,
             token_file_option,
         ]
     ):
@@ -40,7 +49,9 @@ def remote_filters(command):
 @output_options("table", "json")
 @common_options
 @pass_ctx
-def pull(ctx: Context, source: str, list_: bool, device, team, model, since, full, token_file, fmt: str) -> None:
+def pull(
+    ctx: Context, source: str, list_: bool, device, team, model, since, full, page_size, token_file, fmt: str
+) -> None:
     """Import a bundle shipped with tvm-registry (default: `starter`), or the records of a registry served by
     `registry serve` at URL.
 
@@ -65,7 +76,7 @@ def pull(ctx: Context, source: str, list_: bool, device, team, model, since, ful
     if is_url(source):
         if list_:
             raise click.UsageError("--list lists the shipped bundles; it takes no URL")
-        _pull_url(ctx, source, device, team, model, since, full, token_file, fmt)
+        _pull_url(ctx, source, device, team, model, since, full, page_size, token_file, fmt)
         return
     given = [o for o, v in (("--device", device), ("--team", team), ("--model", model), ("--since", since),
                             ("--full", full), ("--token-file", token_file)) if v]  # fmt: skip
@@ -101,13 +112,13 @@ def pull(ctx: Context, source: str, list_: bool, device, team, model, since, ful
                f"{result.workloads_new} new workload(s)")  # fmt: skip
 
 
-def _pull_url(ctx: Context, url, device, team, model, since, full, token_file, fmt) -> None:
+def _pull_url(ctx: Context, url, device, team, model, since, full, page_size, token_file, fmt) -> None:
     from registry.share.remote import Remote, pull, read_token
 
     remote = Remote(url, read_token(token_file))
     with Progress("pull") as progress:
         result = pull(remote, ctx.store, device=device, team=team, model=model, since=since, full=full,
-                      progress=progress)  # fmt: skip
+                      page=page_size, progress=progress)  # fmt: skip
     echo_transfer(result, "pulled from", fmt)
 
 

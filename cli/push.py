@@ -14,7 +14,7 @@ from registry.cli.pull import echo_transfer, remote_filters
 @output_options()
 @common_options
 @pass_ctx
-def push(ctx: Context, url: str, device, team, model, since, full, token_file, fmt: str) -> None:
+def push(ctx: Context, url: str, device, team, model, since, full, page_size, token_file, fmt: str) -> None:
     """Send this registry's records that the server at URL (`registry serve`) lacks, with their provenance.
 
     The server keeps how far pushes from this registry with the same filters have come, so only records added since
@@ -35,5 +35,6 @@ def push(ctx: Context, url: str, device, team, model, since, full, token_file, f
         raise click.UsageError(f"{url!r} is no http:// or https:// URL (`registry sync` copies between databases)")
     remote = Remote(url, read_token(token_file))
     store = ctx.existing_store
-    result = run_push(remote, store, exchange_filters(store, device, team, model, since), full=full)
+    filters = exchange_filters(store, device, team, model, since)
+    result = run_push(remote, store, filters, full=full, page=page_size)
     echo_transfer(result, "pushed to", fmt)

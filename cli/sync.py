@@ -8,7 +8,7 @@ import click
 
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
-from registry.cli.pull import token_file_option
+from registry.cli.pull import page_size_option, token_file_option
 
 
 @click.command()
@@ -20,12 +20,13 @@ from registry.cli.pull import token_file_option
 @click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC).")
 @click.option("--full", is_flag=True, help="Read every matching record again, not only those since the last sync.")
 @click.option("--skip-invalid", is_flag=True, help="Copy the valid records and report the invalid ones.")
+@page_size_option
 @token_file_option
 @output_options()
 @common_options
 @pass_ctx
 def sync(ctx: Context, source: str, destination: str, device, team, model, since, full: bool, skip_invalid: bool,
-         token_file, fmt: str) -> None:  # fmt: skip
+         page_size, token_file, fmt: str) -> None:  # fmt: skip
     """Copy SOURCE's records into DESTINATION: SQLite file, PostgreSQL URL, or the http(s):// URL of a registry
     served by `registry serve` on one side (a pull or a push by URL, with the same counts).
 
@@ -47,7 +48,7 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
     from registry.share.remote import is_url
 
     if is_url(source) or is_url(destination):
-        _sync_url(source, destination, device, team, model, since, full, skip_invalid, token_file, fmt)
+        _sync_url(source, destination, device, team, model, since, full, skip_invalid, page_size, token_file, fmt)
         return
     if token_file is not None:
         raise click.UsageError("--token-file applies to a sync with a registry server's URL")
@@ -78,7 +79,7 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
     )
 
 
-def _sync_url(source, destination, device, team, model, since, full, skip_invalid, token_file, fmt) -> None:
+def _sync_url(source, destination, device, team, model, since, full, skip_invalid, page_size, token_file, fmt) -> None:
     """A sync with a server on one side: a pull from SOURCE's URL, or a push to DESTINATION's."""
     from registry.share.export import exchange_filters
     from registry.share.remote import Remote, is_url, pull, push, read_token
@@ -94,14 +95,14 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
         try:
             with Progress("sync") as progress:
                 result = pull(Remote(source, token), store, device=device, team=team, model=model, since=since,
-                              full=full, progress=progress)  # fmt: skip
+                              full=full, page=page_size, progress=progress)  # fmt: skip
         finally:
             store.close()
     else:
         store = open_storage(source, create_new=False)
         try:
             filters = exchange_filters(store, device, team, model, since)
-            result = push(Remote(destination, token), store, filters, full=full)
+            result = push(Remote(destination, token), store, filters, full=full, page=page_size)
         finally:
             store.close()
     from registry.store.sql.engine import redact

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from registry.cli.main import cli
-from registry.store.rows import RecordIn
 from registry.store.sql.models import RegistryInfo, TuningRecord
 from registry.store.sql.store import Store
 from registry.tvm_side import tvmlog
 from tests.rows import rows_of
+from tests.tvm_env import measured_here
 
 pytestmark = pytest.mark.tvm
 
@@ -38,31 +38,6 @@ def refused(*args: str) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code != 0 and len(lines) == 1 and "Traceback" not in result.output, result.output
     return lines[0]
-
-
-def measured_here(store: Store, logs: Path, team: str, keep=lambda i: True) -> int:
-    """Write the logs' records into ``store`` as if it had tuned them itself (origin: its own id)."""
-    from registry.share.log_import import checked_workload
-    from registry.tvm_side.target import device_spec
-
-    pair = tvmlog.find_logs(logs)[0]
-    workloads = [checked_workload(w.where, w.mod_json) for w in tvmlog.read_workloads(pair.workload_file)]
-    records = [
-        RecordIn(
-            workload=workloads[r.workload_index].ident,
-            device=device_spec(r.target),
-            trace=r.trace,
-            run_secs=r.run_secs,
-            source="tuned",
-            tool_version="test",
-            team=team,
-            model="tiny",
-            host=f"{team}-host",
-        )
-        for i, r in enumerate(tvmlog.read_records(pair.record_file))
-        if keep(i)
-    ]
-    return store.ingest(workloads, records).records_new
 
 
 def counts(url: str) -> dict[str, int]:

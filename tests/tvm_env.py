@@ -101,3 +101,42 @@ def _measured_here(module_json: str, trace: list) -> float:
         [m] = measurer.recheck([job])
     assert m.ok, m.error
     return m.mean_us / 1e6
+
+
+def measured_here(
+    store, logs: Path, team: str, keep=lambda i: True, *, host: str | None = None, model: str = "tiny"
+) -> int:
+    """Write the logs' records into ``store`` as if it had tuned them itself (origin: its own id); returns how many
+    were new. ``host``: the host they name (default: TEAM-host)."""
+    from registry.share.log_import import checked_workload
+    from registry.store.rows import RecordIn
+    from registry.tvm_side import tvmlog
+    from registry.tvm_side.target import device_spec
+
+    pair = tvmlog.find_logs(logs)[0]
+    workloads = [checked_workload(w.where, w.mod_json) for w in tvmlog.read_workloads(pair.workload_file)]
+    records = [
+        RecordIn(
+            workload=workloads[r.workload_index].ident,
+            device=device_spec(r.target),
+            trace=r.trace,
+            run_secs=r.run_secs,
+            source="tuned",
+            tool_version="test",
+            team=team,
+            model=model,
+            host=host or f"{team}-host",
+        )
+        for i, r in enumerate(tvmlog.read_records(pair.record_file))
+        if keep(i)
+    ]
+    return store.ingest(workloads, records).records_new
+
+
+def logged_workloads(logs: Path) -> list:
+    """The workloads of a log, checked as an import checks them (``WorkloadIn``)."""
+    from registry.share.log_import import checked_workload
+    from registry.tvm_side import tvmlog
+
+    pair = tvmlog.find_logs(logs)[0]
+    return [checked_workload(w.where, w.mod_json) for w in tvmlog.read_workloads(pair.workload_file)]

@@ -23,7 +23,7 @@ import numpy as np
 from registry.errors import BadInputError
 from registry.report.model_report import ModelReport
 from registry.report.svg import PALETTE, Series, step_chart
-from registry.store.interface import RecordPoint, RegistryStorage
+from registry.store.interface import RecordHistory, RecordPoint, RegistryStorage
 
 
 @dataclass
@@ -99,14 +99,16 @@ def collect(
         dev = (found.id, found.name)
     else:
         dev = store.busiest_device(wids)
-    records = store.ok_records(wids, dev[0]) if dev else []
+    history = store.record_history(wids, dev[0]) if dev else RecordHistory([], {}, None)
+    records = history.points
     by_wid: dict[int, list[RecordPoint]] = {}
     for r in records:
         by_wid.setdefault(r.workload_id, []).append(r)
-    bests = {w: min(rs, key=lambda r: (r.mean_s, r.created_at, r.id)) for w, rs in by_wid.items()}
+    bests = {w: rs[-1] for w, rs in by_wid.items()}  # a workload's last improvement is its best record
     donor_rows = store.donor_rows([b.donor_record_id for b in bests.values() if b.donor_record_id is not None])
-    start = min((_utc(r.created_at) for r in records), default=None)
-    end = max((_utc(r.created_at) for r in records), default=None)
+    # the points come in the order they were written, the first record of them all among them
+    start = _utc(records[0].created_at) if records else None
+    end = _utc(history.last_at) if history.last_at else None
     span = (end - start).total_seconds() if start and end else 0.0
     ran = {t.workload_id: t for t in run.tasks} if run is not None else {}
     embeddings = {t.workload_id: t.embedding for t in tasks}
@@ -133,7 +135,7 @@ def collect(
             distance,
             recs[0].mean_s * 1e6 if recs else None,
             best.mean_s * 1e6 if best else None,
-            len(recs),
+            history.counts.get(t.workload_id, 0),
             curve,
         )
         result = ran.get(t.workload_id)
@@ -180,12 +182,14 @@ def _model_curve(lines: list[TaskLine]) -> list[tuple[float, float]]:
     events = sorted((x, i, t.workload_id, us) for i, t in enumerate(lines) for x, us in t.curve)
     if not events:
         return []
-    curve = [(0.0, sum(weights[w] * v for w, v in current.items()))]
-    for x, _, wid, us in events:
-        current[wid] = min(current[wid], us)
-        value = sum(weights[w] * v for w, v in current.items())
-        if value < curve[-1][1]:
-            curve.append((x, value))
+    value = sum(weights[w] * v for w, v in current.items())
+    curve = [(0.0, value)]
+    for x, _, wid, us in events:  # the sum moves by one task's change at a time: O(events), not O(events x tasks)
+        if us < current[wid]:
+            value += weights[wid] * (us - current[wid])
+            current[wid] = us
+            if value < curve[-1][1]:
+                curve.append((x, value))
     return curve
 
 
@@ -199,7 +203,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#555} .notes li{color:#8a5a00}
 .wide{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin-top:8px} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}
-td{overflow-wrap:anywhere} td.name{min-width:12em;max-width:28em}
+td.name{overflow-wrap:anywhere;min-width:7em;max-width:28em}
 th{background:#f3f3f3} td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .grid{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{background:#fff;border:1px solid #ddd}
@@ -270,10 +274,15 @@ def content(data: ReportData) -> str:
         body.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in data.notes) + "</ul>")
     body += _table(data)
     body.append("<h2>Best latency over time</h2>")
+    before = (
+        "at its first record's latency from the start"
+        if data.before_kind == "first record"
+        else f"with its {e(data.before_kind)} until its first record"
+    )
     body.append(
         "<p>From the records' timestamps on this device (time of writing, not of measuring; an imported record "
         "carries its import time). A curve steps down when a faster record is written. The model's curve is "
-        f"Σ weight × best so far, each task counted with its {e(data.before_kind)} until its first record.</p>"
+        f"Σ weight × best so far, each task counted {before}.</p>"
     )
     x_max = data.span_s
     if data.model_curve:

@@ -8,12 +8,13 @@ transaction stays open while a slow client takes the answer.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import json
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathPart
@@ -43,7 +44,7 @@ def _iso(t: dt.datetime | None) -> str | None:
     return (t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)).isoformat(timespec="seconds")
 
 
-def router(store: RegistryStorage, gate: Gate, *, max_upload: int) -> APIRouter:
+def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_upload: int) -> APIRouter:
     def reader(request: Request):
         return gate.check(request, "reader")
 
@@ -117,10 +118,10 @@ def router(store: RegistryStorage, gate: Gate, *, max_upload: int) -> APIRouter:
     def models(limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         return schemas.ModelsOutput(rows=model_entries(store, limit))
 
-    @api.get("/models/{name}", response_model=schemas.ModelReportData)
+    @api.get("/models/{name:path}", response_model=schemas.ModelReportData)
     def model_report(name: str, device: Text = None):
         """What `registry report` draws for the model: its task table and curves, as data."""
-        return report_output(model_data(store, name, device))
+        return report_output(reports.get(name, device))
 
     @api.get("/exchange", response_model=schemas.ExchangeOutput)
     def exchange(device: Text = None, team: Text = None, model: Text = None, since: dt.datetime | None = None):
@@ -209,13 +210,35 @@ def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry
     return rows
 
 
-def model_data(store: RegistryStorage, name: str, device: str | None):
-    """The model page's content (``registry.report.html.collect``): 404 for a model the registry does not hold."""
-    from registry.report.html import collect
+class ReportCache:
+    """Model pages, kept while the registry holds the same records: a page is derived from records, which are only
+    ever added, so one query for the newest record id says whether a kept page is current. A 100-task model with 10^4
+    records takes tens of milliseconds to collect; a busy page is collected once per change, not once per request."""
 
-    if not store.find_models(name):
-        raise Problem(404, f"no model {name!r} in this registry")
-    return collect(store, name, device=device)
+    def __init__(self, store: RegistryStorage, size: int = 64) -> None:
+        self.store, self.size = store, size
+        self.kept: collections.OrderedDict[tuple, tuple[int, Any]] = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, name: str, device: str | None):
+        """The model page's content (``registry.report.html.collect``); 404 for a model the registry lacks."""
+        from registry.report.html import collect
+
+        newest = self.store.newest_record_id()
+        key = (name, device)
+        with self.lock:
+            found = self.kept.get(key)
+            if found is not None and found[0] == newest:
+                self.kept.move_to_end(key)
+                return found[1]
+        if not self.store.find_models(name):
+            raise Problem(404, f"no model {name!r} in this registry")
+        data = collect(self.store, name, device=device)
+        with self.lock:
+            self.kept[key] = (newest, data)
+            while len(self.kept) > self.size:
+                self.kept.popitem(last=False)
+        return data
 
 
 def report_output(data) -> schemas.ModelReportData:
@@ -261,4 +284,6 @@ def _import(store: RegistryStorage, path: Path, sync_key: str | None, lock: thre
                 mark = (exchange.origin, sync_key, last)
             return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
         except BadInputError as e:
-            raise BadInputError(str(e).replace(str(path), "the bundle")) from None
+            # a pusher has no --skip-invalid to reach for: a bundle is whole or refused
+            text = str(e).replace(str(path), "the bundle").replace(" (--skip-invalid writes the rest)", "")
+            raise BadInputError(text) from None

@@ -67,8 +67,9 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
         openapi_url="/openapi.json",
     )
     app.state.store = store
-    app.include_router(api.router(store, gate, max_upload=config.max_upload))
-    app.include_router(pages.router(store, gate))
+    reports = api.ReportCache(store)
+    app.include_router(api.router(store, gate, reports, max_upload=config.max_upload))
+    app.include_router(pages.router(store, gate, reports))
     _errors(app, gate)
 
     @app.middleware("http")

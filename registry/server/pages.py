@@ -22,7 +22,7 @@ from registry.cli.output import shapes
 from registry.errors import BadInputError, RegistryError
 from registry.report.html import CSS, content
 from registry.server import auth
-from registry.server.api import model_data, model_entries
+from registry.server.api import ReportCache, model_entries
 from registry.server.auth import Gate
 from registry.server.problems import Problem, one_line
 from registry.store.interface import LookupFilter, RegistryStorage
@@ -36,14 +36,16 @@ templates = jinja2.Environment(
     undefined=jinja2.StrictUndefined,  # a name a template misspells fails its test, not silently renders nothing
 )
 templates.globals.update(report_css=Markup(CSS), shapes=shapes)
+# A name in a URL's path, every "/" and "." sequence encoded: a model named "a/../b" must not lead to model "b".
+templates.filters["segment"] = lambda text: urllib.parse.quote(str(text), safe="")
 
 
-def page(request: Request, gate: Gate, name: str, status: int = 200, **values) -> HTMLResponse:
-    html = templates.get_template(name).render(role=gate.role_of(request), public=gate.public, **values)
+def page(request: Request, gate: Gate, template: str, /, status: int = 200, **values) -> HTMLResponse:
+    html = templates.get_template(template).render(role=gate.role_of(request), public=gate.public, **values)
     return HTMLResponse(html, status_code=status)
 
 
-def router(store: RegistryStorage, gate: Gate) -> APIRouter:
+def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRouter:
     pages = APIRouter(include_in_schema=False)
 
     def reader(request: Request) -> None:
@@ -65,10 +67,10 @@ def router(store: RegistryStorage, gate: Gate) -> APIRouter:
         reader(request)
         return page(request, gate, "models.html", title="Models", models=model_entries(store, 1000))
 
-    @pages.get("/models/{name}", response_class=HTMLResponse)
+    @pages.get("/models/{name:path}", response_class=HTMLResponse)
     def model(request: Request, name: str, device: str | None = None):
         reader(request)
-        data = model_data(store, name, device)
+        data = reports.get(name, device)
         return page(request, gate, "model.html", title=f"Model {name}", name=name, report=Markup(content(data)))
 
     @pages.get("/search", response_class=HTMLResponse)

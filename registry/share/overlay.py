@@ -45,8 +45,8 @@ from registry.store.interface import (
     ModelRow,
     PlainTask,
     PredictorInfo,
+    RecordHistory,
     RecordIn,
-    RecordPoint,
     RecordProvenance,
     RegistryStorage,
     StoredPredictor,
@@ -270,6 +270,9 @@ class OverlayStorage:
     def stats(self) -> dict:
         return self.overlay.stats()
 
+    def newest_record_id(self) -> int:
+        return self.overlay.newest_record_id()
+
     def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
         return self.overlay.find_models(selector, sha256)
 
@@ -282,8 +285,8 @@ class OverlayStorage:
     def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
         return self.overlay.busiest_device(workload_ids)
 
-    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
-        return self.overlay.ok_records(workload_ids, device_id)
+    def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
+        return self.overlay.record_history(workload_ids, device_id)
 
     def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
         return self.overlay.list_predictors(device_id)

@@ -32,6 +32,7 @@ from registry.store.values import (
     ModelRow,
     PlainTask,
     PredictorInfo,
+    RecordHistory,
     RecordPoint,
     RecordProvenance,
     StoredPredictor,
@@ -56,6 +57,7 @@ __all__ = [
     "ModelRow",
     "PredictorInfo",
     "RecordIn",
+    "RecordHistory",
     "RecordPoint",
     "RecordProvenance",
     "RegistryStorage",
@@ -204,6 +206,10 @@ class RegistryStorage(Protocol):
     def stats(self) -> dict:
         """Counts of what the registry holds, as ``registry stats`` prints them."""
 
+    def newest_record_id(self) -> int:
+        """The highest record id (0: none): records are only ever added, so what is derived from them (a model
+        page) is current while it stays the same."""
+
     def record_provenance(self, record_id: int) -> RecordProvenance:
         """A record with its trace, workload module and provenance."""
 
@@ -268,8 +274,9 @@ class RegistryStorage(Protocol):
     def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
         """The device (id, name) with the most ok records of these workloads; None when none has any."""
 
-    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
-        """The ok records of these workloads on a device, in the order they were written."""
+    def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
+        """How these workloads improved on a device: each one's improving ok records, in the order they were
+        written, and its count of ok records (``RecordHistory``)."""
 
     def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
         """Records by id, with their workload's task name and embedding: the donors a report names."""

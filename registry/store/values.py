@@ -143,6 +143,19 @@ class RecordPoint:
 
 
 @dataclass
+class RecordHistory:
+    """How a set of workloads improved on a device: what a report draws, without the records that changed nothing.
+
+    ``points``: each workload's first ok record and every later one faster than all before it, in the order they
+    were written (so each workload's last point is its best record, the earliest of equals); ``counts``: ok records
+    per workload; ``last_at``: when the last ok record of them all was written."""
+
+    points: list[RecordPoint]
+    counts: dict[int, int]
+    last_at: dt.datetime | None
+
+
+@dataclass
 class DonorRow:
     record_id: int
     workload_id: int

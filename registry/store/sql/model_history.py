@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from registry.store.sql.models import Device, Model, ModelTask, TuningRecord, Workload
 from registry.store.sql.models import PlainTask as PlainTaskRow
-from registry.store.values import DonorRow, ModelRow, PlainTask, RecordPoint, TaskRow
+from registry.store.values import DonorRow, ModelRow, PlainTask, RecordHistory, RecordPoint, TaskRow
 
 
 def find_models(conn: Session, selector: str, sha256: str | None = None) -> list[ModelRow]:
@@ -66,11 +66,17 @@ def busiest_device(conn: Session, workload_ids: Sequence[int]) -> tuple[int, str
     return None if row is None else (row[0], row[1])
 
 
-def ok_records(conn: Session, workload_ids: Sequence[int], device_id: int) -> list[RecordPoint]:
-    """The ok records of these workloads on this device, in the order they were written."""
+def record_history(conn: Session, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
+    """Each workload's improving ok records on a device (``RecordHistory``). The database picks them with a window
+    over each workload's records in time order, so a model whose tasks hold 10^5 records hands Python only the few
+    hundred points its curves have."""
     if not workload_ids:
-        return []
-    rows = conn.execute(
+        return RecordHistory([], {}, None)
+    order = (TuningRecord.created_at, TuningRecord.id)
+    earlier_best = func.min(TuningRecord.mean_s).over(
+        partition_by=TuningRecord.workload_id, order_by=order, rows=(None, -1)
+    )
+    rows = (
         select(
             TuningRecord.id,
             TuningRecord.workload_id,
@@ -78,15 +84,28 @@ def ok_records(conn: Session, workload_ids: Sequence[int], device_id: int) -> li
             TuningRecord.mean_s,
             TuningRecord.source,
             TuningRecord.donor_record_id,
+            earlier_best.label("earlier_best"),
+            func.count().over(partition_by=TuningRecord.workload_id).label("n"),
+            func.max(TuningRecord.created_at).over().label("last_at"),
         )
         .where(
             TuningRecord.workload_id.in_(list(workload_ids)),
             TuningRecord.device_id == device_id,
             TuningRecord.ok.is_(True),
         )
-        .order_by(TuningRecord.created_at, TuningRecord.id)
-    ).all()
-    return [RecordPoint(*r) for r in rows]
+        .subquery()
+    )
+    found = conn.execute(
+        select(rows)
+        .where(rows.c.earlier_best.is_(None) | (rows.c.mean_s < rows.c.earlier_best))
+        .order_by(rows.c.created_at, rows.c.id)
+    )
+    points, counts, last_at = [], {}, None
+    for rid, wid, created, mean_s, source, donor, _earlier, n, last in found:
+        points.append(RecordPoint(rid, wid, created, mean_s, source, donor))
+        counts[wid] = n
+        last_at = last
+    return RecordHistory(points, counts, last_at)
 
 
 def donors(conn: Session, record_ids: Sequence[int]) -> dict[int, DonorRow]:

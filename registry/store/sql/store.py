@@ -315,6 +315,10 @@ class Store:
         with self.read() as conn:
             return queries.stats(conn)
 
+    def newest_record_id(self) -> int:
+        with self.sql() as sql:
+            return sql.all("SELECT max(id) FROM tuning_record")[0][0] or 0
+
     def devices(self) -> list[dict]:
         with self.read() as conn:
             return queries.devices(conn)
@@ -424,9 +428,9 @@ class Store:
         with self.read() as conn:
             return model_history.busiest_device(conn, workload_ids)
 
-    def ok_records(self, workload_ids: Sequence[int], device_id: int) -> list[values.RecordPoint]:
+    def record_history(self, workload_ids: Sequence[int], device_id: int) -> values.RecordHistory:
         with self.read() as conn:
-            return model_history.ok_records(conn, workload_ids, device_id)
+            return model_history.record_history(conn, workload_ids, device_id)
 
     def donor_rows(self, record_ids: Sequence[int]) -> dict[int, values.DonorRow]:
         with self.read() as conn:

@@ -1,0 +1,91 @@
+"""A real ``registry serve`` app under uvicorn on a loopback port, for the server's tests, and a registry that holds
+real records (replayable traces, as a pushed or pulled bundle needs) and a model with hostile names."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.server.app import ServeConfig, create_app
+from registry.server.auth import digest, new_token
+from registry.store.sql.store import Store
+
+EVIL_MODEL = 'evil"<b>model</b>&amp;'
+EVIL_TEAM = "<script>alert('team')</script>"
+EVIL_HOST = "<img src=x onerror=alert(1)>"
+
+
+@contextlib.contextmanager
+def serving(url: str, **config) -> Iterator[str]:
+    """The app over ``url`` served by uvicorn in a thread, on a port of its own; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(ServeConfig(db=url, **config))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def make_token(url: str, role: str, name: str | None = None) -> str:
+    token = new_token()
+    with Store(url) as store:
+        store.add_token(name or f"{role}-{token[-6:]}", role, digest(token))
+    return token
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def request(
+    url: str, token: str | None = None, *, method: str = "GET", data: bytes | None = None, headers=None
+) -> Answer:
+    """One HTTP request; an error status is an answer like any other."""
+    req = urllib.request.Request(url, method=method, data=data, headers=dict(headers or {}))
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return Answer(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
+    except urllib.error.HTTPError as e:
+        return Answer(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
+
+
+def fill(url: str, logs: Path, keep=lambda i: True) -> int:
+    """``url`` with the real tuning logs' records, measured there (as if it tuned them) by a team and on a host
+    with hostile names, and a model of their workload with a hostile name. Returns the records written."""
+    from tests.tvm_env import logged_workloads, measured_here
+
+    with Store(url) as store:
+        n = measured_here(store, logs, EVIL_TEAM, keep, host=EVIL_HOST, model=EVIL_MODEL)
+        tasks = [(w, f"task<{i}>", 1 + i) for i, w in enumerate(logged_workloads(logs))]
+        store.record_model(EVIL_MODEL, "ab" * 32, {"x": [8, 64]}, tasks)
+    return n
