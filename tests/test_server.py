@@ -466,3 +466,19 @@ def test_registry_serve_starts_answers_and_stops_on_ctrl_c(filled):
 def test_serve_refuses_a_missing_registry_in_one_line(tmp_path):
     assert "no registry" in refused("--db", f"sqlite:///{tmp_path / 'none.db'}", "serve").lower()
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_fault_of_the_server_is_one_problem_document_and_it_keeps_serving(filled, monkeypatch):
+    reader = make_token(filled, "reader")
+
+    def broken(self):
+        raise RuntimeError("the disk is on fire")
+
+    with serving(filled) as base:
+        monkeypatch.setattr(Store, "stats", broken)
+        detail = problem(request(base + "/api/v1/stats", reader), 500)
+        assert "internal error" in detail and "fire" not in detail  # the cause is the log's, not the client's
+        page = request(base + "/", reader, headers={"Accept": "text/html"})
+        assert page.status == 500 and b"Traceback" not in page.body and b"internal error" in page.body
+        monkeypatch.undo()
+        assert request(base + "/api/v1/stats", reader).status == 200

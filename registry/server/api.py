@@ -16,9 +16,10 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathPart
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 
 from registry import hostinfo
@@ -93,7 +94,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
             top_k=top_k, limit=limit, trust=trust,
         )  # fmt: skip
         f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
-        return schemas.LookupOutput(rows=[r.as_dict() for r in store.lookup(f)])
+        return _json({"schema_version": schemas.SCHEMA_VERSION, "rows": [r.as_dict() for r in store.lookup(f)]})
 
     @api.get("/workloads/{shash}", response_model=schemas.LookupOutput)
     def workload(shash: str, top_k: Annotated[int, Query(ge=1, le=100)] = 20):
@@ -194,6 +195,13 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
 # -- what the API and the web view both use ---------------------------------------------------------------------------
 
 
+def _json(value: Any) -> Response:
+    """``value`` as JSON, as the route's response model documents it, written by orjson without the model's
+    validation: the rows come from the store in that shape, and validating a lookup's rows took as long as finding
+    them."""
+    return Response(orjson.dumps(value), media_type="application/json")
+
+
 def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry]:
     rows = []
     for name in store.model_names(limit):
@@ -213,15 +221,30 @@ def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry
 class ReportCache:
     """Model pages, kept while the registry holds the same records: a page is derived from records, which are only
     ever added, so one query for the newest record id says whether a kept page is current. A 100-task model with 10^4
-    records takes tens of milliseconds to collect; a busy page is collected once per change, not once per request."""
+    records takes tens of milliseconds to collect and render; a busy page is made once per change, not per request."""
 
     def __init__(self, store: RegistryStorage, size: int = 64) -> None:
         self.store, self.size = store, size
-        self.kept: collections.OrderedDict[tuple, tuple[int, Any]] = collections.OrderedDict()
+        self.kept: collections.OrderedDict[tuple, tuple[int, Any, str | None]] = collections.OrderedDict()
         self.lock = threading.Lock()
 
     def get(self, name: str, device: str | None):
         """The model page's content (``registry.report.html.collect``); 404 for a model the registry lacks."""
+        return self._entry(name, device)[1]
+
+    def html(self, name: str, device: str | None) -> str:
+        """The report's HTML (``registry.report.html.content``), made once per content."""
+        from registry.report.html import content
+
+        newest, data, html = self._entry(name, device)
+        if html is None:
+            html = content(data)
+            with self.lock:
+                if self.kept.get((name, device), (None,))[0] == newest:
+                    self.kept[(name, device)] = (newest, data, html)
+        return html
+
+    def _entry(self, name: str, device: str | None) -> tuple[int, Any, str | None]:
         from registry.report.html import collect
 
         newest = self.store.newest_record_id()
@@ -230,15 +253,15 @@ class ReportCache:
             found = self.kept.get(key)
             if found is not None and found[0] == newest:
                 self.kept.move_to_end(key)
-                return found[1]
+                return found
         if not self.store.find_models(name):
             raise Problem(404, f"no model {name!r} in this registry")
-        data = collect(self.store, name, device=device)
+        entry = (newest, collect(self.store, name, device=device), None)
         with self.lock:
-            self.kept[key] = (newest, data)
+            self.kept[key] = entry
             while len(self.kept) > self.size:
                 self.kept.popitem(last=False)
-        return data
+        return entry
 
 
 def report_output(data) -> schemas.ModelReportData:

@@ -46,6 +46,10 @@ class ServeConfig:
     max_upload: int = 256 << 20  # bytes of one pushed bundle
     rate: float = 50.0  # requests a second per client; 0: no limit
     burst: int = 200  # requests a client may send at once before the rate applies
+    # Requests a worker process works on at once (its threads); the rest wait in its event loop. More threads than
+    # cores only contend for the GIL and the database's pool: 32 clients on 2 cores served half the requests a
+    # second with 40 threads (FastAPI's default) that they did with 8 (docs/BENCHMARKS.md, serving).
+    threads: int = 8
 
 
 def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> FastAPI:
@@ -54,6 +58,9 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = config.threads
         yield
         store.close()  # the connections go back when the server stops
 
@@ -70,21 +77,52 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
     reports = api.ReportCache(store)
     app.include_router(api.router(store, gate, reports, max_upload=config.max_upload))
     app.include_router(pages.router(store, gate, reports))
-    _errors(app, gate)
+    answer = _errors(app, gate)
 
-    @app.middleware("http")
-    async def headers(request: Request, call_next):
-        response = await call_next(request)
-        for k, v in SECURITY_HEADERS.items():
-            response.headers.setdefault(k, v)
-        return response
-
+    app.add_middleware(Guard, answer=answer)
     app.add_middleware(RateLimit, rate=config.rate, burst=config.burst)
     return app
 
 
-def _errors(app: FastAPI, gate: Gate) -> None:
-    """Every error as one problem document (or, for a browser asking for a page, the same line in a page)."""
+class Guard:
+    """ASGI middleware: the security headers on every answer, and a fault of ours as one line in the log and one
+    problem document to the client, never a traceback (a plain ASGI class: FastAPI's ``@app.middleware`` costs a
+    task and a queue per request, a tenth of a lookup's time)."""
+
+    def __init__(self, app, answer) -> None:
+        self.app, self.answer = app, answer
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_guarded(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(h for h in self.headers if h[0] not in have)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_guarded)
+        except Exception as e:  # noqa: BLE001 - a fault of ours: one line in the log, one problem document out
+            request = Request(scope)
+            log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
+            if os.environ.get("REGISTRY_DEBUG"):
+                log.exception("the traceback (REGISTRY_DEBUG is set)", exc_info=e)
+            if not started:
+                await self.answer(request, 500, "internal error: the server's log has its cause")(
+                    scope, receive, send_guarded
+                )
+
+
+def _errors(app: FastAPI, gate: Gate):
+    """Every error as one problem document (or, for a browser asking for a page, the same line in a page); returns
+    the function that answers with one."""
 
     def answer(request: Request, status: int, detail: str, headers: dict | None = None) -> Response:
         if _wants_page(request):
@@ -128,12 +166,7 @@ def _errors(app: FastAPI, gate: Gate) -> None:
             status = 400
         return answer(request, status, str(e))
 
-    @app.exception_handler(Exception)
-    async def fault(request: Request, e: Exception):
-        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
-        if os.environ.get("REGISTRY_DEBUG"):
-            log.exception("the traceback (REGISTRY_DEBUG is set)", exc_info=e)
-        return answer(request, 500, "internal error: the server's log has its cause")
+    return answer
 
 
 def _wants_page(request: Request) -> bool:

@@ -20,7 +20,7 @@ from registry import hostinfo
 from registry.cli.lookup import parse_shape, parse_workload
 from registry.cli.output import shapes
 from registry.errors import BadInputError, RegistryError
-from registry.report.html import CSS, content
+from registry.report.html import CSS
 from registry.server import auth
 from registry.server.api import ReportCache, model_entries
 from registry.server.auth import Gate
@@ -70,8 +70,8 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
     @pages.get("/models/{name:path}", response_class=HTMLResponse)
     def model(request: Request, name: str, device: str | None = None):
         reader(request)
-        data = reports.get(name, device)
-        return page(request, gate, "model.html", title=f"Model {name}", name=name, report=Markup(content(data)))
+        report = Markup(reports.html(name, device))
+        return page(request, gate, "model.html", title=f"Model {name}", name=name, report=report)
 
     @pages.get("/search", response_class=HTMLResponse)
     def search(request: Request):

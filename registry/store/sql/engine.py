@@ -28,6 +28,9 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE = "registry_write"
 
 
+POOL_SIZE = 10
+
+
 def redact(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
@@ -47,7 +50,9 @@ def create(url: str) -> Engine:
     try:
         if parsed.get_backend_name() == "sqlite":
             return _sqlite_engine(parsed)
-        return create_engine(parsed, pool_pre_ping=True)
+        # pool_size: connections kept open. A connection beyond it is opened and closed per use (a PostgreSQL backend
+        # started each time): a server's threads (registry serve: 8 per worker) must all find a kept one.
+        return create_engine(parsed, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_SIZE)
     except (ArgumentError, ImportError, SQLAlchemyError) as e:
         raise DatabaseError(f"cannot use database {redact(url)}: {e}") from e
 

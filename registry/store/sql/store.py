@@ -256,8 +256,8 @@ class Store:
     def token(self, digest: str) -> values.TokenRow | None:
         from registry.store.sql import tokens
 
-        with self.read() as conn:
-            return tokens.by_digest(conn.connection(), digest)
+        with self._reading() as conn:  # every request to the server asks this: one round trip
+            return tokens.by_digest(conn, digest)
 
     # -- registry verify ----------------------------------------------------------------------------------------
 
@@ -291,9 +291,19 @@ class Store:
     @contextlib.contextmanager
     def sql(self) -> Iterator[lookup.Sql]:
         """The engine's DB-API connection, for the plain-SQL read path shared with the CLI."""
-        with translated_errors(self.url), self.engine.connect() as conn:
+        with self._reading() as conn:
             raw = conn.connection.dbapi_connection
             yield lookup.Sql(raw, "pyformat" if self.engine.dialect.name == "postgresql" else "named")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection for a few independent reads. On PostgreSQL it runs without a transaction: a BEGIN and a
+        ROLLBACK are two round trips of the four a short read would take, and a server answering lookups makes
+        several such reads per request (docs/BENCHMARKS.md, serving)."""
+        with translated_errors(self.url), self.engine.connect() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
 
     def lookup(self, f: lookup.LookupFilter) -> list[lookup.LookupRow]:
         with self.sql() as sql:
