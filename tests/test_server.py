@@ -482,3 +482,34 @@ def test_a_fault_of_the_server_is_one_problem_document_and_it_keeps_serving(fill
         assert page.status == 500 and b"Traceback" not in page.body and b"internal error" in page.body
         monkeypatch.undo()
         assert request(base + "/api/v1/stats", reader).status == 200
+
+
+def test_a_pooled_connection_postgresql_closed_is_pinged_and_replaced(db_url, monkeypatch):
+    """A long-running server keeps connections: one the database closed (a restart) is replaced when it has been
+    idle, and used unpinged when it was just in use (the ping that every checkout paid is gone)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's connections")
+    from registry.errors import DatabaseError
+    from registry.store.sql import engine as engine_module
+
+    def close_the_others() -> None:
+        admin = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        admin.dispose()
+
+    with Store(db_url) as store:
+        store.stats()
+        close_the_others()
+        monkeypatch.setattr(engine_module, "IDLE_PING_S", 1e9)  # just used: not pinged, and found dead
+        with pytest.raises(DatabaseError):
+            store.stats()
+        store.stats()  # the pool dropped it on the error
+        close_the_others()
+        monkeypatch.setattr(engine_module, "IDLE_PING_S", 0.0)  # idle: pinged, and replaced before use
+        assert store.stats()["records"] == 0

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from registry.errors import ACCESS_HINT, AccessDeniedError, DatabaseError
@@ -29,6 +29,7 @@ WRITE = "registry_write"
 
 
 POOL_SIZE = 10
+IDLE_PING_S = 10.0
 
 
 def redact(url: str) -> str:
@@ -52,9 +53,34 @@ def create(url: str) -> Engine:
             return _sqlite_engine(parsed)
         # pool_size: connections kept open. A connection beyond it is opened and closed per use (a PostgreSQL backend
         # started each time): a server's threads (registry serve: 8 per worker) must all find a kept one.
-        return create_engine(parsed, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_SIZE)
+        engine = create_engine(parsed, pool_size=POOL_SIZE, max_overflow=POOL_SIZE)
+        _ping_when_idle(engine)
+        return engine
     except (ArgumentError, ImportError, SQLAlchemyError) as e:
         raise DatabaseError(f"cannot use database {redact(url)}: {e}") from e
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check a pooled connection before use only when it has been idle for ``IDLE_PING_S``: one that was just used is
+    alive, and a ping on every checkout (``pool_pre_ping``) was a third of a served lookup's round trips. One idle
+    longer may have been closed by a database restart or a firewall: it is pinged, and replaced if dead."""
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn, record, _proxy):
+        if time.monotonic() - record.info.get("returned", 0.0) < IDLE_PING_S:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            cur.execute("SELECT 1")
+            cur.close()
+            dbapi_conn.rollback()
+        except Exception as e:  # noqa: BLE001 - any driver error: the pool opens a new connection
+            raise DisconnectionError() from e
+
+    @event.listens_for(engine, "connect")
+    @event.listens_for(engine, "checkin")
+    def _fresh(_dbapi_conn, record):
+        record.info["returned"] = time.monotonic()
 
 
 def _sqlite_engine(url) -> Engine:
