@@ -8,7 +8,7 @@ REGISTRY := $(VENV)/bin/registry
 DEMO_TRIALS ?= 32
 
 .PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-isolation \
-	bench-corpus-depth bench-sync bench-verify starter bench-starter bench-starter-corpus \
+	bench-corpus-depth bench-sync bench-verify bench-serve starter bench-starter bench-starter-corpus \
 	clean
 
 # The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
@@ -111,6 +111,12 @@ bench-sync: install-dev
 bench-verify: install-dev
 	$(PY) bench/verify_bench.py --logs bench/work/verify_logs --runs 5
 
+# Serving (issue #36): wrk against `registry serve` at 10^5 and 10^6 records on SQLite and PostgreSQL, and pull/push
+# throughput against a local import (about 25 minutes; wrk is Debian's).
+bench-serve: install
+	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends wrk)
+	$(PY) bench/serve_bench.py
+
 starter: install
 	$(PY) bench/corpus/starter.py
 
@@ -128,6 +134,7 @@ bench-starter-corpus: install
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache examples
 
-# Debian's Chromium, for the report's headless-browser test (tests/test_report.py skips it without a browser).
+# Debian's Chromium, for the headless-browser tests of the report and the web view (tests/test_report.py,
+# tests/test_web_view.py; they skip without a browser, and the run's summary says so).
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends chromium)
