@@ -377,6 +377,7 @@ def test_ten_thousand_requests_from_one_client_leave_the_others_served(filled):
                 body = r.read()
                 if r.status == 429:
                     assert json.loads(body)["status"] == 429 and r.getheader("Retry-After")
+                    assert r.getheader("X-Content-Type-Options") == "nosniff"
                 with lock:
                     statuses[r.status] = statuses.get(r.status, 0) + 1
             conn.close()
@@ -513,3 +514,42 @@ def test_a_pooled_connection_postgresql_closed_is_pinged_and_replaced(db_url, mo
         close_the_others()
         monkeypatch.setattr(engine_module, "IDLE_PING_S", 0.0)  # idle: pinged, and replaced before use
         assert store.stats()["records"] == 0
+
+
+def test_a_client_follows_no_redirect_and_never_echoes_a_token(filled, tmp_path):
+    """A redirect would carry the token to wherever it points: refused, in one line. A token with a stray newline
+    (a CI secret) is used, one that is no token is refused without being quoted back."""
+    import http.server
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(302)
+            self.send_header("Location", "http://elsewhere.invalid/steal")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    reader = make_token(filled, "reader")
+    elsewhere = http.server.HTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=elsewhere.serve_forever, daemon=True).start()
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    try:
+        url = f"http://127.0.0.1:{elsewhere.server_address[1]}"
+        assert "redirected" in refused("--db", dst, "pull", url, env={"REGISTRY_TOKEN": reader})
+    finally:
+        elsewhere.shutdown()
+    with serving(filled) as base:
+        assert ok("--db", dst, "pull", base, env={"REGISTRY_TOKEN": reader + "\n"})["records_new"] > 0
+        line = refused("--db", dst, "pull", base, env={"REGISTRY_TOKEN": "not a token; " + reader})
+        assert "does not hold a token" in line and reader not in line
+
+
+def test_a_sign_in_from_another_site_is_refused(filled):
+    reader = make_token(filled, "reader")
+    with serving(filled) as base:
+        form = f"token={reader}".encode()
+        cross = request(base + "/login", method="POST", data=form, headers={"Origin": "https://evil.example"})
+        assert "this site" in problem(cross, 403) and "set-cookie" not in cross.headers
+        own = request(base + "/login", method="POST", data=form, headers={"Origin": base})
+        assert own.status in (200, 303)

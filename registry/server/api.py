@@ -8,6 +8,7 @@ transaction stays open while a slow client takes the answer.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import datetime as dt
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathPart
 from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 
 from registry import hostinfo
 from registry.cli import schemas
@@ -56,7 +58,10 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
         return gate.check(request, "admin")
 
     api = APIRouter(prefix="/api/v1", dependencies=[Depends(reader)])
-    pushing = threading.Lock()  # one import at a time: each replays its traces on every core already
+    # One import at a time per worker (each replays its traces on every core already), and at most two pages of a
+    # pull written at once: waiting is done in the event loop, so what waits holds none of the worker's threads.
+    pushing = asyncio.Lock()
+    paging = asyncio.Semaphore(2)
 
     @api.get("/registry", response_model=schemas.ServerInfoOutput)
     def registry_info(request: Request):
@@ -131,7 +136,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
         return schemas.ExchangeOutput(origin=store.registry_id(), filters_key=filters.key())
 
     @api.get("/exchange/bundle", response_class=FileResponse)
-    def exchange_bundle(
+    async def exchange_bundle(
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
         device: Text = None,
@@ -145,12 +150,16 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
 
         from registry.share.bundle import write_bundle
 
-        filters = _filters(store, device, team, model, since)
+        def write(path: Path):
+            filters = _filters(store, device, team, model, since)
+            with store.read_exchange(filters, after, limit) as found:
+                return write_bundle(path, found, _described(filters))
+
         with tempfile.NamedTemporaryFile(prefix="registry-pull-", suffix=".bundle", delete=False) as f:
             path = Path(f.name)
         try:
-            with store.read_exchange(filters, after, limit) as found:
-                info = write_bundle(path, found, _described(filters))
+            async with paging:
+                info = await run_in_threadpool(write, path)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
@@ -170,11 +179,10 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
         record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
         ``sync_key``: the pusher's filter key, under which the bundle's origin and last record id are kept, so that
         its next push sends only what came after."""
-        from starlette.concurrency import run_in_threadpool
-
         path = await receive_upload(request, max_upload)
         try:
-            result = await run_in_threadpool(_import, store, path, sync_key, pushing)
+            async with pushing:
+                result = await run_in_threadpool(_import, store, path, sync_key)
         finally:
             path.unlink(missing_ok=True)
         return schemas.ImportOutput(**dataclasses.asdict(result))
@@ -292,21 +300,20 @@ def _described(filters: ExchangeFilters) -> dict:
     return described
 
 
-def _import(store: RegistryStorage, path: Path, sync_key: str | None, lock: threading.Lock):
+def _import(store: RegistryStorage, path: Path, sync_key: str | None):
     """A pushed bundle into the store, as ``registry import`` takes one; messages name "the bundle", not the
     server's temporary file."""
     from registry.share.bundle import read_bundle
     from registry.share.exchange_import import import_exchange
 
-    with lock:
-        try:
-            exchange, manifest = read_bundle(path)
-            mark = None
-            last = manifest.get("last_record_id")
-            if sync_key is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
-                mark = (exchange.origin, sync_key, last)
-            return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
-        except BadInputError as e:
-            # a pusher has no --skip-invalid to reach for: a bundle is whole or refused
-            text = str(e).replace(str(path), "the bundle").replace(" (--skip-invalid writes the rest)", "")
-            raise BadInputError(text) from None
+    try:
+        exchange, manifest = read_bundle(path)
+        mark = None
+        last = manifest.get("last_record_id")
+        if sync_key is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
+            mark = (exchange.origin, sync_key, last)
+        return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
+    except BadInputError as e:
+        # a pusher has no --skip-invalid to reach for: a bundle is whole or refused
+        text = str(e).replace(str(path), "the bundle").replace(" (--skip-invalid writes the rest)", "")
+        raise BadInputError(text) from None

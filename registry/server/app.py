@@ -79,8 +79,8 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
     app.include_router(pages.router(store, gate, reports))
     answer = _errors(app, gate)
 
-    app.add_middleware(Guard, answer=answer)
     app.add_middleware(RateLimit, rate=config.rate, burst=config.burst)
+    app.add_middleware(Guard, answer=answer)  # added last, outermost: its headers on every answer, a 429 too
     return app
 
 
@@ -158,8 +158,9 @@ def _errors(app: FastAPI, gate: Gate):
     async def refused(request: Request, e: RegistryError):
         if isinstance(e, (NotFoundError,)):
             status = 404
-        elif isinstance(e, DatabaseError):
-            status = 503
+        elif isinstance(e, DatabaseError):  # its text names the database: the log's, not the client's
+            log.error("database error on %s %s: %s", request.method, request.url.path, e)
+            return answer(request, 503, "the registry's database is not answering; the server's log has its cause")
         elif isinstance(e, UnknownDeviceError):
             status = 404 if "no device" in str(e) else 400
         else:

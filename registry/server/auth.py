@@ -17,6 +17,7 @@ import secrets
 
 from fastapi import Request
 
+from registry.errors import RegistryError
 from registry.server.problems import Problem
 from registry.store.interface import RegistryStorage
 from registry.store.values import ROLES, TokenRow
@@ -61,6 +62,10 @@ class Gate:
         """The request's token, if it may act as ``role``; None for an anonymous read of a public server. Raises
         Problem 401 (no token, or not one of ours) or 403 (a role short of ``role``)."""
         token = presented(request)
+        if self.public and token is not None and "authorization" not in request.headers and role == "reader":
+            # a sign-in cookie of a revoked token must not lock a browser out of what anyone may read
+            found = self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
+            return found if found is not None and found.revoked_at is None else None
         if token is None:
             if self.public and role == "reader":
                 return None
@@ -83,7 +88,7 @@ class Gate:
         """The role the request may act with, for a page to show (None: anonymous, or not signed in)."""
         try:
             found = self.check(request, "reader")
-        except Problem:
+        except (Problem, RegistryError):  # an error page is shown even while the database is down
             return None
         return None if found is None else found.role
 

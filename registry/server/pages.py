@@ -36,8 +36,8 @@ templates = jinja2.Environment(
     undefined=jinja2.StrictUndefined,  # a name a template misspells fails its test, not silently renders nothing
 )
 templates.globals.update(report_css=Markup(CSS), shapes=shapes)
-# A name in a URL's path, every "/" and "." sequence encoded: a model named "a/../b" must not lead to model "b".
-templates.filters["segment"] = lambda text: urllib.parse.quote(str(text), safe="")
+# A name in a URL's path, "/" and "." encoded too: a model named ".." or "a/../b" must not lead elsewhere.
+templates.filters["segment"] = lambda text: urllib.parse.quote(str(text), safe="").replace(".", "%2E")
 
 
 def page(request: Request, gate: Gate, template: str, /, status: int = 200, **values) -> HTMLResponse:
@@ -109,6 +109,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
 
     @pages.post("/login")
     async def login(request: Request):
+        _same_site(request)
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -125,12 +126,22 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
         return done
 
     @pages.post("/logout")
-    def logout():
+    def logout(request: Request):
+        _same_site(request)
         done = RedirectResponse("/", status_code=303)
         done.delete_cookie(auth.COOKIE, path="/")
         return done
 
     return pages
+
+
+def _same_site(request: Request) -> None:
+    """A form posted from another site's page is refused: it could sign a browser in as someone else, or out."""
+    origin = request.headers.get("origin")
+    if request.headers.get("sec-fetch-site") == "cross-site" or (
+        origin and urllib.parse.urlsplit(origin).netloc != request.headers.get("host")
+    ):
+        raise Problem(403, "a sign-in form is taken only from this site's own pages")
 
 
 _SEARCH_FIELDS = ("op", "shape", "dtype", "device", "model", "trust")

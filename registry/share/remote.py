@@ -12,13 +12,17 @@ would show it. No TVM here but the checks of what arrives (``exchange_import``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import http.client
 import os
+import re
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -28,7 +32,7 @@ from typing import Any
 import orjson
 
 from registry import hostinfo
-from registry.errors import BadInputError, RegistryError
+from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.records.write import Progress
 from registry.store.interface import RegistryStorage
 from registry.store.values import ExchangeFilters
@@ -36,6 +40,19 @@ from registry.store.values import ExchangeFilters
 PAGE = 20_000  # records per page: a page's import is one transaction, and what an interruption can cost
 TIMEOUT = 900.0  # seconds one request may take: a page's import on the server included
 TOKEN_VARIABLE = "REGISTRY_TOKEN"
+TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9_-]{1,200}")
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, not followed: urllib would send the token on to wherever it points (another host, or
+    plain HTTP), and turn a push into a GET."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"redirected to {newurl}; give that URL instead", headers, fp)
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
 
 
 class RemoteError(RegistryError):
@@ -47,16 +64,26 @@ def is_url(text: str) -> bool:
 
 
 def read_token(token_file: Path | None) -> str | None:
-    """The token: ``--token-file``'s first line, else ``$REGISTRY_TOKEN``, else None (a public server)."""
+    """The token: ``--token-file``'s first line, else ``$REGISTRY_TOKEN``, else None (a public server). Checked to be
+    a token's characters, and never quoted back in a message."""
     if token_file is not None:
         try:
             text = token_file.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise BadInputError(f"cannot read the token file {token_file}: {e.strerror or e}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInputError(
+                f"cannot read the token file {token_file}: {getattr(e, 'strerror', None) or e}"
+            ) from None
         if not text or len(text.splitlines()) > 1:
             raise BadInputError(f"the token file {token_file} must hold the token alone, on one line")
-        return text
-    return os.environ.get(TOKEN_VARIABLE) or None
+        where = f"the token file {token_file}"
+    else:
+        text = (os.environ.get(TOKEN_VARIABLE) or "").strip()
+        where = f"${TOKEN_VARIABLE}"
+        if not text:
+            return None
+    if not TOKEN_CHARACTERS.fullmatch(text):
+        raise BadInputError(f"{where} does not hold a token (letters, digits, '_' and '-' only)")
+    return text
 
 
 @dataclass
@@ -98,6 +125,12 @@ class Remote:
             raise BadInputError(f"{url!r} is not an http:// or https:// URL of a registry server")
         self.url = url.rstrip("/")
         self.token = token
+        if token and parts.scheme == "http" and parts.hostname not in LOOPBACK:
+            warnings.warn(
+                f"sending a token to {parts.hostname} over plain HTTP: anyone on the way can read it; use https://",
+                RegistryWarning,
+                stacklevel=2,
+            )
 
     def _open(self, method: str, path: str, params: dict | None = None, body: Path | None = None):
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
@@ -112,9 +145,10 @@ class Remote:
             request.add_header("Content-Length", str(body.stat().st_size))
             data = body.open("rb")
         try:
-            return urllib.request.urlopen(request, data=data, timeout=TIMEOUT)
+            return _opener.open(request, data=data, timeout=TIMEOUT)
         except urllib.error.HTTPError as e:
-            raise RemoteError(f"{self.url}: {e.code} {_detail(e)}") from None
+            detail = e.msg if 300 <= e.code < 400 else _detail(e)
+            raise RemoteError(f"{self.url}: {e.code} {detail}") from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise RemoteError(f"cannot reach {self.url}: {reason}") from None
@@ -123,16 +157,24 @@ class Remote:
                 data.close()
 
     def json(self, method: str, path: str, params: dict | None = None, body: Path | None = None) -> dict:
-        with self._open(method, path, params, body) as r:
+        with self._open(method, path, params, body) as r, self._reading():
             try:
                 return orjson.loads(r.read())
             except orjson.JSONDecodeError:
                 raise RemoteError(f"{self.url}{path}: the answer is not JSON (is this a registry server?)") from None
 
     def download(self, path: str, params: dict, dest: Path) -> None:
-        with self._open("GET", path, params) as r, dest.open("wb") as f:
+        with self._open("GET", path, params) as r, self._reading(), dest.open("wb") as f:
             while block := r.read(1 << 20):
                 f.write(block)
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """An answer cut off mid-way (the server stopped, the network failed) is one line, like a refused one."""
+        try:
+            yield
+        except (http.client.HTTPException, OSError) as e:
+            raise RemoteError(f"{self.url}: the answer broke off ({type(e).__name__}: {e})") from None
 
 
 def _detail(e: urllib.error.HTTPError) -> str:
@@ -185,11 +227,11 @@ def pull(
         while True:
             path = pending.result()
             records, last = _page_counts(path)
-            if records == 0:
+            if last <= after:  # nothing after the last page: done
                 break
-            more = records >= page
-            if more:
-                pending = ahead.submit(fetch, last, result.pages + 1)
+            # A page may hold fewer records than asked (a row the server could not read is left out, with a warning
+            # there): the next one starts after its last id, whatever it held.
+            pending = ahead.submit(fetch, last, result.pages + 1)
             exchange, _ = read_bundle(path)
             counts = import_exchange(
                 store, exchange, where=f"{remote.url} page {result.pages + 1}", progress=progress,
@@ -201,8 +243,7 @@ def pull(
             result.pages += 1
             result.records_read += records
             result.add(counts)
-            if not more:
-                break
+            after = last
     result.seconds = time.perf_counter() - start
     return result
 
@@ -242,10 +283,10 @@ def push(
         path = Path(tmp) / "page.bundle"
         while True:
             with store.read_exchange(filters, after, page) as exchange:
-                if exchange.n_records == 0:
+                last = exchange.last_record_id
+                if last <= after:  # nothing after the last page: done
                     break
                 info = write_bundle(path, exchange, {"push": True})
-                last = exchange.last_record_id
                 result.model_names |= {m.name for m in exchange.models}
                 result.models = len(result.model_names)
             counts = remote.json("POST", "/api/v1/bundles", {"sync_key": key}, body=path)
@@ -253,7 +294,5 @@ def push(
             result.records_read += info.records
             result.add(counts)
             after = last
-            if info.records < page:
-                break
     result.seconds = time.perf_counter() - start
     return result
