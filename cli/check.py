@@ -35,7 +35,7 @@ def check(ctx: Context, device: str | None, dry_run: bool, fmt: str) -> None:
     with Progress("check") as progress:
         result = audit(ctx.existing_store, device, dry_run=dry_run, progress=progress)
     if fmt == "json":
-        from registry.cli.schemas import CheckOutput
+        from registry.schemas import CheckOutput
 
         echo_model(CheckOutput.of(result))
         return

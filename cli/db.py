@@ -43,7 +43,7 @@ def upgrade(ctx: Context, fmt: str) -> None:
     finally:
         store.close()
     if fmt == "json":
-        from registry.cli.schemas import DbOutput
+        from registry.schemas import DbOutput
 
         echo_model(DbOutput(database=redact(store.url), before=before, revision=after, head=HEAD, up_to_date=True))
         return
@@ -74,7 +74,7 @@ def current(ctx: Context, fmt: str) -> None:
     finally:
         store.close()
     if fmt == "json":
-        from registry.cli.schemas import DbOutput
+        from registry.schemas import DbOutput
 
         echo_model(DbOutput(database=redact(store.url), revision=rev, head=HEAD, up_to_date=rev == HEAD))
         return
@@ -135,7 +135,7 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
             store.close()
         database, schema, owner, sql = place.database, place.schema, place.owner, ";\n".join(statements) + ";\n"
     if fmt == "json":
-        from registry.cli.schemas import GrantOutput
+        from registry.schemas import GrantOutput
 
         echo_model(
             GrantOutput(

@@ -26,7 +26,7 @@ def index() -> None:
 
 def _echo(status, fmt: str) -> None:
     if fmt == "json":
-        from registry.cli.schemas import IndexStatusOutput
+        from registry.schemas import IndexStatusOutput
 
         echo_model(IndexStatusOutput(**dataclasses.asdict(status)))
         return

@@ -26,7 +26,7 @@ def stats(ctx: Context, fmt: str) -> None:
     store = ctx.existing_store
     s = store.stats()
     if fmt == "json":
-        from registry.cli.schemas import StatsOutput
+        from registry.schemas import StatsOutput
 
         echo_model(StatsOutput(database=redact(store.url), **s))
         return
@@ -71,7 +71,7 @@ def devices(ctx: Context, fmt: str) -> None:
     """
     rows = ctx.existing_store.devices()
     if fmt == "json":
-        from registry.cli.schemas import DevicesOutput
+        from registry.schemas import DevicesOutput
 
         echo_model(DevicesOutput(rows=rows))
         return

@@ -77,7 +77,7 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
 
 def _print_import(result, fmt: str) -> None:
     if fmt == "json":
-        from registry.cli.schemas import ImportOutput
+        from registry.schemas import ImportOutput
 
         echo_model(ImportOutput(**dataclasses.asdict(result)))
         return
@@ -139,7 +139,7 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
 
     r = export_database(ctx.existing_store, folder, device, best_only=best_only)
     if fmt == "json":
-        from registry.cli.schemas import ExportOutput
+        from registry.schemas import ExportOutput
 
         echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
         return
@@ -158,7 +158,7 @@ def _export_bundle(ctx: Context, path: Path, device, team, model, since, best_on
     store = ctx.existing_store
     info = export_bundle(store, path, exchange_filters(store, device, team, model, since, best_only))
     if fmt == "json":
-        from registry.cli.schemas import BundleOutput
+        from registry.schemas import BundleOutput
 
         echo_model(BundleOutput(**{**dataclasses.asdict(info), "path": str(info.path)}))
         return

@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx, trust_option
-from registry.cli.output import echo_model, echo_rows, shapes
-from registry.errors import BadInputError
-
-
-def parse_shape(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    compact = re.sub(r"\s+", "", text)
-    if not re.fullmatch(r"\d+([,x]\d+)*", compact):
-        raise BadInputError(f"--shape {text!r}: expected dimensions like 1,3,224,224 or 1x3x224x224")
-    dims = re.split(r"[,x]", compact)
-    if any(len(d) > 18 for d in dims):  # int() of 5,000 digits is refused by Python itself; no tensor is that big
-        raise BadInputError(f"--shape {text[:40]!r}...: a dimension of more than 18 digits is no tensor's")
-    return tuple(int(p) for p in dims)
-
-
-def parse_workload(text: str | None) -> str | None:
-    """A structural hash as the registry stores it: a whole number below 2^64, in decimal."""
-    if text is None:
-        return None
-    if not (re.fullmatch(r"\d{1,20}", text) and int(text) < 2**64):
-        raise BadInputError(f"--workload {text[:40]!r}: a structural hash is a whole number below 2^64, in decimal")
-    return text
+from registry.cli.output import echo_model, echo_rows
+from registry.store.rows import shapes_text
+from registry.store.sql.lookup import parse_shape, parse_workload
 
 
 @click.command()
@@ -92,7 +70,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
         rows = store.lookup(f)
     if fmt == "json":
-        from registry.cli.schemas import LookupOutput
+        from registry.schemas import LookupOutput
 
         echo_model(LookupOutput(rows=[r.as_dict() for r in rows]))
         return
@@ -107,7 +85,7 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
             (
                 r.op,
                 r.task,
-                shapes(r.args),
+                shapes_text(r.args),
                 f"{r.device_id}:{r.device}",
                 r.rank,
                 round(r.latency_us, 2),

@@ -85,7 +85,7 @@ def print_report(report, fmt: str) -> None:
     from registry.report.model_report import summary_lines, task_table
 
     if fmt == "json":
-        from registry.cli.schemas import ModelReportOutput
+        from registry.schemas import ModelReportOutput
 
         echo_model(ModelReportOutput.model_validate(report.as_json()))
         return

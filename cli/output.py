@@ -1,4 +1,4 @@
-"""Printing: aligned tables for people, JSON (pydantic models, see cli/schemas.py) and CSV for programs; status
+"""Printing: aligned tables for people, JSON (pydantic models, see registry/schemas.py) and CSV for programs; status
 lines and progress with an ETA on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def echo_json(obj: Any) -> None:
 
 
 def echo_model(model) -> None:
-    """A pydantic model of cli/schemas.py, as the JSON that docs/JSON.md documents."""
+    """A pydantic model of registry/schemas.py, as the JSON that docs/JSON.md documents."""
     click.echo(model.model_dump_json(indent=2))
 
 
@@ -58,10 +58,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
     return str(value)
-
-
-def shapes(args: list[dict[str, Any]]) -> str:
-    return ",".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
 
 
 def _quiet() -> bool:

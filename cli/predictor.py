@@ -56,7 +56,7 @@ def train(ctx: Context, device: str, holdout: float, seed: int, fmt: str) -> Non
         model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress)
     version = tvm_predictor.save(store, dev.id, model, metrics)
     if fmt == "json":
-        from registry.cli.schemas import PredictorTrainOutput
+        from registry.schemas import PredictorTrainOutput
 
         echo_model(PredictorTrainOutput(version=version, kind=tvm_predictor.KIND, **metrics))
         return
@@ -100,7 +100,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
     device_id = store.resolve_one_device(device).id if device else None
     rows = store.list_predictors(device_id)
     if fmt == "json":
-        from registry.cli.schemas import PredictorListOutput
+        from registry.schemas import PredictorListOutput
 
         echo_model(PredictorListOutput(rows=[r.as_json() for r in rows]))
         return

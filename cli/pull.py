@@ -87,7 +87,7 @@ def pull(
     if list_:
         rows = shipped()
         if fmt == "json":
-            from registry.cli.schemas import PullListOutput
+            from registry.schemas import PullListOutput
 
             echo_model(PullListOutput(rows=[{**dataclasses.asdict(s), "path": str(s.path)} for s in rows]))
             return
@@ -104,7 +104,7 @@ def pull(
     with Progress("pull") as progress:
         result = import_bundle(ctx.store, path, progress=progress)
     if fmt == "json":
-        from registry.cli.schemas import ImportOutput
+        from registry.schemas import ImportOutput
 
         echo_model(ImportOutput(**dataclasses.asdict(result)))
         return
@@ -125,7 +125,7 @@ def _pull_url(ctx: Context, url, device, team, model, since, full, page_size, to
 def echo_transfer(result, verb: str, fmt: str) -> None:
     """What a pull or push by URL counted: JSON, or one line."""
     if fmt == "json":
-        from registry.cli.schemas import PushOutput
+        from registry.schemas import PushOutput
 
         echo_model(PushOutput(**result.to_dict()))
         return

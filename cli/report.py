@@ -77,7 +77,7 @@ def report(ctx: Context, model: str, output: Path | None, device: str | None, fm
     data = write_report(ctx.existing_store, model, path, device=device)
     tuned = sum(1 for t in data.tasks if t.curve)
     if fmt == "json":
-        from registry.cli.schemas import ReportOutput
+        from registry.schemas import ReportOutput
 
         echo_model(
             ReportOutput(model=data.model, device=data.device, path=str(path), tasks=len(data.tasks),

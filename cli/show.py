@@ -51,7 +51,7 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
         prov.mod_json, prov.record.trace_json, workload=prov.workload, record_id=best.record_id
     )
     if fmt == "json":
-        from registry.cli.schemas import ShowOutput
+        from registry.schemas import ShowOutput
 
         echo_model(
             ShowOutput(

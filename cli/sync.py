@@ -66,7 +66,7 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
         src.close()
         dst.close()
     if fmt == "json":
-        from registry.cli.schemas import SyncOutput
+        from registry.schemas import SyncOutput
 
         echo_model(SyncOutput(**dataclasses.asdict(result)))
         return
@@ -115,7 +115,7 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
         workloads_new=result.workloads_new, models=result.models, seconds=result.seconds,
     )  # fmt: skip
     if fmt == "json":
-        from registry.cli.schemas import SyncOutput
+        from registry.schemas import SyncOutput
 
         echo_model(SyncOutput(**out))
         return

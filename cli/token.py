@@ -38,7 +38,7 @@ def create(ctx: Context, role: str, name: str, fmt: str) -> None:
     secret = new_token()
     ctx.store.add_token(name, role, digest(secret))
     if fmt == "json":
-        from registry.cli.schemas import TokenCreateOutput
+        from registry.schemas import TokenCreateOutput
 
         echo_model(TokenCreateOutput(name=name, role=role, token=secret))
         return

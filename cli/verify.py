@@ -53,7 +53,7 @@ def verify(ctx: Context, device: str, model: str | None, limit: int | None, tole
             ctx.existing_store, device, model=model, limit=limit, tolerance=tolerance, progress=progress
         )
     if fmt == "json":
-        from registry.cli.schemas import VerifyOutput
+        from registry.schemas import VerifyOutput
 
         echo_model(VerifyOutput.of(result, tolerance))
         return

@@ -15,8 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from registry import testing
-from registry.cli import schemas
+from registry import schemas, testing
 from registry.cli.main import cli
 from registry.cli.options import LOGGERS, configure_logging
 from registry.cli.output import Progress
@@ -228,7 +227,7 @@ def test_lookup_csv(sqlite_url):
 
 def test_docs_json_is_generated_from_the_models():
     assert (REPO / "docs" / "JSON.md").read_text() == schemas.markdown(), (
-        "docs/JSON.md is stale: .venv/bin/python -m registry.cli.schemas > docs/JSON.md"
+        "docs/JSON.md is stale: .venv/bin/python -m registry.schemas > docs/JSON.md"
     )
 
 

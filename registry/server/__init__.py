@@ -1,7 +1,7 @@
 """``registry serve``: a registry over HTTP, for a team or the public.
 
 - ``app``: the ASGI application (FastAPI): the JSON API under ``/api/v1``, the web view, errors as problem documents.
-- ``api``: the JSON API's routes; their shapes are the CLI's ``--json`` models (``registry.cli.schemas``).
+- ``api``: the JSON API's routes; their shapes are the CLI's ``--json`` models (``registry.schemas``).
 - ``pages``: the web view, server-rendered from ``templates/`` (Jinja2, every value escaped).
 - ``auth``: tokens (made, hashed, checked) and the roles reader, writer and admin.
 - ``problems``: every refusal as one RFC 9457 problem document.

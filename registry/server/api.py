@@ -24,14 +24,13 @@ from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from registry import hostinfo
-from registry.cli import schemas
-from registry.cli.lookup import parse_shape, parse_workload
+from registry import hostinfo, schemas
 from registry.errors import BadInputError
 from registry.server.auth import Gate
 from registry.server.limits import receive_upload
 from registry.server.problems import Problem
 from registry.store.interface import LookupFilter, RegistryStorage
+from registry.store.sql.lookup import parse_shape, parse_workload
 from registry.store.values import ExchangeFilters
 
 PAGE = 20_000  # records per bundle page of a pull, by default

@@ -17,8 +17,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
 from registry import hostinfo
-from registry.cli.lookup import parse_shape, parse_workload
-from registry.cli.output import shapes
 from registry.errors import BadInputError, RegistryError
 from registry.report.html import CSS
 from registry.server import auth
@@ -26,6 +24,8 @@ from registry.server.api import ReportCache, model_entries
 from registry.server.auth import Gate
 from registry.server.problems import Problem, one_line
 from registry.store.interface import LookupFilter, RegistryStorage
+from registry.store.rows import shapes_text
+from registry.store.sql.lookup import parse_shape, parse_workload
 
 MAX_LOGIN = 4096  # bytes of a sign-in form: a token and its field name
 SEARCH_LIMIT = 200
@@ -35,7 +35,7 @@ templates = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,  # a name a template misspells fails its test, not silently renders nothing
 )
-templates.globals.update(report_css=Markup(CSS), shapes=shapes)
+templates.globals.update(report_css=Markup(CSS), shapes=shapes_text)
 # A name in a URL's path, "/" and "." encoded too: a model named ".." or "a/../b" must not lead elsewhere.
 templates.filters["segment"] = lambda text: urllib.parse.quote(str(text), safe="").replace(".", "%2E")
 

@@ -28,6 +28,11 @@ def canonical_json(obj: Any) -> str:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def shapes_text(args: list[dict[str, Any]]) -> str:
+    """A workload's argument shapes as tables show them: ``8x64,64x64,64`` (``scalar`` for a 0-d argument)."""
+    return ",".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
+
+
 def shape_text(shape: tuple[int, ...] | list[int]) -> str:
     """How a shape is stored and matched: "1x3x224x224" (a scalar is "scalar")."""
     return "x".join(str(int(d)) for d in shape) if len(shape) else "scalar"
