@@ -14,6 +14,8 @@ PG_ENV = "REGISTRY_TEST_DATABASE_URL"
 # Where CI's and the developers' machines run PostgreSQL (trust auth, database `test`): used when PG_ENV is unset.
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/test"
 _pg_skipped: list[str] = []
+_browser_skipped: list[str] = []
+NO_BROWSER = "no headless browser"  # the start of the skip reason of tests/test_report.py and tests/test_web_view.py
 
 
 def pytest_configure(config) -> None:
@@ -40,13 +42,19 @@ def pytest_configure(config) -> None:
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and f"{PG_ENV} is not set" in str(report.longrepr):
         _pg_skipped.append(report.nodeid)
+    if report.skipped and NO_BROWSER in str(report.longrepr):
+        _browser_skipped.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Say it loudly when the PostgreSQL half of the suite did not run."""
+    """Say it loudly when the PostgreSQL half of the suite, or the tests in a real browser, did not run."""
     if _pg_skipped:
         terminalreporter.write_sep(
             "!", f"{len(_pg_skipped)} test(s) skipped: no PostgreSQL ({PG_ENV} unset, none at 127.0.0.1:5432)"
+        )
+    if _browser_skipped:
+        terminalreporter.write_sep(
+            "!", f"{len(_browser_skipped)} test(s) skipped: no headless Chromium (`make browser` installs it)"
         )
 
 

@@ -219,6 +219,30 @@ def test_a_pull_killed_mid_way_resumes_and_completes_exactly(filled, tmp_path):
     assert _count(dst) == total
 
 
+def test_a_push_killed_mid_way_resumes_and_completes_exactly(filled, tmp_path):
+    """kill -9 of a push between pages: the server keeps the pages it committed, the next push sends the rest."""
+    total = ok("--db", filled, "stats")["records"]
+    server_db = tmp_path / "server.db"
+    Store(f"sqlite:///{server_db}").close()
+    writer = make_token(f"sqlite:///{server_db}", "writer")
+    registry = Path(sys.executable).with_name("registry")
+    with serving(f"sqlite:///{server_db}") as base:
+        child = subprocess.Popen(
+            [str(registry), "--db", filled, "push", base, "--page-size", "2", "-q"],
+            env={**os.environ, "REGISTRY_TOKEN": writer},
+        )
+        deadline = time.monotonic() + 120
+        while _count(server_db) == 0:  # the server committed the first page
+            assert child.poll() is None and time.monotonic() < deadline, "the push ended before a page was seen"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        rest = ok("--db", filled, "push", base, env={"REGISTRY_TOKEN": writer})
+        kept = total - rest["records_new"]
+        assert rest["incremental"] and 0 < kept < total and rest["records_present"] == 0
+    assert _count(server_db) == total
+
+
 def _count(path: Path) -> int:
     if not path.exists():
         return 0

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from registry.server import problems
 from registry.server.problems import Problem
@@ -80,6 +81,9 @@ async def receive_upload(request: Request, limit: int) -> Path:
                 if size > limit:
                     raise Problem(413, f"the upload passed {limit:,} bytes, the most this server takes")
                 f.write(chunk)
+        except ClientDisconnect:  # the pusher went away (killed, or its network): nothing was imported
+            path.unlink(missing_ok=True)
+            raise Problem(400, "the upload broke off before its end; nothing of it was imported") from None
         except BaseException:
             path.unlink(missing_ok=True)
             raise
