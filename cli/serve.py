@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import BYTES, Context, common_options, pass_ctx
+from registry.cli.options import BYTES, Context, common_options, output_options, pass_ctx
 
 
 @click.command()
@@ -32,9 +32,12 @@ from registry.cli.options import BYTES, Context, common_options, pass_ctx
     type=click.FloatRange(0),
     help="Requests a second one client address may make (bursts of 4x that); 0: no limit.",
 )
+@output_options()
 @common_options
 @pass_ctx
-def serve(ctx: Context, host: str, port: int, public: bool, workers: int, max_upload: int, rate_limit: float) -> None:
+def serve(
+    ctx: Context, host: str, port: int, public: bool, workers: int, max_upload: int, rate_limit: float, fmt: str
+) -> None:
     """Serve this registry over HTTP: a JSON API under /api/v1 (its OpenAPI schema at /openapi.json), a web view
     for people, and pushes of bundles.
 
@@ -69,7 +72,13 @@ def serve(ctx: Context, host: str, port: int, public: bool, workers: int, max_up
         db=store.url, public=public, max_upload=max_upload, rate=rate_limit, burst=max(1, round(4 * rate_limit))
     )
     who = "public, read-only for anyone" if public else "a token needed"
-    click.echo(f"serving {redact(store.url)} at http://{host}:{port}/ ({who}); Ctrl-C stops", err=True)
+    url = f"http://{host}:{port}/"
+    if fmt == "json":  # for a supervisor that starts it: where it listens, before it serves
+        from registry.cli.output import echo_model
+        from registry.schemas import ServeOutput
+
+        echo_model(ServeOutput(url=url, database=redact(store.url), public=public, workers=workers))
+    click.echo(f"serving {redact(store.url)} at {url} ({who}); Ctrl-C stops", err=True)
     common = dict(host=host, port=port, log_level="warning", proxy_headers=True, server_header=False)
     if workers == 1:
         uvicorn.run(create_app(config, store), **common)

@@ -70,12 +70,18 @@ def list_(ctx: Context, fmt: str) -> None:
 
 @token.command()
 @click.argument("name", type=NAME)
+@output_options()
 @common_options
 @pass_ctx
-def revoke(ctx: Context, name: str) -> None:
+def revoke(ctx: Context, name: str, fmt: str) -> None:
     """Revoke the token NAME: the server refuses it from its next request on."""
     from registry.errors import NotFoundError
 
     if not ctx.existing_store.revoke_token(name):
         raise NotFoundError(f"no token named {name!r} that is not revoked already (`registry token list`)")
+    if fmt == "json":
+        from registry.schemas import TokenRevokeOutput
+
+        echo_model(TokenRevokeOutput(name=name))
+        return
     click.echo(f"token {name!r} revoked")

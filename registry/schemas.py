@@ -514,6 +514,23 @@ class TokenCreateOutput(Output):
     token: str
 
 
+class TokenRevokeOutput(Output):
+    """``registry token revoke``: the token refused from now on."""
+
+    command: ClassVar[str] = "token revoke"
+    name: str
+
+
+class ServeOutput(Output):
+    """``registry serve --json``: printed once the server is about to listen, before it serves."""
+
+    command: ClassVar[str] = "serve"
+    url: str = Field(description="Where it listens.")
+    database: str = Field(description="The registry it serves, password hidden.")
+    public: bool
+    workers: int
+
+
 class PushOutput(ImportOutput):
     """``registry push URL`` and ``registry pull URL``: what the records' import counted, over every page."""
 
@@ -555,6 +572,8 @@ OUTPUTS: list[type[Output]] = [
     SyncStateOutput,
     TokenListOutput,
     TokenCreateOutput,
+    TokenRevokeOutput,
+    ServeOutput,
     PushOutput,
 ]
 

@@ -136,11 +136,16 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
 
 
 def _same_site(request: Request) -> None:
-    """A form posted from another site's page is refused: it could sign a browser in as someone else, or out."""
+    """A form posted from another site's page is refused: it could sign a browser in as someone else, or out. A
+    browser says where a request comes from in ``Sec-Fetch-Site``; an older one only in ``Origin``."""
+    fetched_from = request.headers.get("sec-fetch-site")
     origin = request.headers.get("origin")
-    if request.headers.get("sec-fetch-site") == "cross-site" or (
-        origin and urllib.parse.urlsplit(origin).netloc != request.headers.get("host")
-    ):
+    if fetched_from is not None:
+        foreign = fetched_from not in ("same-origin", "none")
+    else:
+        host = request.headers.get("host")
+        foreign = bool(origin) and origin != "null" and urllib.parse.urlsplit(origin).netloc != host
+    if foreign:
         raise Problem(403, "a sign-in form is taken only from this site's own pages")
 
 
