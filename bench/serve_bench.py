@@ -2,7 +2,7 @@
 
     apt-get install -y wrk       # once: the load generator (C, Lua scripting, latency percentiles)
     .venv/bin/python bench/serve_bench.py [--records 100000,1000000] [--backends sqlite,postgresql]
-        [--concurrency 1,2,4,8,16,32,64] [--page-concurrency 1,8,64] [--duration 10] [--workers 2]
+        [--concurrency 1,2,4,8,16,32,64] [--page-concurrency 1,8,64] [--duration 10] [--repeat 1] [--workers 2]
         [--pull-records 100000] [--runs 3] [--pg postgresql://postgres@127.0.0.1:5432/test] [--skip-load] [--skip-pull]
 
 1. Load. For each backend and record count: a registry of synthetic records (``store_bench.fill_synthetic``: 100
@@ -316,13 +316,15 @@ def wrk(url: str, paths: list[str], token: str, clients: int, seconds: float, wo
     }
 
 
-def load_series(server: Server, paths: list[str], levels: list[int], seconds: float, work: Path) -> list[dict]:
-    """wrk at each concurrency level, after an unrecorded warm-up that has every worker's caches and connections
-    (and, on PostgreSQL, the database's pages) ready."""
+def load_series(
+    server: Server, paths: list[str], levels: list[int], seconds: float, work: Path, repeat: int = 1
+) -> list[dict]:
+    """wrk at each concurrency level, ``repeat`` runs of it, after an unrecorded warm-up that has every worker's
+    caches and connections (and, on PostgreSQL, the database's pages) ready."""
     wrk(server.url, paths, server.token, min(4, max(levels)), min(2.0, seconds), work)
     rows = []
     for clients in levels:
-        row = wrk(server.url, paths, server.token, clients, seconds, work)
+        row = median_run([wrk(server.url, paths, server.token, clients, seconds, work) for _ in range(repeat)])
         rows.append(row)
         bad = (
             f"  {row['non_2xx']} non-2xx, errors {row['socket_errors']}"
@@ -332,6 +334,22 @@ def load_series(server: Server, paths: list[str], levels: list[int], seconds: fl
         print(f"    {clients:>3} clients: {row['requests_per_s']:>8,.1f} req/s  p50 {row['p50_ms']:.1f} ms  "
               f"p99 {row['p99_ms']:.1f} ms{bad}", flush=True)  # fmt: skip
     return rows
+
+
+def median_run(runs: list[dict]) -> dict:
+    """Several wrk runs of one level as one row: the median of each figure, the errors of all, and every run."""
+    if len(runs) == 1:
+        return runs[0]
+    row = {k: statistics.median(r[k] for r in runs) for k in ("requests_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")}
+    errors: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["socket_errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    return {
+        "clients": runs[0]["clients"], **row, "requests": sum(r["requests"] for r in runs),
+        "kb_per_request": runs[0]["kb_per_request"], "non_2xx": sum(r["non_2xx"] for r in runs),
+        "socket_errors": errors, "runs": runs,
+    }  # fmt: skip
 
 
 def measure_load(args, work: Path) -> list[dict]:
@@ -350,7 +368,7 @@ def measure_load(args, work: Path) -> list[dict]:
                     found = json.loads(server.get(paths[0]))["rows"]
                     assert found, f"the lookup {paths[0]} found nothing: the queries do not match the registry"
                     print(f"[{backend} {n:,}] lookup ({QUERIES} distinct queries)", flush=True)
-                    entry["lookup"] = load_series(server, paths, args.concurrency, args.duration, work)
+                    entry["lookup"] = load_series(server, paths, args.concurrency, args.duration, work, args.repeat)
                     kind, page = "model_page", f"/models/{MODEL}"
                     entry["model_page_error"] = server.problem(page)
                     if entry["model_page_error"]:
@@ -358,7 +376,7 @@ def measure_load(args, work: Path) -> list[dict]:
                         print(f"[{backend} {n:,}] THE MODEL PAGE FAILS: {entry['model_page_error']}", flush=True)
                         kind, page = "model_api", f"/api/v1/models/{MODEL}"
                     print(f"[{backend} {n:,}] {kind} {page} ({MODEL_TASKS} tasks)", flush=True)
-                    entry[kind] = load_series(server, [page], args.page_concurrency, args.duration, work)
+                    entry[kind] = load_series(server, [page], args.page_concurrency, args.duration, work, args.repeat)
                 entry["server_log_problems"] = server_problems(log)[:20]
                 results.append(entry)
     return results
@@ -491,6 +509,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=ints, default=[1, 2, 4, 8, 16, 32, 64], help="lookup's clients")
     parser.add_argument("--page-concurrency", type=ints, default=[1, 8, 64], help="the model page's clients")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of each wrk run")
+    parser.add_argument("--repeat", type=int, default=1, help="wrk runs per level; the median of each figure is kept")
     parser.add_argument("--workers", type=int, default=2, help="`registry serve --workers`")
     parser.add_argument("--pull-records", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3, help="runs of each pull, import and push")
@@ -506,6 +525,7 @@ def main() -> None:
         "workers": args.workers,
         "wrk_threads": WRK_THREADS,
         "duration_s": args.duration,
+        "repeat": args.repeat,
         "lookup_queries": QUERIES,
         "model_tasks": MODEL_TASKS,
     }

@@ -152,7 +152,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
         def write(path: Path):
             filters = _filters(store, device, team, model, since)
             with store.read_exchange(filters, after, limit) as found:
-                return write_bundle(path, found, _described(filters))
+                return write_bundle(path, found, filters.described())
 
         with tempfile.NamedTemporaryFile(prefix="registry-pull-", suffix=".bundle", delete=False) as f:
             path = Path(f.name)
@@ -290,13 +290,6 @@ def _filters(store: RegistryStorage, device, team, model, since) -> ExchangeFilt
     from registry.share.export import exchange_filters
 
     return exchange_filters(store, device, team, model, since)
-
-
-def _described(filters: ExchangeFilters) -> dict:
-    described = {k: v for k, v in dataclasses.asdict(filters).items() if v not in (None, False)}
-    if filters.since is not None:
-        described["since"] = filters.since.isoformat()
-    return described
 
 
 def _import(store: RegistryStorage, path: Path, sync_key: str | None):

@@ -95,7 +95,4 @@ def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) 
     Raises BadInputError when ``path`` is the registry's own file (it would be replaced) or cannot be written."""
     refuse_own_file(path, [store.url], "--bundle")
     with store.read_exchange(filters) as exchange:
-        described = {k: v for k, v in dataclasses.asdict(filters).items() if v not in (None, False)}
-        if filters.since is not None:
-            described["since"] = filters.since.isoformat()
-        return write_bundle(path, exchange, described)
+        return write_bundle(path, exchange, filters.described())

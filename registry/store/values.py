@@ -210,6 +210,10 @@ class ExchangeFilters:
     since: dt.datetime | None = None  # measured at or after
     best_only: bool = False  # only the preferred record of each (workload, device)
 
+    def described(self) -> dict[str, Any]:
+        """The filters that are set, as a bundle's manifest states them."""
+        return {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in asdict(self).items() if v}
+
     def key(self) -> str:
         """Identifies the filter set in ``sync_state``: a sync with other filters keeps its own progress."""
         value = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in asdict(self).items()}
