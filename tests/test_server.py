@@ -239,7 +239,9 @@ def test_a_push_killed_mid_way_resumes_and_completes_exactly(filled, tmp_path):
         child.wait()
         rest = ok("--db", filled, "push", base, env={"REGISTRY_TOKEN": writer})
         kept = total - rest["records_new"]
-        assert rest["incremental"] and 0 < kept < total and rest["records_present"] == 0
+        # the page in flight when the pusher died may still be committed by the server while the second push asks
+        # how far it got: then it is sent again and found present, never stored twice (the count below)
+        assert rest["incremental"] and 0 < kept < total and rest["records_present"] <= 2
     assert _count(server_db) == total
 
 
