@@ -62,27 +62,38 @@ class Gate:
         """The request's token, if it may act as ``role``; None for an anonymous read of a public server. Raises
         Problem 401 (no token, or not one of ours) or 403 (a role short of ``role``)."""
         token = presented(request)
-        if self.public and token is not None and "authorization" not in request.headers and role == "reader":
-            # a sign-in cookie of a revoked token must not lock a browser out of what anyone may read
-            found = self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
-            return found if found is not None and found.revoked_at is None else None
-        if token is None:
-            if self.public and role == "reader":
-                return None
-            raise Problem(
-                401,
-                f"a token is needed to {NEEDED_FOR[role]}: send 'Authorization: Bearer TOKEN' (an admin makes one "
-                "with `registry token create`)",
-                {"WWW-Authenticate": "Bearer"},
-            )
-        found = self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
-        if found is None or found.revoked_at is not None:
+        found = self._found(request, token)
+        if token is None or found is None:
+            anonymous = token is None or "authorization" not in request.headers
+            if self.public and role == "reader" and anonymous:
+                return None  # a revoked sign-in cookie must not lock a browser out of what anyone may read
+            if token is None:
+                raise Problem(
+                    401,
+                    f"a token is needed to {NEEDED_FOR[role]}: send 'Authorization: Bearer TOKEN' (an admin makes "
+                    "one with `registry token create`)",
+                    {"WWW-Authenticate": "Bearer"},
+                )
             raise Problem(401, "the token is not valid here (unknown or revoked)", {"WWW-Authenticate": "Bearer"})
         if not found.may(role):
             raise Problem(
                 403, f"token {found.name!r} is a {found.role}'s: a {role} token is needed to {NEEDED_FOR[role]}"
             )
         return found
+
+    def valid(self, token: str) -> TokenRow | None:
+        """The stored token of this text, not revoked; None for one unknown, revoked, or too long to be ours."""
+        found = self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
+        return found if found is not None and found.revoked_at is None else None
+
+    def _found(self, request: Request, token: str | None) -> TokenRow | None:
+        """``valid(token)``, looked up once per request: the route's check, the handler's and the page's header all
+        ask, and each asking was a query."""
+        if token is None:
+            return None
+        if not hasattr(request.state, "registry_token"):
+            request.state.registry_token = self.valid(token)
+        return request.state.registry_token
 
     def role_of(self, request: Request) -> str | None:
         """The role the request may act with, for a page to show (None: anonymous, or not signed in)."""

@@ -116,8 +116,8 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
             if len(body) > MAX_LOGIN:
                 raise Problem(413, f"a sign-in form is at most {MAX_LOGIN} bytes")
         token = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
-        found = store.token(auth.digest(token)) if token and len(token) <= auth.MAX_TOKEN else None
-        if found is None or not found.may("reader"):
+        found = gate.valid(token) if token else None
+        if found is None:
             return page(request, gate, "login.html", 401, title="Sign in", problem="That token is not valid here.")
         done = RedirectResponse("/", status_code=303)
         done.set_cookie(
