@@ -24,6 +24,7 @@ from registry.errors import BadInputError
 from registry.report.model_report import ModelReport
 from registry.report.svg import PALETTE, Series, step_chart
 from registry.store.interface import RecordHistory, RecordPoint, RegistryStorage
+from registry.store.rows import utc
 
 
 @dataclass
@@ -58,10 +59,6 @@ class ReportData:
     final_ms: float | None = None
     history: list[dict] | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def _utc(t: dt.datetime) -> dt.datetime:
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
 
 
 def _distance(a: bytes, b: bytes) -> float | None:
@@ -107,8 +104,8 @@ def collect(
     bests = {w: rs[-1] for w, rs in by_wid.items()}  # a workload's last improvement is its best record
     donor_rows = store.donor_rows([b.donor_record_id for b in bests.values() if b.donor_record_id is not None])
     # the points come in the order they were written, the first record of them all among them
-    start = _utc(records[0].created_at) if records else None
-    end = _utc(history.last_at) if history.last_at else None
+    start = utc(records[0].created_at) if records else None
+    end = utc(history.last_at) if history.last_at else None
     span = (end - start).total_seconds() if start and end else 0.0
     ran = {t.workload_id: t for t in run.tasks} if run is not None else {}
     embeddings = {t.workload_id: t.embedding for t in tasks}
@@ -119,7 +116,7 @@ def collect(
         for r in recs:
             us = r.mean_s * 1e6
             if not curve or us < curve[-1][1]:
-                curve.append(((_utc(r.created_at) - start).total_seconds(), us))
+                curve.append(((utc(r.created_at) - start).total_seconds(), us))
         best = bests.get(t.workload_id)
         donor = distance = None
         if best is not None and best.donor_record_id in donor_rows:

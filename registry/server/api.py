@@ -30,6 +30,7 @@ from registry.server.auth import Gate
 from registry.server.limits import receive_upload
 from registry.server.problems import Problem
 from registry.store.interface import LookupFilter, RegistryStorage
+from registry.store.rows import utc_text
 from registry.store.sql.lookup import parse_shape, parse_workload
 from registry.store.values import ExchangeFilters
 
@@ -38,12 +39,6 @@ MAX_PAGE = 100_000
 MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
 
 Text = Annotated[str | None, Query(max_length=200)]
-
-
-def _iso(t: dt.datetime | None) -> str | None:
-    if t is None:
-        return None
-    return (t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)).isoformat(timespec="seconds")
 
 
 def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_upload: int) -> APIRouter:
@@ -219,7 +214,7 @@ def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry
                     name=m.name,
                     sha256=m.sha256,
                     input_shapes=json.loads(m.input_shapes_json),
-                    created_at=_iso(m.created_at),
+                    created_at=utc_text(m.created_at),
                 )  # fmt: skip
             )
     return rows
@@ -274,15 +269,15 @@ class ReportCache:
 def report_output(data) -> schemas.ModelReportData:
     fields = dataclasses.asdict(data)
     fields.pop("untuned_ms"), fields.pop("final_ms"), fields.pop("history")  # a run's, never a stored model's
-    fields["generated_at"] = _iso(data.generated_at)
-    fields["start"] = _iso(data.start)
+    fields["generated_at"] = utc_text(data.generated_at)
+    fields["start"] = utc_text(data.start)
     return schemas.ModelReportData(**fields)
 
 
 def token_list(store: RegistryStorage) -> schemas.TokenListOutput:
     return schemas.TokenListOutput(
-        rows=[schemas.TokenEntry(name=t.name, role=t.role, created_at=_iso(t.created_at),
-                                 revoked_at=_iso(t.revoked_at)) for t in store.tokens()]
+        rows=[schemas.TokenEntry(name=t.name, role=t.role, created_at=utc_text(t.created_at),
+                                 revoked_at=utc_text(t.revoked_at)) for t in store.tokens()]
     )  # fmt: skip
 
 

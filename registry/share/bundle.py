@@ -34,6 +34,7 @@ import orjson
 
 from registry import hostinfo
 from registry.errors import BadInputError
+from registry.store.rows import utc
 from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
 
 FORMAT = "tvm-registry-bundle"
@@ -101,7 +102,7 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                         donor = [*r.donor[0], *r.donor[1:]] if r.donor else None
                         yield [r.source_id, index[r.workload], devices[r.device_key], r.skeleton, r.decisions_json,
                                r.run_secs, r.source, r.origin, r.team, r.model, r.host, r.tool_version,
-                               _utc(r.created_at).isoformat(), donor]  # fmt: skip
+                               utc(r.created_at).isoformat(), donor]  # fmt: skip
 
             _member(zf, "records.jsonl", records(), sums)
             counts = dict(
@@ -148,11 +149,6 @@ def _member(zf: zipfile.ZipFile, name: str, rows, sums: dict) -> None:
         size += len(data)
         f.write(data)
     sums[name] = {"sha256": digest.hexdigest(), "bytes": size}
-
-
-def _utc(t: dt.datetime) -> dt.datetime:
-    """Stored times are UTC; SQLite hands them back without a zone."""
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
 
 
 def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:

@@ -28,6 +28,17 @@ def canonical_json(obj: Any) -> str:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def utc(t: dt.datetime) -> dt.datetime:
+    """A stored time in UTC. One without a zone is UTC already (SQLite's CURRENT_TIMESTAMP, and what SQLAlchemy reads
+    back from SQLite), not whatever zone a PostgreSQL session is set to; SQLite keeps the time without it."""
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def utc_text(t: dt.datetime | None) -> str | None:
+    """A stored time as ISO 8601 UTC, to the second; None stays None."""
+    return None if t is None else utc(t).isoformat(timespec="seconds")
+
+
 def shapes_text(args: list[dict[str, Any]]) -> str:
     """A workload's argument shapes as tables show them: ``8x64,64x64,64`` (``scalar`` for a 0-d argument)."""
     return ",".join("x".join(map(str, a["shape"])) or "scalar" for a in args)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -16,7 +15,7 @@ from sqlalchemy import Connection, and_, case, or_, select, tuple_
 
 from registry.errors import BadInputError, DatabaseError
 from registry.store.embedding import embed
-from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text
+from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text, utc
 from registry.store.sql.models import (
     SOURCES,
     TRUST_LEVELS,
@@ -230,7 +229,7 @@ def prepare_records(records: Sequence[RecordIn], here: str) -> PreparedRecords:
             r.source, r.donor_record_id, _team(r.team), _model(r.model), _host(r.host), device.tvm_version,
             _tool(r.tool_version), _origin(origin), trust,
         )  # fmt: skip
-        rows[key] = (*row, _utc(r.created_at)) if timed else row
+        rows[key] = (*row, utc(r.created_at)) if timed else row
     # Rows go in key order within a batch, so concurrent writers mostly take locks in one order; a deadlock that
     # still happens across batches is retried from the start by Store.transact.
     ordered = [rows[k] for k in sorted(rows)]
@@ -285,12 +284,6 @@ def insert_records(
             if (tier, mean_s) < (cur["tier"], cur["mean_s"]):
                 cur.update(record_id=rid, mean_s=mean_s, tier=tier)
     merge_best(conn, [best[k] for k in sorted(best)])
-
-
-def _utc(at: dt.datetime) -> dt.datetime:
-    """A measurement time in UTC. One without a zone is UTC already (SQLite's CURRENT_TIMESTAMP, and what SQLAlchemy
-    reads back from SQLite), not whatever zone a PostgreSQL session is set to; SQLite keeps the time without it."""
-    return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at.astimezone(dt.timezone.utc)
 
 
 # At least this many rows go through COPY on PostgreSQL: one round trip, no SQL text to build and parse per row

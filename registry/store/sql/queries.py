@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from registry.errors import NotFoundError, RegistryWarning
 from registry.store.decode import CorruptRow, RecordReader, inflate, parse
+from registry.store.rows import utc_text
 from registry.store.sql.models import (
     BestRecord,
     Device,
@@ -62,15 +62,8 @@ def stats(conn: Session) -> dict[str, Any]:
         "records_by_source": by_source,
         "workloads_by_op": dict(by_op),
         "per_device": [{"id": i, "name": n, "tuned_workloads": w, "ok_records": int(r)} for i, n, w, r in per_device],
-        "by_team": [{"team": t, "records": n, "last_at": _iso(at)} for t, n, at in by_team],
+        "by_team": [{"team": t, "records": n, "last_at": utc_text(at)} for t, n, at in by_team],
     }
-
-
-def _iso(t: dt.datetime | None) -> str | None:
-    """A stored time as ISO 8601 UTC (SQLite hands it back without a zone)."""
-    if t is None:
-        return None
-    return (t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)).isoformat(timespec="seconds")
 
 
 def devices(conn: Session) -> list[dict[str, Any]]:
