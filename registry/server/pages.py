@@ -81,7 +81,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
         if q:
             try:
                 rows = _lookup(store, q)
-            except (BadInputError, RegistryError) as e:
+            except RegistryError as e:  # a shape that is no shape, an unknown device: said on the page
                 problem = one_line(str(e))
         return page(
             request, gate, "search.html", title="Search", query=_Query(q), rows=rows, problem=problem,
