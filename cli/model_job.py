@@ -14,12 +14,15 @@ from registry.cli.options import NAME, common_options, output_options, overlay_o
 from registry.cli.output import Progress, echo_model, echo_table
 
 
-def model_options(command):
-    """MODEL.onnx and the options every per-model command takes."""
+def model_options(command=None, *, many: bool = False):
+    """MODEL.onnx and the options every per-model command takes; ``many``: MODEL.onnx... (``registry tune``)."""
+    if command is None:
+        return functools.partial(model_options, many=many)
+    model = click.Path(exists=True, dir_okay=False, path_type=Path)
     decorators = [
-        click.argument(
-            "model_path", metavar="MODEL.onnx", type=click.Path(exists=True, dir_okay=False, path_type=Path)
-        ),
+        click.argument("model_paths", metavar="MODEL.onnx...", type=model, nargs=-1)
+        if many
+        else click.argument("model_path", metavar="MODEL.onnx", type=model),
         click.option(
             "--input-shape",
             "input_shapes",
@@ -81,6 +84,21 @@ def before_tvm(threads: int | None) -> None:
     zygote.start_early()
 
 
+def print_reports(reports: list, fmt: str) -> None:
+    """One report as ``print_report`` prints it; several one after the other (``--json``: a JSON array)."""
+    if fmt == "json" and len(reports) > 1:
+        from registry.schemas import ModelReportList
+
+        echo_model(ModelReportList(reports=[r.as_json() for r in reports]))
+        return
+    for i, report in enumerate(reports):
+        if i:
+            click.echo()
+        if len(reports) > 1:
+            click.echo(f"== {report.model}")
+        print_report(report, fmt)
+
+
 def print_report(report, fmt: str) -> None:
     from registry.report.model_report import summary_lines, task_table
 
@@ -97,4 +115,4 @@ def print_report(report, fmt: str) -> None:
         click.echo(line)
 
 
-__all__ = ["Progress", "model_options", "print_report", "before_tvm"]
+__all__ = ["Progress", "model_options", "print_report", "print_reports", "before_tvm"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from registry.cli.model_job import Progress, before_tvm, model_options, print_report
+from registry.cli.model_job import Progress, before_tvm, model_options, print_reports
 from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
+from registry.errors import BadInputError
 
 _FLOOR_HELP = (
     "Measure at least this many candidates of every task of at least --min-share (stored ones counted) before any "
@@ -15,7 +18,14 @@ _FLOOR_HELP = (
 
 
 @click.command()
-@model_options
+@model_options(many=True)
+@click.option(
+    "--models",
+    "models_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file naming models to tune, one per line: PATH [NAME=D1,D2 ...] (input shapes; PATH relative to the "
+    "file; # starts a comment). With or instead of MODEL.onnx...",
+)
 @click.option(
     "--budget",
     "seconds",
@@ -59,11 +69,30 @@ _FLOOR_HELP = (
 )
 @click.option("--floor", type=click.IntRange(0), default=0, show_default=True, help=_FLOOR_HELP)
 @click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
+@click.option(
+    "--plateau",
+    type=click.IntRange(1),
+    default=64,
+    show_default=True,
+    metavar="TRIALS",
+    help="A task whose last TRIALS measured trials (every run's) improved its best by under 1% has plateaued: "
+    "later runs skip it.",
+)
+@click.option("--retune", is_flag=True, help="Tune plateaued tasks too, past their plateau.")
+@click.option(
+    "--lease",
+    type=Duration(),
+    default="5m",
+    show_default=True,
+    help="How long a task stays leased to this run after its last batch. Other runs on the registry leave it alone "
+    "meanwhile; if this run is killed, they take it over once the lease expires.",
+)
 @report_option
 @pass_ctx
 def tune(
     ctx: Context,
-    model_path,
+    model_paths,
+    models_file,
     input_shapes,
     threads,
     target,
@@ -83,8 +112,12 @@ def tune(
     min_share,
     floor,
     batch,
+    plateau,
+    retune,
+    lease,
 ) -> None:
-    """Tune MODEL.onnx's tasks, seeded from the registry, and compile it.
+    """Tune the tasks of MODEL.onnx (or of several models, under one budget), seeded from the registry, and compile
+    each model.
 
     MetaSchedule's evolutionary search runs batch by batch: candidates are ranked by a predictor pre-trained on the
     registry, the predicted-worst are dropped unmeasured, the rest are measured several at a time and the promising
@@ -92,22 +125,66 @@ def tune(
     weight x latency; a task stops when it gains too little per minute or is too small a share of the model. An
     interrupted run loses at most one batch: run the same command again to resume.
 
+    Several models are tuned together: a task they share is tuned once, weighted by all of them. Runs that share a
+    registry (this machine or others, one PostgreSQL) divide the work: each task is leased to the run tuning it, the
+    others tune other tasks first and then wait for its records. Each task's effort (trials, seconds, best latency
+    over trials) is recorded, and a task that reached a plateau is skipped unless --retune.
+
     \b
     Examples:
       registry tune bert.onnx --input-shape ids=1,128 --budget 20m
       registry tune resnet.onnx --trials 500 --threads 2 -o resnet.so --json
+      registry tune vit.onnx deit.onnx --budget 30m   # on N machines at once: they share the work
+      registry tune --models models.txt --trials 2000
       registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
     """
+    from registry.api import ModelSpec
+
+    specs = [ModelSpec(p, list(input_shapes), None, name) for p in model_paths]
+    if models_file is not None:
+        specs += read_models_file(models_file)
+    if not specs:
+        raise BadInputError("name a model to tune: MODEL.onnx..., or --models FILE")
+    if len(specs) > 1:
+        for flag, given in (("-o/--output", output), ("--report", report_path), ("--name", name)):
+            if given is not None:
+                raise BadInputError(f"{flag} applies to one model; {len(specs)} models were given")
     check_outputs(ctx, report_path, output)
     before_tvm(threads)
     from registry import api
 
     with Progress("tune", seconds=seconds) as progress:
-        report = api.tune(
-            model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
-            output=output, trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain,
-            min_share=min_share, floor=floor, batch=batch, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
+        reports = api.tune_models(
+            specs, target=target, threads=threads, db=ctx.store, output=output, trials=trials, seconds=seconds,
+            predictor=predictor, keep=keep, min_gain=min_gain, min_share=min_share, floor=floor, batch=batch,
+            plateau=plateau, retune=retune, lease=lease, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
             exact_math=exact_math, progress=progress,
         )  # fmt: skip
-    print_report(report, fmt)
-    write_run_report(ctx, report_path, report)
+    print_reports(reports, fmt)
+    write_run_report(ctx, report_path, reports[0])
+
+
+def read_models_file(path: Path) -> list:
+    """The models a --models file names: ``PATH [NAME=D1,D2 ...]`` per line, PATH relative to the file."""
+    from registry.api import ModelSpec
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInputError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    specs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        model = (path.parent / words[0]).expanduser()
+        if not model.is_file():
+            raise BadInputError(f"{path}:{number}: no model file {model}")
+        shapes = words[1:]
+        bad = [w for w in shapes if "=" not in w]
+        if bad:
+            raise BadInputError(f"{path}:{number}: {bad[0]!r} is not an input shape NAME=D1,D2,...")
+        specs.append(ModelSpec(model, shapes))
+    if not specs:
+        raise BadInputError(f"{path} names no model")
+    return specs

@@ -8,12 +8,13 @@ Importing this package is cheap and never imports TVM; the functions and ``Regis
     report = registry.transfer("model.onnx", output="model.so")  # the report `registry transfer` prints
 
 See ``registry.api`` for ``host_target``, ``host_device``, ``database``, ``compile_model``, ``load_model``,
-``task_module``, ``transfer`` and ``tune``.
+``task_module``, ``transfer``, ``tune`` and ``tune_models``.
 """
 
 from __future__ import annotations
 
 from registry.api import (
+    ModelSpec,
     compile_model,
     database,
     host_device,
@@ -22,11 +23,13 @@ from registry.api import (
     task_module,
     transfer,
     tune,
+    tune_models,
 )
 from registry.errors import RegistryError
 
 __all__ = [
     "ModelReport",
+    "ModelSpec",
     "RegistryDatabase",
     "RegistryError",
     "Store",
@@ -38,6 +41,7 @@ __all__ = [
     "task_module",
     "transfer",
     "tune",
+    "tune_models",
 ]
 
 

@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from registry import hostinfo
 from registry.errors import BadInputError
@@ -42,7 +42,18 @@ if TYPE_CHECKING:
     StoreLike = Union[RegistryStorage, str, os.PathLike, None]  # noqa: UP007
 
 
-__all__ = ["compile_model", "database", "host_device", "host_target", "load_model", "task_module", "transfer", "tune"]
+__all__ = [
+    "ModelSpec",
+    "compile_model",
+    "database",
+    "host_device",
+    "host_target",
+    "load_model",
+    "task_module",
+    "transfer",
+    "tune",
+    "tune_models",
+]
 
 
 def host_target(num_cores: int | None = None) -> Target:
@@ -177,6 +188,28 @@ def tune(
     input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None = None,
     params: Mapping[str, Any] | None = None,
     name: str | None = None,
+    output: str | os.PathLike | None = None,
+    **options: Any,
+) -> ModelReport:
+    """``registry tune`` from Python: tune ``model``'s tasks, seeded from the registry, every measured record written
+    back at once, then compile it; returns the report the CLI prints. ``model`` and the model's arguments are as for
+    ``transfer``; the tuning ``options`` are ``tune_models``'s."""
+    spec = ModelSpec(model, input_shapes, params, name)
+    return tune_models([spec], output=output, **options)[0]
+
+
+class ModelSpec(NamedTuple):
+    """A model and how to load it (``load_model``'s arguments): one entry of ``tune_models``."""
+
+    model: ModelLike
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None = None
+    params: Mapping[str, Any] | None = None
+    name: str | None = None
+
+
+def tune_models(
+    models: Sequence[ModelSpec | ModelLike],
+    *,
     target: TargetLike = None,
     threads: int | None = None,
     db: StoreLike = None,
@@ -190,31 +223,54 @@ def tune(
     min_share: float = 1.0,
     floor: int = 0,
     batch: int = 16,
+    plateau: int = 64,
+    retune: bool = False,
+    lease: float = 300.0,
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
     verbose: bool = False,
     exact_math: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
-) -> ModelReport:
-    """``registry tune`` from Python: tune ``model``'s tasks, seeded from the registry, every measured record written
-    back at once, then compile it; returns the report the CLI prints.
+) -> list[ModelReport]:
+    """``registry tune A.onnx B.onnx``: tune several models under one budget, each task once however many of them
+    share it (its weight summed over them); one report per model, in order.
 
-    ``trials`` counts measured candidates for the model, including those stored by earlier runs (so a re-run
-    resumes); ``seconds`` is a wall-time budget for the whole call, compiling and timing the tuned model included;
-    with neither, 32 trials per task. ``min_gain`` and ``min_share`` are percentages, as on the command line;
-    ``floor`` measured candidates go to every task of at least ``min_share`` before any task gets more.
-    ``model`` and the other arguments are as for ``transfer``.
+    ``trials`` counts measured candidates for the models' tasks, including those stored by earlier runs and those
+    measured meanwhile by other runs on the same registry (so a re-run resumes, and N runs of one command divide
+    the work); ``seconds`` is a wall-time budget for the whole call, compiling and timing the tuned models
+    included; with neither, 32 trials per task. ``min_gain`` and ``min_share`` are percentages, as on the command
+    line; ``floor`` measured candidates go to every task of at least ``min_share`` before any task gets more.
+    A task whose last ``plateau`` trials gained under 1% is skipped by later runs unless ``retune``. A task this run
+    tunes is leased to it until ``lease`` seconds after its last batch: other runs on the registry tune other tasks
+    first, and take it over only if this run dies. ``output`` exports the library of a single model.
     """
-    from registry.pipeline.tune import ModelTuneOptions
-    from registry.pipeline.tune import tune as run
+    import time
+    from dataclasses import replace
+
+    from registry.pipeline.tune import ModelTuneOptions, tune_models
 
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
-        floor=floor, predictor=predictor, team=team, output=Path(output) if output is not None else None,
-        where=_where(rpc, dop, verbose),
+        floor=floor, plateau=plateau, retune=retune, lease=lease, predictor=predictor, team=team,
+        output=Path(output) if output is not None else None, where=_where(rpc, dop, verbose),
     )  # fmt: skip
-    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)
+    if not models:
+        raise BadInputError("no model to tune")
+    start = time.perf_counter()
+    tvm_target = _target(target)
+    specs = [m if isinstance(m, ModelSpec) else ModelSpec(m) for m in models]
+    loaded = [replace(load_model(*spec), exact_math=exact_math) for spec in specs]
+    import_s = time.perf_counter() - start
+    store, owned = _open(db, overlay)
+    try:
+        return tune_models(
+            store, loaded, tvm_target, _threads(threads), options,
+            progress=progress or (lambda _done, _total, _what: None), import_s=import_s,
+        )  # fmt: skip
+    finally:
+        if owned:
+            store.close()
 
 
 # -- shared ---------------------------------------------------------------------------------------------------------

@@ -358,6 +358,13 @@ class ModelReportOutput(Output, Open):
     errors: list[str]
 
 
+class ModelReportList(Output):
+    """`registry tune A.onnx B.onnx --json`: one report per model, in the order given."""
+
+    command: ClassVar[str] = "tune with several models"
+    reports: list[ModelReportOutput]
+
+
 # -- show ---------------------------------------------------------------------------------------------------------
 
 

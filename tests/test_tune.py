@@ -189,7 +189,7 @@ def test_tune_respects_the_trial_budget_and_reports_like_transfer(sqlite_url, ml
     report = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
     assert {"untuned_ms", "final_ms", "search_s", "tasks", "sources", "timings"} <= report.keys()
     assert sum(t["measurements"] for t in report["tasks"]) == sum(t["trials"] for t in report["tasks"]) == 24
-    assert report["tuning"]["trials"] == {"asked": 24, "stored": 0, "measured": 24}
+    assert report["tuning"]["trials"] == {"asked": 24, "stored": 0, "measured": 24, "others": 0}
     assert _records(sqlite_url) == (24, 24)
     assert all(t["source"] == "tuned" and t["after_us"] < t["before_us"] for t in report["tasks"]), report["tasks"]
     assert report["final_ms"] < report["untuned_ms"] / 3

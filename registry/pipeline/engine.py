@@ -18,6 +18,7 @@ evolutionary search starts from the task's best stored records.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
+from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW, Leases
 from registry.pipeline.model_run import ModelRun, Progress, Task, default_record
 from registry.pipeline.rules import rules_with_producers_inlined
 from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
@@ -66,6 +68,9 @@ class TuneOptions:
     use_predictor: bool = True  # start from the device's stored predictor, if it has one
     seeds: int = 4  # donor schedules measured per task before its first batch
     seed: int = 1
+    plateau_window: int = DEFAULT_WINDOW  # trials: a task whose last ones gained under 1% has plateaued
+    retune: bool = False  # tune plateaued tasks too
+    lease_s: float = DEFAULT_LEASE_S  # how long a task stays leased to this run after its last batch
 
 
 @dataclass
@@ -87,9 +92,10 @@ class Outcome:
     stop: str
     # After the start and each batch: {seconds, trials, task, best_us: {task: µs or None}, model_us}
     history: list[dict] = field(default_factory=list)
-    # the trial budget: {"asked": --trials, "stored": trials stored by earlier runs, "measured": by this run}; None
-    # with only a time budget
+    # the trial budget: {"asked": --trials, "stored": trials stored by earlier runs, "measured": by this run,
+    # "others": by runs beside it}; None with only a time budget
     trials: dict[str, int] | None = None
+    waited_s: float = 0.0  # spent waiting for tasks that other runs held
 
 
 class Engine:
@@ -110,6 +116,9 @@ class Engine:
         self.writer = RecordWriter(self.store)
         self.cost_model, self.predictor_version = self._cost_model()
         self._stored_traces: dict[int, dict[str, list[float]]] = {}  # by workload id, read once per run
+        self.leases = Leases(self.store, db.device_id, options.plateau_window, options.lease_s, options.retune)
+        self._effort_start: dict[int, int] = {}  # each task's effort in trials when this run began
+        self.waited_s = 0.0
 
     def _cost_model(self):
         if self.opts.use_predictor:
@@ -121,7 +130,10 @@ class Engine:
         return ms.cost_model.XGBModel(num_tuning_cores=usable_cores()), None
 
     def close(self) -> None:
-        self.builder.shutdown()
+        try:
+            self.leases.release_all()
+        finally:
+            self.builder.shutdown()
 
     # -- the model -------------------------------------------------------------------------------------------------
 
@@ -136,9 +148,19 @@ class Engine:
         planner = Planner(list(states.values()), Budget(self.opts.trials, seconds), self.opts.trim)
         ids = {id(s): wid for wid, s in states.items()}
         budget = self.opts.trials or 0
+        self._skip_plateaued(states)
         history = [self._point(start, states, planner, None)]
-        while (state := planner.next_task(time.perf_counter() - start)) is not None:
+        while True:
+            state = planner.next_task(time.perf_counter() - start)
+            if state is None:
+                if planner.stop is None and planner.waiting() and self._wait(planner, states, start, seconds):
+                    continue
+                break
             wid = ids[id(state)]
+            other = self.leases.take(wid, state.latency_us)
+            if other is not None:  # another run tunes it: leave it to that run
+                state.held_by = other
+                continue
             t0 = time.perf_counter()
             before = state.best_us
             if wid not in tuners:
@@ -148,6 +170,7 @@ class Engine:
                     # neither MetaSchedule's rules nor the fallback of rules.py build a design space for it: that
                     # task keeps its schedule, the others are tuned
                     state.stopped = f"MetaSchedule cannot build its design space: {error_line(e)[:200]}"
+                    self._settle(wid, state, time.perf_counter() - t0, exhausted=False)
                     continue
             self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
             try:
@@ -162,10 +185,14 @@ class Engine:
                     tuners[wid] = tuners[wid].restarted_without_database()
                     continue
                 state.stopped = f"MetaSchedule's search failed: {error_line(e)[:200]}"
+                self._settle(wid, state, time.perf_counter() - t0, exhausted=False)
                 continue
             if not done:
                 state.stopped = "search space exhausted"
-            planner.record_batch(state, before, time.perf_counter() - t0)
+            seconds_spent = time.perf_counter() - t0
+            planner.record_batch(state, before, seconds_spent)
+            self._settle(wid, state, seconds_spent, exhausted=not done)
+            self._refresh(states)
             history.append(self._point(start, states, planner, state.name))
         for tuner in tuners.values():
             try:
@@ -177,8 +204,12 @@ class Engine:
         self.progress(self._spent(states), budget, stop)
         trials = None
         if self.opts.trials:
-            stored = sum(s.stored for s in states.values())
-            trials = {"asked": self.opts.trials, "stored": stored, "measured": self._spent(states) - stored}
+            trials = {
+                "asked": self.opts.trials,
+                "stored": sum(s.stored for s in states.values()),
+                "measured": sum(s.measurements for s in states.values()),
+                "others": sum(s.others for s in states.values()),
+            }
         return Outcome(
             states,
             self.measurer.calibration,
@@ -189,7 +220,61 @@ class Engine:
             stop,
             history,
             trials,
+            self.waited_s,
         )
+
+    # -- runs beside this one (registry.pipeline.effort) ----------------------------------------------------------
+
+    def _skip_plateaued(self, states: dict[int, TaskState]) -> None:
+        """Stop the tasks whose recorded effort reached a plateau (unless --retune), and note every task's effort."""
+        for wid, effort in self.leases.read(list(states)).items():
+            self._effort_start[wid] = effort.trials
+            if effort.plateau and not self.opts.retune:
+                states[wid].stopped = f"plateaued after {effort.trials} recorded trials (--retune searches on)"
+
+    def _settle(self, wid: int, state: TaskState, seconds: float, exhausted: bool) -> None:
+        """Record a batch's effort on the task, renew this run's leases, and stop the task if it plateaued or another
+        run took it over."""
+        done = state.stopped is not None
+        kept, plateau = self.leases.after_batch(wid, state.measurements, seconds, state.best_us, exhausted, done)
+        if not kept and not done:
+            state.stopped = "taken over by another run: this run's lease on it expired"
+        elif plateau and not done and not self.opts.retune:
+            state.stopped = f"plateaued: its last {self.opts.plateau_window} trials gained under 1%"
+        self.leases.renew()
+
+    def _refresh(self, states: dict[int, TaskState]) -> None:
+        """What other runs did since: their trials count against the budget, their bests are the model's, and a task
+        they released or left to expire is free again (stopped if it plateaued)."""
+        now = dt.datetime.now(dt.UTC)
+        for wid, effort in self.leases.read(list(states)).items():
+            state = states[wid]
+            state.others = max(0, effort.trials - self._effort_start.get(wid, 0) - self.leases.saved.get(wid, 0))
+            if effort.best_us is not None and (state.best_us is None or effort.best_us < state.best_us):
+                state.best_us = effort.best_us
+            if state.held_by is not None and effort.held_by_other(self.leases.holder, now) is None:
+                state.held_by = None
+                if effort.plateau and not self.opts.retune and state.stopped is None:
+                    state.stopped = f"plateaued in another run after {effort.trials} recorded trials"
+
+    def _wait(self, planner: Planner, states: dict[int, TaskState], start: float, seconds: float | None) -> bool:
+        """Wait while every task left is another run's, until one is free again (True) or the time budget ends."""
+        held = planner.waiting()
+        runs = sorted({t.held_by for t in held if t.held_by})
+        self.progress(
+            self._spent(states), self.opts.trials or 0, f"waiting for {len(held)} task(s) tuned by {', '.join(runs)}"
+        )
+        poll = min(5.0, max(0.5, self.opts.lease_s / 10))
+        while True:
+            if seconds is not None and time.perf_counter() - start + poll > seconds:
+                planner.stop = f"time budget spent ({seconds:.0f} s of tuning) waiting for other runs"
+                return False
+            time.sleep(poll)
+            self.waited_s += poll
+            self.leases.renew()
+            self._refresh(states)
+            if len(planner.waiting()) < len(held):
+                return True
 
     def keep_defaults(self, tasks: list[EngineTask], states: dict[int, TaskState]) -> None:
         """File the default schedule of each task whose measured candidates all lost to it, so that compiling keeps
@@ -219,7 +304,7 @@ class Engine:
 
     @staticmethod
     def _spent(states: dict[int, TaskState]) -> int:
-        return sum(s.stored + s.measurements for s in states.values())
+        return sum(s.measured for s in states.values())
 
     def _state(self, t: EngineTask) -> TaskState:
         stored = self.store.tuning_state(t.task.workload_id, self.db.device_id)

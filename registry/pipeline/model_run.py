@@ -157,15 +157,35 @@ def model_run(
 ) -> Iterator[ModelRun]:
     """What every per-model command does first: start the measurer (which says which device this is), start the
     clock, extract and record the tasks, open the registry database. The measurer's workers stop at the end."""
+    with model_runs(store, [loaded], target, threads, source, team, import_s, where) as runs:
+        yield runs[0]
+
+
+@contextlib.contextmanager
+def model_runs(
+    store: RegistryStorage,
+    models: list[LoadedModel],
+    target: Target,
+    threads: int | None,
+    source: str,
+    team: str | None,
+    import_s: float = 0.0,
+    where: Where | None = None,
+) -> Iterator[list[ModelRun]]:
+    """``model_run`` for several models at once (``registry tune A.onnx B.onnx``): one measurer and one clock, each
+    model's tasks extracted and recorded."""
     where = where or Where()
     clock = Clock(Timings(import_s=import_s))
     with clock("import"):
         measurer = Measurer(target, threads, rpc=where.rpc, dop=where.dop, verbose=where.verbose)
     try:
-        with clock("import"):
-            tasks = extract(store, loaded, target)
-            db = registry_database(store, measurer.device, tasks, source, team, loaded.name)
-        yield ModelRun(store, loaded, target, clock, tasks, measurer, db)
+        runs = []
+        for loaded in models:
+            with clock("import"):
+                tasks = extract(store, loaded, target)
+                db = registry_database(store, measurer.device, tasks, source, team, loaded.name)
+            runs.append(ModelRun(store, loaded, target, clock, tasks, measurer, db))
+        yield runs
     finally:
         measurer.close()
 

@@ -1,10 +1,12 @@
-"""Tuning one model (``registry tune``): every task searched with the registry's engine, seeded from donors.
+"""Tuning models (``registry tune``): every task searched with the registry's engine, seeded from donors.
 
-1. The model's tasks are extracted and recorded; each task's default schedule is timed (the report's "before").
+1. Each model's tasks are extracted and recorded; a task several models share is tuned once, its weight the sum
+   of theirs. Each task's default schedule is timed (the report's "before").
 2. Donors: the nearest stored workloads' best traces, applied to each task, seed its search.
 3. The engine (``registry.pipeline.engine``) spends the budget across the tasks; every measured record goes
-   to the registry at once, so an interrupted run resumes where it stopped.
-4. The model is compiled with the registry and timed end to end, as transfer does.
+   to the registry at once, so an interrupted run resumes where it stopped. Runs sharing a registry divide its
+   tasks by leases, and skip the tasks whose recorded effort reached a plateau (``registry.pipeline.effort``).
+4. Each model is compiled with the registry and timed end to end, as transfer does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 
 from tvm.target import Target
 
+from registry.errors import BadInputError
 from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW
 from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
 from registry.pipeline.model_run import (
     ModelRun,
@@ -24,7 +28,8 @@ from registry.pipeline.model_run import (
     Where,
     default_timings,
     finish,
-    model_run,
+    model_runs,
+    registry_database,
     untuned_model,
 )
 from registry.report.model_report import ModelReport, TaskResult
@@ -59,6 +64,9 @@ class ModelTuneOptions:
         min_share: float,
         predictor: bool,
         floor: int = 0,
+        plateau: int = DEFAULT_WINDOW,
+        retune: bool = False,
+        lease: float = DEFAULT_LEASE_S,
         team: str | None,
         output: Path | None,
         where: Where,
@@ -67,7 +75,10 @@ class ModelTuneOptions:
         from registry.pipeline.tuning_policy import TrimOptions
 
         trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep, floor=floor)
-        engine = TuneOptions(trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor)
+        engine = TuneOptions(
+            trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor, plateau_window=plateau,
+            retune=retune, lease_s=lease,
+        )  # fmt: skip
         return cls(engine=engine, team=team, output=output, where=where)
 
 
@@ -80,33 +91,71 @@ def tune(
     progress: Progress = lambda _done, _total, _what: None,
     import_s: float = 0.0,
 ) -> ModelReport:
+    return tune_models(store, [loaded], target, threads, options, progress, import_s)[0]
+
+
+def tune_models(
+    store: RegistryStorage,
+    models: list[LoadedModel],
+    target: Target,
+    threads: int | None,
+    options: ModelTuneOptions | None = None,
+    progress: Progress = lambda _done, _total, _what: None,
+    import_s: float = 0.0,
+) -> list[ModelReport]:
+    """Tune several models under one budget: each task once, however many of them share it, with their weights
+    summed; then compile and report each model."""
     opts = options or ModelTuneOptions()
+    if opts.output is not None and len(models) > 1:
+        raise BadInputError("-o/--output exports one model's library: tune several models without it")
     started = time.perf_counter() - import_s  # a time budget counts from the start of the command
-    with model_run(store, loaded, target, threads, "tuned", opts.team, import_s, opts.where) as run:
-        # the untuned model compiled and timed before tuning: what that costs is what the end needs again (the tuned
-        # model), so a time budget keeps it back, and the whole command ends within the budget. After the defaults:
-        # the workers' start is then not counted as part of timing a model.
+    with model_runs(store, models, target, threads, "tuned", opts.team, import_s, opts.where) as runs:
+        run = joined(runs, opts.team)
+        # the untuned models compiled and timed before tuning: what that costs is what the end needs again (the
+        # tuned models), so a time budget keeps it back, and the whole command ends within the budget. After the
+        # defaults: the workers' start is then not counted as part of timing a model.
         defaults = default_timings(run, run.tasks)
-        untuned = untuned_model(run)
+        untuned = [untuned_model(r) for r in runs]
         with run.clock("donors"):
             seeds = donor_seeds(store, target, run.db.device_id, run.tasks, opts.neighbours, opts.engine.seeds)
-        engine_tasks = [
-            EngineTask(
+        engine_tasks = {
+            t.workload_id: EngineTask(
                 t, defaults[t.workload_id].median_us, seeds.get(t.workload_id, []), defaults[t.workload_id].error
             )
             for t in run.tasks
-        ]
+        }
         engine_opts = opts.engine
         if engine_opts.trials is None and engine_opts.seconds is None:
             engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(run.tasks))
         deadline = None
         if engine_opts.seconds is not None:
-            deadline = started + engine_opts.seconds - (FINISH_MARGIN * untuned.seconds + FINISH_SLACK_S)
-        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, engine_tasks, deadline)
-        results = [task_result(t, outcome) for t in engine_tasks]
-        report = finish(run, results, opts.output, untuned)
-    report.tuning, report.history = tuning_summary(outcome), outcome.history
-    return report
+            finishing = sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
+            deadline = started + engine_opts.seconds - finishing
+        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, list(engine_tasks.values()), deadline)
+        reports = []
+        for model_run, model_untuned in zip(runs, untuned, strict=True):
+            # each model's report weighs a task by that model's own count of it
+            results = [task_result(replace(engine_tasks[t.workload_id], task=t), outcome) for t in model_run.tasks]
+            report = finish(model_run, results, opts.output, model_untuned)
+            report.tuning, report.history = tuning_summary(outcome), outcome.history
+            reports.append(report)
+    return reports
+
+
+def joined(runs: list[ModelRun], team: str | None) -> ModelRun:
+    """One run over every model's tasks: each workload once, its weight the sum of the models'. Its records name
+    the first model (a record has one model; ``registry report`` finds every model's tasks by workload)."""
+    if len(runs) == 1:
+        return runs[0]
+    tasks: dict[int, Task] = {}
+    for run in runs:
+        for t in run.tasks:
+            known = tasks.get(t.workload_id)
+            tasks[t.workload_id] = t if known is None else replace(known, weight=known.weight + t.weight)
+    lead = runs[0]
+    merged = list(tasks.values())
+    db = registry_database(lead.store, lead.measurer.device, merged, "tuned", team, lead.loaded.name)
+    return replace(lead, tasks=merged, db=db)
 
 
 def donor_seeds(store, target, device_id, tasks: list[Task], neighbours: int, per_task: int) -> dict[int, list]:
@@ -158,6 +207,8 @@ def tuning_summary(outcome: Outcome) -> dict:
     if cal is not None:
         parts.append(f"calibrated in {cal.seconds:.1f} s: {cal.summary()}")
     parts.append(f"predictor v{outcome.predictor_version}" if outcome.predictor_version else "no stored predictor")
+    if outcome.waited_s:
+        parts.append(f"waited {outcome.waited_s:.0f} s for tasks other runs held")
     parts.append(f"stopped: {outcome.stop}")
     return {
         "measurer": outcome.measurer,
@@ -166,5 +217,6 @@ def tuning_summary(outcome: Outcome) -> dict:
         "predictor_version": outcome.predictor_version,
         "stop": outcome.stop,
         "trials": outcome.trials,
+        "waited_s": round(outcome.waited_s, 1),
         "summary": "tuning: " + "; ".join(parts),
     }

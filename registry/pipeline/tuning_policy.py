@@ -58,11 +58,13 @@ class TaskState:
     stopped: str | None = None  # why the task stopped drawing batches
     small: bool = False  # stopped for its share of the model, which may grow back
     slow: bool = False  # stopped for its gain per minute, which a time budget may still afford
+    held_by: str | None = None  # another run tuning it now (registry.pipeline.effort): not this run's to tune
+    others: int = 0  # candidates other runs measured on it since this run began
 
     @property
     def measured(self) -> int:
-        """Its measured candidates, earlier runs' included."""
-        return self.stored + self.measurements
+        """Its measured candidates, earlier and concurrent runs' included."""
+        return self.stored + self.measurements + self.others
 
     @property
     def latency_us(self) -> float | None:
@@ -118,7 +120,7 @@ class Planner:
         self.stop = self.out_of_budget(elapsed_s)
         if self.stop is not None:  # before any resume: a run that ends keeps each task's reason for stopping
             return None
-        live = [t for t in self.tasks if t.stopped is None] or self._resume_slow()
+        live = [t for t in self.tasks if t.stopped is None and t.held_by is None] or self._resume_slow()
         if not live:
             return None
         live = [t for t in live if t.measured < self.trim.floor] or live
@@ -126,12 +128,16 @@ class Planner:
         self.stop = self.out_of_budget(elapsed_s, task)
         return None if self.stop is not None else task
 
+    def waiting(self) -> list[TaskState]:
+        """The tasks left to tune that other runs hold: what this run waits for when it has nothing else to do."""
+        return [t for t in self.tasks if t.stopped is None and t.held_by is not None]
+
     def _resume_slow(self) -> list[TaskState]:
         """With a time budget, the tasks stopped for their gain per minute, live again (each for ``patience`` more
         slow batches); without one, none."""
         if self.budget.seconds is None:
             return []
-        resumed = [t for t in self.tasks if t.slow]
+        resumed = [t for t in self.tasks if t.slow and t.held_by is None]
         for t in resumed:
             t.stopped, t.slow, t.slow_batches = None, False, 0
         return resumed

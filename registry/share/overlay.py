@@ -38,6 +38,7 @@ from registry.store.interface import (
     DeviceSpec,
     DonorRecord,
     DonorRow,
+    Effort,
     IndexedSet,
     IngestResult,
     LookupFilter,
@@ -180,6 +181,23 @@ class OverlayStorage:
 
     def token(self, digest: str) -> TokenRow | None:
         return self.overlay.token(digest)
+
+    # a run's effort and leases live where its tasks are recorded: the overlay (runs sharing one overlay divide
+    # work; the shared registry's effort is not read)
+    def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
+        return self.overlay.efforts([w for w in workload_ids if w < SHARED_BASE], device_id)
+
+    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        return self.overlay.take_task(workload_id, device_id, holder, lease_s)
+
+    def renew_tasks(self, holder: str, lease_s: float) -> int:
+        return self.overlay.renew_tasks(holder, lease_s)
+
+    def save_effort(self, workload_id, device_id, holder, added, curve, plateau, lease_s) -> bool:
+        return self.overlay.save_effort(workload_id, device_id, holder, added, curve, plateau, lease_s)
+
+    def release_tasks(self, holder: str) -> int:
+        return self.overlay.release_tasks(holder)
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
         return self.overlay.last_synced(source_id, filters_key)

@@ -26,6 +26,7 @@ from registry.store.values import (
     DeviceRecords,
     DonorRecord,
     DonorRow,
+    Effort,
     ExchangeFilters,
     ExchangeSet,
     IndexedSet,
@@ -50,6 +51,7 @@ __all__ = [
     "DeviceSpec",
     "DonorRecord",
     "DonorRow",
+    "Effort",
     "IndexedSet",
     "IngestResult",
     "LookupFilter",
@@ -115,6 +117,35 @@ class RegistryStorage(Protocol):
 
     def token(self, digest: str) -> TokenRow | None:
         """The token whose sha256 is ``digest``, revoked or not; None when there is none."""
+
+    # -- effort and leases of tuning runs (registry.pipeline.effort) ---------------------------------------------
+
+    def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
+        """The effort recorded for each of these workloads on a device (those with none are left out)."""
+
+    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        """Take or renew the lease on tuning a workload on a device for ``lease_s`` seconds: None when ``holder`` has
+        it now, else the name of the run that holds it."""
+
+    def renew_tasks(self, holder: str, lease_s: float) -> int:
+        """Extend every lease ``holder`` holds by ``lease_s`` seconds from now; how many it holds."""
+
+    def save_effort(
+        self,
+        workload_id: int,
+        device_id: int,
+        holder: str,
+        added: tuple[int, float],
+        curve: Sequence[tuple[int, float]],
+        plateau: bool,
+        lease_s: float | None,
+    ) -> bool:
+        """Add ``added`` (trials, seconds) to a task's effort, set its best-latency ``curve`` and ``plateau``, and
+        renew its lease (``lease_s``) or release it (None); False, with nothing written, when ``holder`` no longer
+        holds the lease (it expired and another run took it)."""
+
+    def release_tasks(self, holder: str) -> int:
+        """Release every lease ``holder`` holds (a run's end); how many."""
 
     # -- writes -------------------------------------------------------------------------------------------------
 

@@ -330,3 +330,28 @@ class TokenRow:
     def may(self, role: str) -> bool:
         """Whether this token's role includes ``role`` (an admin may all a writer may, a writer all a reader may)."""
         return self.revoked_at is None and ROLES.index(self.role) >= ROLES.index(role)
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard a workload was searched on a device, over every tuning run that recorded it, and who tunes it now."""
+
+    trials: int  # measured candidates
+    seconds: float  # wall time of the runs' batches on it
+    curve: tuple[tuple[int, float], ...]  # (trials so far, best µs then), one point per batch
+    plateau: bool  # the last trials gained too little to search on (registry.pipeline.effort)
+    holder: str | None = None  # the run holding its lease (None: released)
+    lease_until: dt.datetime | None = None  # UTC
+
+    @property
+    def best_us(self) -> float | None:
+        return self.curve[-1][1] if self.curve else None
+
+    def held_by_other(self, holder: str, now: dt.datetime) -> str | None:
+        """The run that holds this task now if it is not ``holder``, else None."""
+        if self.holder is None or self.holder == holder or self.lease_until is None:
+            return None
+        return self.holder if self.lease_until > now else None
+
+
+NO_EFFORT = Effort(0, 0.0, (), False)

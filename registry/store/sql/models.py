@@ -25,6 +25,7 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql import expression
 
 from registry.store.rows import LOG_ORIGIN  # noqa: F401 - the origin column's value for TVM logs, named here too
 
@@ -306,3 +307,26 @@ class ApiToken(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TaskEffort(Base):
+    """How hard one workload was searched on one device, and which tuning run holds it now (migration 0007).
+
+    ``trials`` and ``seconds`` add up every tuning run's measured candidates and wall time on the task; ``curve_json``
+    is its best latency over those trials, ``[[trials, best µs], ...]``; ``plateau`` says the last trials gained too
+    little to go on (``registry.pipeline.effort``). ``holder`` and ``lease_until``: the run tuning it now, until when
+    (UTC); another run tunes other tasks first, and takes this one only once the lease is released or expired. The
+    database is the coordinator: a conditional UPDATE takes a lease, so two runs never both hold one."""
+
+    __tablename__ = "task_effort"
+    __table_args__ = (CheckConstraint("trials >= 0 AND seconds >= 0", name="effort"),)
+
+    workload_id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    device_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trials: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    curve_json: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
+    plateau: Mapped[bool] = mapped_column(Boolean, default=False, server_default=expression.false())
+    holder: Mapped[str | None] = mapped_column(String(200))
+    lease_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())

@@ -259,6 +259,45 @@ class Store:
         with self._reading() as conn:  # every request to the server asks this: one round trip
             return tokens.by_digest(conn, digest)
 
+    # -- effort and leases of tuning runs (registry.pipeline.effort) ---------------------------------------------
+
+    def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, values.Effort]:
+        from registry.store.sql import efforts
+
+        with self._reading() as conn:
+            return efforts.efforts(conn, workload_ids, device_id)
+
+    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        from registry.store.sql import efforts
+
+        return self.transact(lambda conn: efforts.take(conn, workload_id, device_id, holder, lease_s))
+
+    def renew_tasks(self, holder: str, lease_s: float) -> int:
+        from registry.store.sql import efforts
+
+        return self.transact(lambda conn: efforts.renew(conn, holder, lease_s))
+
+    def save_effort(
+        self,
+        workload_id: int,
+        device_id: int,
+        holder: str,
+        added: tuple[int, float],
+        curve: Sequence[tuple[int, float]],
+        plateau: bool,
+        lease_s: float | None,
+    ) -> bool:
+        from registry.store.sql import efforts
+
+        return self.transact(
+            lambda conn: efforts.save(conn, workload_id, device_id, holder, added, curve, plateau, lease_s)
+        )
+
+    def release_tasks(self, holder: str) -> int:
+        from registry.store.sql import efforts
+
+        return self.transact(lambda conn: efforts.release(conn, holder))
+
     # -- registry verify ----------------------------------------------------------------------------------------
 
     def count_imported(self, device_id: int, model: str | None = None) -> int:
