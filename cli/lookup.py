@@ -80,7 +80,20 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         return
     echo_rows(
         fmt,
-        ["op", "task", "shapes", "device", "rank", "latency_us", "GFLOP/s", "records", "source", "trust", "workload"],
+        [
+            "op",
+            "task",
+            "shapes",
+            "device",
+            "rank",
+            "latency_us",
+            "GFLOP/s",
+            "records",
+            "source",
+            "trust",
+            "searched",
+            "workload",
+        ],  # fmt: skip
         [
             (
                 r.op,
@@ -93,9 +106,17 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
                 r.records,
                 r.source,
                 r.trust,
+                searched(r),
                 r.workload,
             )
             for r in rows
         ],
         right=("rank", "latency_us", "GFLOP/s", "records"),
     )
+
+
+def searched(row) -> str:
+    """How hard tuning runs searched a row's workload on its device: ``64 trials, plateau`` (empty: unrecorded)."""
+    if row.effort_trials is None:
+        return ""
+    return f"{row.effort_trials} trials" + (", plateau" if row.plateau else "")

@@ -63,6 +63,13 @@ class LookupRow(BaseModel):
     trust: str = Field(description="measured (by this registry), imported, verified or disputed.")
     origin: str = Field(description='The id of the registry that measured it, or "tvm-log" for a TVM log.')
     verified_latency_us: float | None = Field(description="What `registry verify` measured here (null: not yet).")
+    effort_trials: int | None = Field(
+        None, description="Trials `registry tune` runs measured on this workload and device (null: none recorded)."
+    )
+    effort_s: float | None = Field(None, description="Their wall seconds.")
+    plateau: bool | None = Field(
+        None, description="Whether the search reached a plateau (its last trials gained under 1%); later runs skip it."
+    )
 
 
 class LookupOutput(Output):
@@ -338,6 +345,11 @@ class Task(Open):
     tune_s: float
     stopped: str | None
     error: str | None
+    effort_trials: int | None = Field(
+        None, description="Trials every `registry tune` run measured on this task and device (null: none recorded)."
+    )
+    effort_s: float | None = Field(None, description="Their wall seconds.")
+    plateau: bool | None = Field(None, description="Whether its search reached a plateau; later runs skip it.")
 
 
 class ModelReportOutput(Output, Open):

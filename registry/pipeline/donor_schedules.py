@@ -14,7 +14,7 @@ from tvm.ir import IRModule
 from tvm.s_tir.schedule import Schedule
 from tvm.target import Target
 
-from registry.similarity.donors import Donor, find_donors
+from registry.similarity.donors import Donor, donor_order, find_donors
 from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage
@@ -31,16 +31,25 @@ class DonorSchedules:
 
     def find(self, index: SimilarityIndex, task, device_id: int, neighbours: int, per_device: int = 2) -> list[Donor]:
         """The stored records that may donate to ``task`` (a ``model_run.Task``), in the order worth trying: those of
-        its ``neighbours`` nearest other workloads of the same operator kind (see ``find_donors``)."""
-        return find_donors(
+        its ``neighbours`` nearest other workloads of the same operator kind (see ``find_donors``), and the task's
+        own workload's records on sibling devices (other devices of the target kind: another mcpu, thread count or
+        GPU), which are the nearest of all. Its records on this device are no donors: they are the task's own."""
+        kind = self.target.kind.name
+        near = find_donors(
             index,
             embed(task.signature),
             device_id,
-            self.target.kind.name,
+            kind,
             k=neighbours,
             per_device=per_device,
             exclude=frozenset({task.workload_id}),
         )
+        own = [
+            Donor(r.record, task.workload_id, r.task_name, 0.0, False, r.rank, r.flops, r.source)
+            for r in self.store.donor_records([task.workload_id], per_device, kind)
+            if r.device_id != device_id
+        ]
+        return sorted(own + near, key=donor_order)
 
     def distinct(self, mod: IRModule, donors: list[Donor], count: int, resample: int) -> list[tuple[Donor, Schedule]]:
         """Up to ``count`` distinct programs made of ``mod`` by the donors (``candidates``), trying at most four

@@ -38,7 +38,7 @@ from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
-from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW, Leases
+from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW, Leases, plateaued
 from registry.pipeline.model_run import ModelRun, Progress, Task, default_record
 from registry.pipeline.rules import rules_with_producers_inlined
 from registry.pipeline.tuning_policy import Budget, Planner, TaskState, TrimOptions
@@ -96,6 +96,7 @@ class Outcome:
     # "others": by runs beside it}; None with only a time budget
     trials: dict[str, int] | None = None
     waited_s: float = 0.0  # spent waiting for tasks that other runs held
+    predictor_from: str | None = None  # the sibling device whose predictor ranked candidates (None: this device's)
 
 
 class Engine:
@@ -121,12 +122,19 @@ class Engine:
         self.waited_s = 0.0
 
     def _cost_model(self):
+        """The device's stored predictor, else a sibling device's (until this one has its own), else a fresh
+        XGBModel; with the predictor's version, and says whose it is (``predictor_from``)."""
+        self.predictor_from = None
         if self.opts.use_predictor:
-            from registry.tvm_side.predictor import load_predictor
+            from registry.tvm_side.predictor import load_predictor, sibling_predictor
 
             loaded = load_predictor(self.store, self.db.device_id)
             if loaded is not None:
                 return loaded
+            sibling = sibling_predictor(self.store, self.db.device_id)
+            if sibling is not None:
+                model, version, self.predictor_from = sibling
+                return model, version
         return ms.cost_model.XGBModel(num_tuning_cores=usable_cores()), None
 
     def close(self) -> None:
@@ -221,6 +229,7 @@ class Engine:
             history,
             trials,
             self.waited_s,
+            self.predictor_from,
         )
 
     # -- runs beside this one (registry.pipeline.effort) ----------------------------------------------------------
@@ -229,7 +238,8 @@ class Engine:
         """Stop the tasks whose recorded effort reached a plateau (unless --retune), and note every task's effort."""
         for wid, effort in self.leases.read(list(states)).items():
             self._effort_start[wid] = effort.trials
-            if effort.plateau and not self.opts.retune:
+            # plateaued by the rule a run recorded, or by this run's window (``--plateau``) on the recorded curve
+            if (effort.plateau or plateaued(effort.curve, self.opts.plateau_window)) and not self.opts.retune:
                 states[wid].stopped = f"plateaued after {effort.trials} recorded trials (--retune searches on)"
 
     def _settle(self, wid: int, state: TaskState, seconds: float, exhausted: bool) -> None:

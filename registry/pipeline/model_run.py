@@ -266,6 +266,11 @@ def finish(
     is still written."""
     loaded, clock = run.loaded, run.clock
     untuned = untuned or untuned_model(run)
+    efforts = run.store.efforts([r.workload_id for r in results], run.db.device_id)
+    for r in results:
+        if r.workload_id in efforts:
+            e = efforts[r.workload_id]
+            r.effort_trials, r.effort_s, r.plateau = e.trials, round(e.seconds, 1), e.plateau
     with clock("compile"):
         final_exe = _compile(run, run.db)
     if output is not None:

@@ -206,7 +206,10 @@ def tuning_summary(outcome: Outcome) -> dict:
     parts = [outcome.measured]
     if cal is not None:
         parts.append(f"calibrated in {cal.seconds:.1f} s: {cal.summary()}")
-    parts.append(f"predictor v{outcome.predictor_version}" if outcome.predictor_version else "no stored predictor")
+    if outcome.predictor_version and outcome.predictor_from:
+        parts.append(f"predictor v{outcome.predictor_version} of sibling device {outcome.predictor_from}")
+    else:
+        parts.append(f"predictor v{outcome.predictor_version}" if outcome.predictor_version else "no stored predictor")
     if outcome.waited_s:
         parts.append(f"waited {outcome.waited_s:.0f} s for tasks other runs held")
     parts.append(f"stopped: {outcome.stop}")
@@ -215,6 +218,7 @@ def tuning_summary(outcome: Outcome) -> dict:
         "dop": outcome.dop,
         "calibration": None if cal is None else {"seconds": cal.seconds, "table": cal.table},
         "predictor_version": outcome.predictor_version,
+        "predictor_from": outcome.predictor_from,
         "stop": outcome.stop,
         "trials": outcome.trials,
         "waited_s": round(outcome.waited_s, 1),

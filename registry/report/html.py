@@ -25,6 +25,7 @@ from registry.report.model_report import ModelReport
 from registry.report.svg import PALETTE, Series, step_chart
 from registry.store.interface import RecordHistory, RecordPoint, RegistryStorage
 from registry.store.rows import utc
+from registry.store.values import Effort
 
 
 @dataclass
@@ -40,6 +41,7 @@ class TaskLine:
     records: int
     curve: list[tuple[float, float]]  # (seconds since the first record, best latency so far in µs)
     share: float | None = None  # of the model's estimated latency, 0..1
+    effort: Effort | None = None  # how hard tuning runs searched it on this device (None: no run recorded it)
 
 
 @dataclass
@@ -97,6 +99,7 @@ def collect(
     else:
         dev = store.busiest_device(wids)
     history = store.record_history(wids, dev[0]) if dev else RecordHistory([], {}, None)
+    efforts = store.efforts(wids, dev[0]) if dev else {}
     records = history.points
     by_wid: dict[int, list[RecordPoint]] = {}
     for r in records:
@@ -134,6 +137,7 @@ def collect(
             best.mean_s * 1e6 if best else None,
             history.counts.get(t.workload_id, 0),
             curve,
+            effort=efforts.get(t.workload_id),
         )
         result = ran.get(t.workload_id)
         if result is not None:  # the run knows more: the default schedule's time and where "after" came from
@@ -297,7 +301,7 @@ def content(data: ReportData) -> str:
 def _table(data: ReportData) -> list[str]:
     e = escape
     headers = ["task", "weight", "source", "donor", "distance", f"before µs ({data.before_kind})", "after µs"]
-    headers += ["speedup", "share", "records"]
+    headers += ["speedup", "share", "records", "searched"]
     out = [
         "<h2>Tasks</h2>",
         '<div class="wide"><table><thead><tr>' + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead>",
@@ -316,10 +320,18 @@ def _table(data: ReportData) -> list[str]:
             (speedup, "n"),
             ("-" if t.share is None else f"{100 * t.share:.1f}%", "n"),
             (str(t.records), "n"),
+            (e(searched(t.effort)), ""),
         ]
         out.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in cells) + "</tr>")
     out.append("</tbody></table></div>")
     return out
+
+
+def searched(effort: Effort | None) -> str:
+    """How hard tuning runs searched a task: ``64 trials in 30 s, plateau``; ``-`` when no run recorded it."""
+    if effort is None:
+        return "-"
+    return f"{effort.trials} trials in {effort.seconds:.0f} s" + (", plateau" if effort.plateau else "")
 
 
 def _history(history: list[dict]) -> list[str]:

@@ -36,6 +36,10 @@ class TaskResult:
     tune_s: float = 0.0  # wall seconds spent tuning this task
     stopped: str | None = None  # why tuning of this task stopped
     error: str | None = None  # why the default schedule could not be built or run, in one line
+    # every tuning run's effort on this task and device, as recorded (registry.pipeline.effort); None: none recorded
+    effort_trials: int | None = None
+    effort_s: float | None = None
+    plateau: bool | None = None
 
 
 @dataclass
@@ -118,6 +122,11 @@ def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
         headers += ["trials", "proposed", "tune s"]
         for row, t in zip(rows, report.tasks, strict=True):
             row += [str(t.trials), str(t.proposed), f"{t.tune_s:.1f}"]
+    if any(t.effort_trials is not None for t in report.tasks):  # what every run's tuning cost, as recorded
+        headers.append("searched")
+        for row, t in zip(rows, report.tasks, strict=True):
+            searched = "-" if t.effort_trials is None else f"{t.effort_trials}" + (", plateau" if t.plateau else "")
+            row.append(searched)
     return headers, rows
 
 

@@ -76,5 +76,10 @@ def find_donors(
         )
         for r in found
     ]
-    donors.sort(key=lambda d: (not d.same_device, d.rank, d.distance, d.record.mean_s or 0.0, d.record.id))
+    donors.sort(key=donor_order)
     return donors
+
+
+def donor_order(d: Donor) -> tuple:
+    """Which donor to try first: this device's records before other devices', best ranks, then the nearest."""
+    return (not d.same_device, d.rank, d.distance, d.record.mean_s or 0.0, d.record.id)

@@ -387,3 +387,29 @@ def load_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, in
         stacklevel=2,
     )
     return None
+
+
+def sibling_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, int, str] | None:
+    """For a device with no predictor of its own: the predictor of a sibling (another device of its target kind and
+    TVM release: another mcpu, thread count or GPU) trained on the most records, with its version and device; None
+    when no sibling has one. A sibling's ranking of schedules carries over better than none: what makes a loop nest
+    fast on one x86 core (vector width aside) or one NVIDIA GPU mostly makes it fast on the next."""
+    devices = {d.id: d for d in store.all_devices()}
+    own = devices.get(device_id)
+    if own is None:
+        return None
+    kind = json.loads(own.target_json).get("kind")
+    siblings = [
+        p
+        for p in store.list_predictors()
+        if p.device_id != device_id
+        and p.kind == KIND
+        and p.device_id in devices
+        and devices[p.device_id].tvm_version == own.tvm_version
+        and json.loads(devices[p.device_id].target_json).get("kind") == kind
+    ]
+    for info in sorted(siblings, key=lambda p: (-p.n_records, -p.version)):
+        loaded = load_predictor(store, info.device_id)
+        if loaded is not None and loaded[1] == info.version:
+            return loaded[0], info.version, f"{info.device_id}:{info.device}"
+    return None

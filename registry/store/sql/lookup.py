@@ -200,6 +200,10 @@ class LookupRow:
     trust: str  # measured (here), imported, verified, disputed
     origin: str  # the id of the registry that measured it, or "tvm-log"
     verified_latency_us: float | None  # what `registry verify` measured here, beside the claimed latency_us
+    # how hard `registry tune` runs searched this workload on this device (None: no run recorded its effort)
+    effort_trials: int | None = None
+    effort_s: float | None = None
+    plateau: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -285,14 +289,16 @@ def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
         params: dict[str, Any] = {}
         found += sql.all(
             "SELECT r.id, r.mean_s, r.source, r.team, r.model, r.created_at, r.trust, r.origin, r.verified_mean_s,"
-            " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads"
+            " w.shash, w.op_kind, w.task_name, w.args_json, w.flops, d.id, d.name, d.num_threads,"
+            " e.trials, e.seconds, e.plateau"
             " FROM tuning_record r JOIN workload w ON w.id = r.workload_id JOIN device d ON d.id = r.device_id"
+            " LEFT JOIN task_effort e ON e.workload_id = r.workload_id AND e.device_id = r.device_id"
             f" WHERE r.id IN ({_in_list('r', ids[start : start + 5000], params)})",
             params,
         )
     rows = []
     for (rid, mean_s, source, team, model, created, trust, origin, verified_s,
-         shash, op, task, args, flops, did, dname, threads) in found:  # fmt: skip
+         shash, op, task, args, flops, did, dname, threads, trials, seconds, plateau) in found:  # fmt: skip
         n, rank = ranked[rid]
         rows.append(
             LookupRow(
@@ -318,6 +324,9 @@ def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
                 trust=trust,
                 origin=origin,
                 verified_latency_us=verified_s * 1e6 if verified_s is not None else None,
+                effort_trials=trials,
+                effort_s=seconds,
+                plateau=None if plateau is None else bool(plateau),
             )
         )
     rows.sort(key=lambda r: (r.op, r.task, r.workload, r.device_id, r.rank))
