@@ -131,7 +131,7 @@ def _records_by_team(url: str) -> dict[int, set[str]]:
 
 
 @pytest.mark.tvm
-def test_effort_is_recorded_and_plateaued_tasks_are_skipped_unless_retune(sqlite_url, mlp):
+def test_effort_is_recorded_travels_in_bundles_and_plateaued_tasks_are_skipped_unless_retune(sqlite_url, mlp, tmp_path):
     first = _tune(sqlite_url, str(mlp), "--trials", "16", "--batch", "4")
     efforts = _efforts(sqlite_url)
     assert len(efforts) == 2 and sum(e.trials for e in efforts) == first["tuning"]["trials"]["measured"] == 16
@@ -140,6 +140,20 @@ def test_effort_is_recorded_and_plateaued_tasks_are_skipped_unless_retune(sqlite
         assert e.holder is None and e.seconds > 0 and curve[-1][0] == e.trials == task["measurements"]
         assert [us for _, us in curve] == sorted((us for _, us in curve), reverse=True)  # a best only improves
         assert curve[-1][1] == pytest.approx(task["after_us"], rel=1e-3)
+
+    # the effort travels in a bundle, and lookup shows it
+    bundle, copy = tmp_path / "effort.bundle", f"sqlite:///{tmp_path / 'copy.db'}"
+    for args in (["--db", sqlite_url, "export", "--bundle", str(bundle)], ["--db", copy, "import", str(bundle)]):
+        done = CliRunner().invoke(cli, args)
+        assert done.exit_code == 0, done.output
+    arrived = _efforts(copy)
+    assert [(e.trials, e.curve_json, e.plateau) for e in arrived] == [
+        (e.trials, e.curve_json, e.plateau) for e in efforts
+    ]
+    assert all(e.holder is None for e in arrived)
+    looked = CliRunner().invoke(cli, ["--db", copy, "lookup", "--json"])
+    rows = json.loads(looked.stdout)["rows"]
+    assert sorted(r["effort_trials"] for r in rows) == sorted(e.trials for e in efforts)
 
     store = Store(sqlite_url)
     device = efforts[0].device_id

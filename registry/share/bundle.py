@@ -8,6 +8,8 @@ A bundle is a zip archive (deflated) of JSON-lines members and a manifest::
     workloads.jsonl   {"shash", "module_equality", "mod_json"}
     skeletons.jsonl   {"hash", "insts"}: instruction lists, shared by the records of one design space
     models.jsonl      {"name", "sha256", "input_shapes", "tasks": [[workload index, task name, weight], ...]}
+    efforts.jsonl     [workload index, device index, trials, seconds, [[trials, best µs], ...], plateau]: how hard
+                      the sender's tuning runs searched each workload on each device (version 2 on)
     records.jsonl     [id, workload index, device index, skeleton hash, decisions, run_secs, source, origin, team,
                        model, host, tool version, measured at, donor]; donor: [shash, module_equality, device key,
                        trace hash, origin] or null
@@ -35,11 +37,12 @@ import orjson
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import utc
-from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
+from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExEffort, ExModel, ExRecord, ExWorkload
 
 FORMAT = "tvm-registry-bundle"
-VERSION = 1
-MEMBERS = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
+VERSION = 2
+MEMBERS_V1 = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
+MEMBERS = (*MEMBERS_V1, "efforts.jsonl")  # version 2 added the effort; a version 1 bundle is still read
 MAX_MANIFEST = 16 << 20  # bytes: a manifest is a few KB; one declared larger is not read at all
 
 
@@ -90,6 +93,16 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                     {"name": m.name, "sha256": m.sha256, "input_shapes": m.input_shapes,
                      "tasks": [[index[ident], task, weight] for ident, task, weight in m.tasks]}
                     for m in exchange.models
+                ),
+                sums,
+            )  # fmt: skip
+            _member(
+                zf,
+                "efforts.jsonl",
+                (
+                    [index[e.workload], devices[e.device_key], e.trials, e.seconds, [list(p) for p in e.curve],
+                     e.plateau]
+                    for e in exchange.efforts
                 ),
                 sums,
             )  # fmt: skip
@@ -160,8 +173,9 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
     try:
         zf = zipfile.ZipFile(path)
         manifest = _manifest(zf, where)
-        _check_member_list(zf, manifest, where)
-        for name in MEMBERS:
+        members = MEMBERS_V1 if manifest["version"] == 1 else MEMBERS
+        _check_member_list(zf, manifest, members, where)
+        for name in members:
             _check_member(zf, name, manifest, where)
     except (zipfile.BadZipFile, EOFError, OSError) as e:
         raise BadInputError(f"{where}: not a readable bundle (truncated or not a registry bundle: {e})") from None
@@ -182,6 +196,11 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
         ]  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise BadInputError(f"{where}: malformed model entry ({type(e).__name__}: {e})") from None
+    if "efforts.jsonl" in members:
+        out.efforts = [
+            _effort(row, idents, keys, f"{where}: efforts.jsonl:{n}")
+            for n, row in enumerate(_lines(zf, "efforts.jsonl", where), start=1)
+        ]
     out.n_records = int(manifest["counts"]["records"])
 
     def records() -> Iterator[list[ExRecord]]:
@@ -233,17 +252,17 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _check_member_list(zf: zipfile.ZipFile, manifest: dict, where: str) -> None:
+def _check_member_list(zf: zipfile.ZipFile, manifest: dict, members: tuple[str, ...], where: str) -> None:
     """Exactly the manifest and the members it lists, each once. A zip may hold two members of one name: the
     checksum would be checked against one and the other read (an audit stored a forged 1 ps latency that way)."""
     names = zf.namelist()
     twice = sorted(n for n, k in collections.Counter(names).items() if k > 1)
     if twice:
         raise BadInputError(f"{where}: holds {twice[0]} more than once (altered bundle)")
-    unlisted = sorted(set(names) - {"manifest.json", *MEMBERS})
+    unlisted = sorted(set(names) - {"manifest.json", *members})
     if unlisted:
         raise BadInputError(f"{where}: holds {unlisted[0]}, which is no member of a registry bundle (altered bundle)")
-    unknown = sorted(set(manifest["members"]) - set(MEMBERS))
+    unknown = sorted(set(manifest["members"]) - set(members))
     if unknown:
         raise BadInputError(f"{where}: its manifest lists {unknown[0]!r}, which is no member of a registry bundle")
 
@@ -306,3 +325,13 @@ def _record(row: Any, idents: list, keys: list, where: str) -> ExRecord:
         )  # fmt: skip
     except (TypeError, ValueError, IndexError) as e:
         raise BadInputError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
+
+
+def _effort(row: Any, idents: list, keys: list, where: str) -> ExEffort:
+    """An effort row as sent; its values are checked where it is imported (``exchange_import``)."""
+    try:
+        w, d, trials, seconds, curve, plateau = row
+        points = tuple((p[0], p[1]) for p in curve)
+        return ExEffort(_at(idents, w, "workload"), _at(keys, d, "device"), trials, seconds, points, plateau)
+    except (TypeError, ValueError, IndexError) as e:
+        raise BadInputError(f"{where}: malformed effort ({type(e).__name__}: {e})") from None

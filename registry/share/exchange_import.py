@@ -20,7 +20,7 @@ from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
 from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
-from registry.store.validation import Problem, name_problem, weight_problem
+from registry.store.validation import Problem, effort_problem, name_problem, weight_problem
 from registry.store.values import ExchangeSet, ExRecord
 from registry.tvm_side.target import canonical_target
 
@@ -50,10 +50,15 @@ def import_exchange(
         )
         if problem:
             raise BadInputError(f"{where}: model {m.name!r}: {problem}")
+    for e in exchange.efforts:
+        problem = effort_problem(e.trials, e.seconds, e.curve, e.plateau)
+        if problem:
+            raise BadInputError(f"{where}: the effort on workload {e.workload[0]}: {problem}")
     extras = IngestExtras(
         local={sent: w.ident for sent, w in workloads.items()},
         models=[(m.name, m.sha256, m.input_shapes, m.tasks) for m in exchange.models],
         sync_mark=sync_mark,
+        efforts=[(e.workload, e.device_key, e.trials, float(e.seconds), e.curve, e.plateau) for e in exchange.efforts],
     )
 
     def batches() -> Iterator[Batch]:

@@ -210,3 +210,6 @@ class IngestExtras:
     donors: list[tuple[RecordIn, tuple[tuple[str, str], str, str, str]]] = field(default_factory=list)
     # (source registry id, filters key, highest source record id read): how far a sync got
     sync_mark: tuple[str, str, int] | None = None
+    # the sender's effort per (its workload, device key): (trials, seconds, curve, plateau), kept where it says more
+    # trials than this registry's (registry.store.sql.efforts.merge)
+    efforts: list[tuple[tuple[str, str], str, int, float, tuple, bool]] = field(default_factory=list)

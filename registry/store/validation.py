@@ -101,6 +101,27 @@ def weight_problem(value: Any) -> str | None:
     return f"task weight {_short(value)} is not a whole number from 1 to {MAX_WEIGHT}"
 
 
+MAX_CURVE = 1024  # points of an effort's curve (a run keeps at most 256)
+
+
+def effort_problem(trials: Any, seconds: Any, curve: Any, plateau: Any) -> str | None:
+    """None for a task's effort as another registry sends it: counts, finite seconds, a curve of (trials, µs)."""
+    if not (_is_int(trials) and 0 <= trials <= MAX_WEIGHT):
+        return f"effort trials {_short(trials)} is not a whole number from 0 to {MAX_WEIGHT}"
+    if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < 1e9):
+        return f"effort seconds {_short(seconds)} is not a number from 0 to 1e9"
+    if not isinstance(plateau, bool):
+        return f"effort plateau {_short(plateau)} is not true or false"
+    if not isinstance(curve, (list, tuple)) or len(curve) > MAX_CURVE:
+        return f"an effort curve is a list of at most {MAX_CURVE} points"
+    for n, us in curve:
+        if not (_is_int(n) and 0 <= n <= MAX_WEIGHT) or not (
+            isinstance(us, (int, float)) and not isinstance(us, bool) and 0 < us < 1e12
+        ):
+            return f"effort curve point ({_short(n)}, {_short(us)}) is not (trials, positive µs)"
+    return None
+
+
 def measured_at_problem(at: dt.datetime | None) -> str | None:
     """None for a time a record may have been measured at: not later than a day from now."""
     if at is None:

@@ -270,6 +270,18 @@ class ExModel:
     tasks: list[tuple[tuple[str, str], str, int]]  # (workload, task name, weight)
 
 
+@dataclass(frozen=True)
+class ExEffort:
+    """How hard the sender's tuning runs searched a workload on a device (``task_effort``, leases left out)."""
+
+    workload: tuple[str, str]
+    device_key: str
+    trials: int
+    seconds: float
+    curve: tuple[tuple[int, float], ...]
+    plateau: bool
+
+
 @dataclass
 class ExchangeSet:
     """Everything but the records, which stream (``records``): small enough to hold, needed before any record."""
@@ -279,6 +291,7 @@ class ExchangeSet:
     workloads: list[ExWorkload] = field(default_factory=list)
     skeletons: dict[str, str] = field(default_factory=dict)  # hash -> instructions' canonical JSON
     models: list[ExModel] = field(default_factory=list)
+    efforts: list[ExEffort] = field(default_factory=list)  # of the (workload, device) pairs it holds
     n_records: int = 0
     last_record_id: int = 0  # the highest record id in the set: where the next incremental sync starts
     # The records in batches, read from the start on each call (a write that lost a lock race starts over).

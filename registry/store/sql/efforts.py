@@ -98,3 +98,29 @@ def release(conn: Connection, holder: str) -> int:
     """Release every lease ``holder`` holds (a run's end); how many."""
     stmt = update(TaskEffort).where(TaskEffort.holder == holder).values(holder=None, lease_until=None)
     return conn.execute(stmt).rowcount
+
+
+def merge(conn: Connection, sent: Sequence[tuple], local: dict[tuple[str, str], int]) -> None:
+    """Another registry's effort (``IngestExtras.efforts``; ``local``: its workloads' ids here): kept for a
+    (workload, device) this registry recorded fewer trials of, as the sender recorded it. Leases do not travel."""
+    from registry.store.sql.models import Device
+
+    keys = {key for _, key, *_ in sent}
+    devices = dict(conn.execute(select(Device.key, Device.id).where(Device.key.in_(keys))).all())
+    insert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+    for workload, key, trials, seconds, curve, plateau in sent:
+        wid, did = local.get(workload), devices.get(key)
+        if wid is None or did is None:
+            continue  # a workload or device whose records were all refused
+        conn.execute(insert(TaskEffort).values(workload_id=wid, device_id=did).on_conflict_do_nothing())
+        conn.execute(
+            update(TaskEffort)
+            .where(TaskEffort.workload_id == wid, TaskEffort.device_id == did, TaskEffort.trials < trials)
+            .values(
+                trials=trials,
+                seconds=seconds,
+                curve_json=json.dumps([[n, us] for n, us in curve]),
+                plateau=plateau,
+                updated_at=now(),
+            )
+        )

@@ -35,7 +35,16 @@ from registry.store.sql.models import (
     TuningRecord,
     Workload,
 )
-from registry.store.values import CHUNK, ExchangeFilters, ExchangeSet, ExDevice, ExModel, ExRecord, ExWorkload
+from registry.store.values import (
+    CHUNK,
+    ExchangeFilters,
+    ExchangeSet,
+    ExDevice,
+    ExEffort,
+    ExModel,
+    ExRecord,
+    ExWorkload,
+)
 
 T = TypeVar("T")
 
@@ -123,6 +132,7 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0, li
     for mid, name, sha, shapes in conn.execute(select(*model_cols).where(Model.id.in_(model_ids)).order_by(Model.id)):
         with skips:
             out.models.append(ExModel(name, sha, parse(shapes, f"model {name}'s shapes"), by_model.get(mid, [])))
+    out.efforts = _efforts(conn, idents, keys)
     skel_ids = select(TuningRecord.skeleton_id).where(*where).distinct()
     for h, insts_z in conn.execute(
         select(TraceSkeleton.hash, TraceSkeleton.insts_json_z).where(TraceSkeleton.id.in_(skel_ids))
@@ -130,6 +140,17 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0, li
         with skips:
             out.skeletons[h] = _insts(insts_z, h)
     out.records = lambda: _records(conn, where, idents, keys, out.skeletons, skips)
+    return out
+
+
+def _efforts(conn: Connection, idents: dict, keys: dict) -> list[ExEffort]:
+    """The recorded effort on the travelling workloads and devices."""
+    from registry.store.sql.efforts import efforts
+
+    out = []
+    for did, key in keys.items():
+        for wid, e in efforts(conn, list(idents), did).items():
+            out.append(ExEffort(idents[wid], key, e.trials, e.seconds, e.curve, e.plateau))
     return out
 
 
@@ -245,6 +266,10 @@ def write_extras(conn: Connection, extras: IngestExtras, ids: dict[tuple[str, st
         upsert_model(conn, name, sha256, shapes, by_id)
     if extras.donors:
         _link_donors(conn, extras.donors, local, {mine: ids[mine] for mine in extras.local.values() if mine in ids})
+    if extras.efforts:
+        from registry.store.sql.efforts import merge
+
+        merge(conn, extras.efforts, local)
     if extras.sync_mark is not None:
         source_id, key, last = extras.sync_mark
         stmt = insert(conn, SyncState).values(source_id=source_id, filters_key=key, last_record_id=last)
