@@ -110,18 +110,32 @@ def facts(url: str) -> dict:
                     .subquery()
                 )
             ).scalar()
-            teams = s.execute(select(TuningRecord.workload_id, TuningRecord.team).distinct()).all()
+            teams = s.execute(
+                select(
+                    TuningRecord.workload_id,
+                    TuningRecord.team,
+                    func.min(TuningRecord.created_at),
+                    func.max(TuningRecord.created_at),
+                ).group_by(TuningRecord.workload_id, TuningRecord.team)
+            ).all()
             efforts = list(s.execute(select(TaskEffort)).scalars())
     finally:
         store.close()
-    by_task: dict[int, set] = {}
-    for wid, team in teams:
-        by_task.setdefault(wid, set()).add(team)
+    by_task: dict[int, list] = {}
+    for wid, _team, first, last in teams:
+        by_task.setdefault(wid, []).append((first, last))
+
+    def overlapping(spans: list) -> bool:
+        """Whether two runs' records of one task interleave in time: both tuned it at once."""
+        spans = sorted(spans)
+        return any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+
     return {
         "records": n,
         "distinct_records": distinct,
         "tasks": len(by_task),
         "tasks_tuned_by_two_runs": sum(1 for t in by_task.values() if len(t) > 1),
+        "tasks_tuned_by_two_runs_at_once": sum(1 for t in by_task.values() if overlapping(t)),
         "leases_held": sum(1 for e in efforts if e.holder is not None),
         "plateaued": sum(1 for e in efforts if e.plateau),
         "effort_trials": sum(e.trials for e in efforts),
@@ -134,7 +148,7 @@ def summary(reports: list[dict]) -> dict:
     return {
         "measured": sum((r["reports"][0] if "reports" in r else r)["tuning"]["trials"]["measured"] for r in reports),
         "waited_s": [(r["reports"][0] if "reports" in r else r)["tuning"]["waited_s"] for r in reports],
-        "wall_s": [(r["reports"][0] if "reports" in r else r)["timings"]["total_s"] for r in reports],
+        "command_s": [(r["reports"][0] if "reports" in r else r)["timings"]["total_s"] for r in reports],
         "final_ms": {m["model"]: m["final_ms"] for m in first},
         "stop": tuning["stop"],
     }

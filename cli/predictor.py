@@ -73,7 +73,7 @@ def train(ctx: Context, device: str, holdout: float, seed: int, fmt: str) -> Non
         return
     held, rand = metrics["held_out"], metrics["random"]
     click.echo(f"\nheld-out: {held['workloads']} unseen workload(s), {held['records']} record(s)")
-    keys = ["spearman"] + [k for k in held if k.startswith("recall@")]
+    keys = ["spearman"] + [k for k in held if k.startswith(("recall@", "regret@"))]
     echo_table(
         ["metric", "model", "random"],
         [(k, f"{held[k]:.3f}", f"{rand[k]:.3f}") for k in keys],
@@ -87,8 +87,9 @@ def train(ctx: Context, device: str, holdout: float, seed: int, fmt: str) -> Non
 @common_options
 @pass_ctx
 def list_(ctx: Context, device: str | None, fmt: str) -> None:
-    """The stored predictors, by device and version, with their held-out Spearman and top-5 recall (JSON: with each
-    predictor's full evaluation).
+    """The stored predictors, by device and version, with their held-out Spearman, top-5 recall and top-1 regret
+    (how much slower the predicted best schedule is than the best measured one; JSON: each predictor's full
+    evaluation).
 
     \b
     Example:
@@ -111,7 +112,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
 
     def held(r, key: str) -> str:
         m = r.metrics
-        if "held_out" not in m:
+        if key not in m.get("held_out", {}):  # no evaluation, or one made before the metric existed
             return "-"
         return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
 
@@ -125,6 +126,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
             "records",
             "spearman (random)",
             "recall@5 (random)",
+            "regret@1 (random)",
             "KiB",
             "created",
         ],
@@ -137,6 +139,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
                 r.n_records,
                 held(r, "spearman"),
                 held(r, "recall@5"),
+                held(r, "regret@1"),
                 round(r.blob_bytes / 1024),
                 r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else None,
             )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_report
-from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
+from registry.cli.options import Context, Duration, FiniteRange, device_option, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
+from registry.errors import BadInputError
 
 
 @click.command()
@@ -48,6 +49,15 @@ from registry.cli.report import check_outputs, report_option, write_run_report
     help="A transferred schedule that reaches less than this share of the best FLOP rate its donors reached on "
     "their own operators is tuned further, as a task without a donor is; 0: never.",
 )
+@click.option(
+    "--no-measure",
+    "no_measure",
+    is_flag=True,
+    help="Time nothing: each task without a record on the device gets the donor schedule the device's predictor "
+    "(or a sibling device's) ranks fastest among those that build; no record is written. For a device this machine "
+    "cannot run (--device), or when the compile's minutes matter more than the last 10%.",
+)
+@device_option("With --no-measure: the registry device to compile for (id or name; default: this machine's).")
 @report_option
 @pass_ctx
 def transfer(
@@ -69,6 +79,8 @@ def transfer(
     tune_trials,
     tune_budget,
     retune_below,
+    no_measure,
+    device,
 ) -> None:
     """Transfer-tune MODEL.onnx from the registry and compile it.
 
@@ -82,7 +94,12 @@ def transfer(
     Examples:
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
       registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
+      registry transfer vit.onnx --no-measure --device 3 -o vit-xeon.so   # for another CPU, measuring nothing
     """
+    if not no_measure and device is not None:
+        raise BadInputError("--device applies with --no-measure: a measured transfer measures on this machine")
+    if no_measure and rpc is not None:
+        raise BadInputError("--rpc measures on its servers; --no-measure measures nothing: give one of them")
     check_outputs(ctx, report_path, output)
     before_tvm(threads)
     from registry import api
@@ -92,8 +109,8 @@ def transfer(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials,
             tune_budget=tune_budget, retune_below=retune_below, team=team, rpc=rpc, dop=dop,
-            verbose=ctx.verbosity >= 2, exact_math=exact_math,
-            progress=progress,
+            verbose=ctx.verbosity >= 2, exact_math=exact_math, progress=progress, measure=not no_measure,
+            device=device,
         )  # fmt: skip
     print_report(report, fmt)
     write_run_report(ctx, report_path, report)

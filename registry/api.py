@@ -150,6 +150,8 @@ def transfer(
     verbose: bool = False,
     exact_math: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
+    measure: bool = True,
+    device: str | None = None,
 ) -> ModelReport:
     """``registry transfer`` from Python: compile ``model`` with the schedules of similar tuned operators, write what
     was measured back, and return the report the CLI prints (``report.tasks``, ``report.final_ms``,
@@ -165,7 +167,17 @@ def transfer(
     (``registry.tvm_side.compile.fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
     URL or path) then being only read (``registry.share.overlay``); ``verbose``: the measurement workers' own output
     (TVM's warnings and errors) on stderr, as ``-vv`` shows it. The rest is as the CLI's options of the same names.
+
+    ``measure=False`` (``--no-measure``): nothing is timed. Each task without a record on the device gets the donor
+    schedule that the device's predictor (or a sibling device's) ranks fastest among those that build; the model is
+    compiled and exported, and no record is written (``registry.pipeline.predicted``). ``device``: the registry
+    device to compile for, by id or name (default: this machine's for ``target``); it need not be this machine.
     """
+    if not measure:
+        return _predicted(model, input_shapes, params, name, target, threads, db, overlay, output, candidates,
+                          neighbours, device, exact_math, progress)  # fmt: skip
+    if device is not None:
+        raise BadInputError("device= applies with measure=False: a measured transfer measures on this machine")
     from registry.pipeline.transfer import TransferOptions
     from registry.pipeline.transfer import transfer as run
 
@@ -268,6 +280,33 @@ def tune_models(
             store, loaded, tvm_target, _threads(threads), options,
             progress=progress or (lambda _done, _total, _what: None), import_s=import_s,
         )  # fmt: skip
+    finally:
+        if owned:
+            store.close()
+
+
+def _predicted(model, input_shapes, params, name, target, threads, db, overlay, output, candidates, neighbours,
+               device, exact, progress) -> ModelReport:  # fmt: skip
+    import time
+    from dataclasses import replace
+
+    from registry.pipeline.predicted import PredictOptions, device_of, predict
+    from registry.tvm_side.target import device_spec
+
+    start = time.perf_counter()
+    loaded = replace(load_model(model, input_shapes, params, name), exact_math=exact)
+    import_s = time.perf_counter() - start
+    store, owned = _open(db, overlay)
+    try:
+        if device is not None:
+            spec, device_id = device_of(store, device)
+        else:
+            spec = device_spec(_target(target), _threads(threads))
+            device_id = store.device_id(spec)
+        options = PredictOptions(
+            candidates=candidates, neighbours=neighbours, output=Path(output) if output is not None else None
+        )
+        return predict(store, loaded, spec, device_id, options, progress or (lambda *_: None), import_s)
     finally:
         if owned:
             store.close()

@@ -245,3 +245,28 @@ def test_a_killed_runs_tasks_are_taken_over_once_its_leases_expire(sqlite_url, m
     assert n == distinct == 24 and report["tuning"]["trials"]["measured"] == 24 - before  # none lost, none twice
     assert report["tuning"]["waited_s"] > 0  # it waited for the dead run's leases to expire, then took them over
     assert all(e.holder is None for e in _efforts(sqlite_url))
+
+
+@pytest.mark.parametrize(
+    ("listing", "args", "fragment"),
+    [
+        ("missing.onnx\n", [], "models.txt:1: no model file"),
+        ("# nothing\n\n", [], "names no model"),
+        ("a.onnx 1,128\n", [], "models.txt:1: '1,128' is not an input shape"),
+        ("a.onnx\na.onnx\n", ["-o", "out.so"], "-o/--output applies to one model; 2 models were given"),
+        ("a.onnx\na.onnx\n", ["--name", "x"], "--name applies to one model"),
+    ],
+)
+def test_bad_model_lists_give_one_line(sqlite_url, tmp_path, listing, args, fragment):
+    onnx.save(zoo.mlp(16, (128, 64)), tmp_path / "a.onnx")
+    (tmp_path / "models.txt").write_text(listing)
+    out = tmp_path / "out.so"
+    args = [str(out) if a == "out.so" else a for a in args]
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", "--models", str(tmp_path / "models.txt"), *args])
+    assert result.exit_code == 1 and fragment in result.stderr, result.output
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_tune_without_a_model_says_how_to_name_one(sqlite_url):
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "tune", "--trials", "4"])
+    assert result.exit_code == 1 and "name a model to tune" in result.stderr, result.output

@@ -43,13 +43,15 @@ from bench.machine_speed import stamped  # noqa: E402
 from bench.sqlite_copy import copy_sqlite  # noqa: E402
 
 REGISTRY = str(Path(sys.executable).with_name("registry"))
-HASWELL = {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu"}
 
 
 def devices(pair: str) -> dict[str, tuple[str, int]]:
     """(--target, threads) of the sibling and of the new device."""
     if pair == "mcpu":
-        return {"sibling": (json.dumps(HASWELL), 1), "new": ("host", 1)}
+        from registry.tvm_side.target import host_target
+
+        haswell = {"kind": "llvm", "mcpu": "haswell", "mtriple": str(host_target().attrs["mtriple"])}
+        return {"sibling": (json.dumps(haswell), 1), "new": ("host", 1)}
     return {"sibling": ("host", 1), "new": ("host", 2)}
 
 
@@ -125,8 +127,9 @@ def new_device_run(name: str, db: Path, new: tuple[str, int], bar: float, cap: i
     steps, trials = [], 32
     while True:
         run = tune(name, db, new[0], new[1], trials)
+        tuning = run["report"]["tuning"]
         steps.append({"trials": trials, "wall_s": run["wall_s"], "final_ms": run["report"]["final_ms"],
-                      "stop": run["report"]["tuning"]["stop"], "predictor": run["report"]["tuning"]["summary"]})  # fmt: skip
+                      "stop": tuning["stop"], "summary": tuning["summary"]})  # fmt: skip
         points = trial_curve(db, name, target, device_of(db, *new), defaults)
         reached = trials_to(points, bar)
         print(f"  {db.name}: {trials} trials, estimate {points[-1][1]:.1f} µs (bar {bar:.1f}): {reached}", flush=True)
@@ -150,7 +153,9 @@ def model(name: str, pair: str, trials: int, work: Path) -> dict:
     loaded = load(name, new_target)
     tasks = _task_weights(plain_store, loaded, new_target)
     with Measurer(new_target, pair_devices["new"][1]) as measurer:
-        timings = measurer.kernels([module_job(default_schedule(m, new_target), new_target) for _, _, m in tasks.values()])
+        timings = measurer.kernels(
+            [module_job(default_schedule(m, new_target), new_target) for _, _, m in tasks.values()]
+        )
     defaults = {n: m.median_us or float("inf") for (n, _, _), m in zip(tasks.values(), timings, strict=True)}
     by_wid = {wid: defaults[n] for wid, (n, _, _) in tasks.items()}
     plain_curve = curve(plain_store, loaded, new_target, plain_store.all_devices()[0].id, base["started"], by_wid)
@@ -184,8 +189,11 @@ def model(name: str, pair: str, trials: int, work: Path) -> dict:
         "pair": pair,
         "devices": pair_devices,
         "plain": {"trials": trials, "seconds": base["seconds"], "estimate_us": bar, "curve": plain_curve},
-        "sibling": {"wall_s": sibling["tune"]["wall_s"], "predictor_s": sibling["predictor"]["seconds"],
-                    "predictor": sibling["predictor"]["output"]},  # fmt: skip
+        "sibling": {
+            "wall_s": sibling["tune"]["wall_s"],
+            "predictor_s": sibling["predictor"]["seconds"],
+            "predictor": sibling["predictor"]["output"],
+        },  # fmt: skip
         "new_device": runs,
         "trials_to_bar": {"empty": e, "siblings": s},
         "fewer": None if e is None or s is None else 1 - s / e,

@@ -165,10 +165,14 @@ class Engine:
                     continue
                 break
             wid = ids[id(state)]
+            newly = wid not in self.leases.held
             other = self.leases.take(wid, state.latency_us)
             if other is not None:  # another run tunes it: leave it to that run
                 state.held_by = other
                 continue
+            if newly:  # what other runs measured of it since this run read it: not measured again
+                fresh = self.store.tuning_state(wid, self.db.device_id).traces
+                (tuners[wid].stored if wid in tuners else self._stored_traces[wid]).update(fresh)
             t0 = time.perf_counter()
             before = state.best_us
             if wid not in tuners:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SOURCES = ("exact", "transferred", "tuned", "default", "failed")
+SOURCES = ("exact", "transferred", "predicted", "tuned", "default", "failed")
 
 
 @dataclass

@@ -195,6 +195,11 @@ def _evaluate(model: XGBModel, g: _Group) -> dict[str, Any]:
         row[f"recall@{k}"] = top_k_recall(score, throughput, k)
         # A random ranking's expected recall: each of the k picks is one of the true k with probability k/n.
         row[f"random_recall@{k}"] = min(k, len(throughput)) / len(throughput)
+    # Top-1 regret: how much slower the predicted best is than the best measured (what a pick without measurement
+    # costs), and a random pick's, in expectation.
+    best = float(g.mean_s.min())
+    row["regret@1"] = float(g.mean_s[int(np.argmax(score))]) / best - 1
+    row["random_regret@1"] = float(np.mean(g.mean_s)) / best - 1
     return row
 
 
@@ -203,9 +208,17 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return float(np.mean([r[key] for r in rows]))
 
     return {
-        "held_out": {"spearman": mean("spearman"), **{f"recall@{k}": mean(f"recall@{k}") for k in TOP_KS}},
+        "held_out": {
+            "spearman": mean("spearman"),
+            **{f"recall@{k}": mean(f"recall@{k}") for k in TOP_KS},
+            "regret@1": mean("regret@1"),
+        },
         # A random ranking's Spearman is 0 in expectation; its recall is k/n, averaged like the model's.
-        "random": {"spearman": 0.0, **{f"recall@{k}": mean(f"random_recall@{k}") for k in TOP_KS}},
+        "random": {
+            "spearman": 0.0,
+            **{f"recall@{k}": mean(f"random_recall@{k}") for k in TOP_KS},
+            "regret@1": mean("random_regret@1"),
+        },
         "per_workload": rows,
     }
 

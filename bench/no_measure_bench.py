@@ -1,0 +1,145 @@
+"""One-shot compile (issue #37, item 5): `registry transfer --no-measure` against measured `registry transfer` on
+held-out corpus models, the same registry, and the predictor's held-out quality per device.
+
+    .venv/bin/python bench/no_measure_bench.py --registry R.db [--models roberta-l2-h256 resnet-bottleneck-w64]
+        [--rounds 5] [--out bench/results/no_measure.json]
+
+``R.db`` holds tuned records of other corpus models on this machine (and, for the per-device table, on other
+devices): the siblings benchmark leaves such registries (``bench/tuning/siblings.py``). For every device with
+records, ``registry predictor train`` (25% of the workloads held out) reports the predictor's Spearman, top-5 recall
+and top-1 regret (how much slower its pick is than the best measured schedule) against a random ranking. Then, for
+each model, each on a copy of the registry:
+
+- ``measured``: ``registry transfer M -o measured.so`` as a user runs it (the default 5-minute budget, which tunes
+  the tasks no donor helped);
+- ``measured, no tuning``: the same with ``--tune-budget 0``: donors measured, nothing tuned;
+- ``no-measure``: ``registry transfer M --no-measure -o predicted.so``;
+- ``untuned``: the model without records.
+
+Each command's wall time is kept, and the libraries are timed in turn in one process by the registry's workers (TVM's
+``time_evaluator``), ``--rounds`` times, medians. Writes the result with the machine, the commit and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.corpus.run import shape_args  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
+
+REGISTRY = str(Path(sys.executable).with_name("registry"))
+
+
+def cli(db: Path, *args: str) -> tuple[dict, float]:
+    start = time.perf_counter()
+    done = subprocess.run([REGISTRY, "--db", f"sqlite:///{db}", *args, "--json"], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"registry {' '.join(args[:2])} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout[done.stdout.index("{") :]), seconds
+
+
+def predictor_quality(db: Path) -> list[dict]:
+    from registry.store.sql.store import Store
+
+    store = Store(f"sqlite:///{db}")
+    devices = [(d.id, d.name) for d in store.all_devices() if store.count_records(d.id)]
+    store.close()
+    out = []
+    for device_id, name in devices:
+        trained, seconds = cli(db, "predictor", "train", "--device", str(device_id))
+        row = {"device": f"{device_id}:{name}", "train_s": seconds, "workloads": trained.get("workloads"),
+               "records": trained.get("records")}  # fmt: skip
+        for side in ("held_out", "random"):
+            if side in trained:
+                row[side] = {k: v for k, v in trained[side].items() if k != "per_workload"}
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def libraries(name: str, registry: Path, work: Path) -> dict:
+    model = BY_NAME[name]
+    path, shapes = str(materialize(model)), shape_args(model)
+    out = {}
+    for kind, extra in (
+        ("measured", []),
+        ("measured, no tuning", ["--tune-budget", "0"]),
+        ("no-measure", ["--no-measure"]),
+    ):
+        db = work / f"{name}-{kind.replace(', ', '-').replace(' ', '-')}.db"
+        copy_sqlite(registry, db)
+        library = db.with_suffix(".so")
+        report, seconds = cli(db, "transfer", path, *shapes, *extra, "-o", str(library))
+        tuning = (report.get("tuning") or {}).get("summary")
+        out[kind] = {"wall_s": seconds, "library": str(library), "sources": report["sources"], "tuning": tuning}
+        print(f"{name} {kind}: {seconds:.1f} s, {report['sources']}", flush=True)
+    return out
+
+
+def timed(name: str, libs: dict, rounds: int) -> dict[str, float]:
+    from registry.measure.measurer import Measurer
+    from registry.measure.types import ModelJob
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    model = BY_NAME[name]
+    loaded = load_onnx(materialize(model), model.shapes, name=name)
+    jobs = {k: ModelJob(v["library"], tuple(loaded.inputs)) for k, v in libs.items()}
+    samples: dict[str, list[float]] = {k: [] for k in jobs}
+    with Measurer(host_target(), 1) as measurer:
+        for _ in range(rounds):
+            for k, job in jobs.items():
+                m = measurer.model(job)
+                if m.ok:
+                    samples[k].append(m.median_s * 1e3)
+    return {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v}
+
+
+def untuned_library(name: str, work: Path) -> str:
+    model = BY_NAME[name]
+    db = work / f"{name}-untuned.db"
+    db.unlink(missing_ok=True)
+    library = db.with_suffix(".so")
+    cli(db, "transfer", str(materialize(model)), *shape_args(model), "--tune-budget", "0", "-o", str(library))
+    return str(library)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--registry", type=Path, required=True)
+    ap.add_argument("--models", nargs="+", default=["roberta-l2-h256", "resnet-bottleneck-w64"])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/no_measure")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/no_measure.json")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    registry = args.work / "registry.db"
+    copy_sqlite(args.registry, registry)
+    result: dict = {"registry": args.registry.name, "predictors": predictor_quality(registry), "models": []}
+    for name in args.models:
+        libs = libraries(name, registry, args.work)
+        libs["untuned"] = {"library": untuned_library(name, args.work)}
+        ms = timed(name, libs, args.rounds)
+        row = {"model": name, "runs": libs, "e2e_ms": ms}
+        if "no-measure" in ms and "measured" in ms:
+            row["no_measure_vs_measured"] = ms["no-measure"] / ms["measured"]
+            row["wall_ratio"] = libs["measured"]["wall_s"] / libs["no-measure"]["wall_s"]
+        result["models"].append(row)
+        print(json.dumps({k: row[k] for k in row if k != "runs"}), flush=True)
+        args.out.write_text(json.dumps(stamped(result), indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

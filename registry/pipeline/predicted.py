@@ -1,0 +1,189 @@
+"""Transfer that measures nothing (``registry transfer --no-measure``): One-Shot Tuner's idea, with the registry's
+predictor choosing among its donors' schedules.
+
+For a device this machine cannot run (another CPU, a GPU that is not here), or when the compile's time matters more
+than the last 10% of latency. For each task of the model:
+
+1. **exact**: the workload's records on the device, as compiling always uses them;
+2. **predicted**: the donors' schedules that ``registry transfer`` would measure (the task's own workload on sibling
+   devices, its nearest stored workloads; up to ``candidates`` distinct programs, re-samples included) are each
+   **built** for the target (a schedule that does not compile is never picked), and the device's predictor, or a
+   sibling device's until it has one, picks the one it ranks fastest;
+3. **default**: no candidate built; TVM's default schedule.
+
+The model is compiled with those schedules and exported. Nothing is timed, and nothing is written to the registry
+(except the model and its tasks): a pick has no measured latency, so it is a compile's input, never a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+from tvm.target import Target
+
+from registry.errors import BadInputError, RegistryError
+from registry.measure.builder import PersistentBuilder
+from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.model_run import Clock, Progress, extract
+from registry.records.database import RegistryDatabase
+from registry.report.model_report import ModelReport, TaskResult, Timings
+from registry.similarity.index import SimilarityIndex
+from registry.store.interface import RegistryStorage
+from registry.store.rows import DeviceSpec
+from registry.tvm_side.apply_trace import trace_json
+from registry.tvm_side.compat import TVM_ERRORS, error_line, prepare_tuning
+from registry.tvm_side.compile import compile_model
+from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.signature import structural_hash
+
+
+@dataclass
+class PredictOptions:
+    candidates: int = 8  # donor programs built per task, at most: building is cheap beside measuring
+    neighbours: int = 5
+    output: Path | None = None
+
+
+class _Picks(RegistryDatabase):
+    """The device's records, with the predicted schedules of the tasks that have none."""
+
+    def __init__(self, store: RegistryStorage, device: DeviceSpec) -> None:
+        super().__init__(Target(device.target), store, device=device)
+        self.picks: dict[str, TuningRecord] = {}
+
+    def pick(self, mod, trace: list, args_info: list) -> None:
+        # the latency is unknown: one record per workload, so MetaSchedule's ranking never compares it
+        record = TuningRecord.from_json([trace, [1.0], self.device.target, args_info], Workload(mod))
+        self.picks[structural_hash(mod)] = record
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        stored = super().get_top_k(workload, top_k)
+        if stored:
+            return stored
+        pick = self.picks.get(structural_hash(workload.mod))
+        return [pick] if pick is not None and top_k > 0 else []
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        raise RegistryError("a transfer that measures nothing writes no record")
+
+
+def predict(
+    store: RegistryStorage,
+    loaded: LoadedModel,
+    device: DeviceSpec,
+    device_id: int,
+    options: PredictOptions | None = None,
+    progress: Progress = lambda _done, _total, _what: None,
+    import_s: float = 0.0,
+) -> ModelReport:
+    """Compile ``loaded`` for ``device`` (a registry device, run here or not) with its records and the predictor's
+    picks among the donors' schedules of the rest; see the module docstring."""
+    from registry.tvm_side.predictor import load_predictor, sibling_predictor
+
+    opts = options or PredictOptions()
+    target = Target(device.target)
+    clock = Clock(Timings(import_s=import_s))
+    with clock("import"):
+        tasks = extract(store, loaded, target)
+    loaded_predictor = load_predictor(store, device_id)
+    source = None
+    if loaded_predictor is None:
+        sibling = sibling_predictor(store, device_id)
+        if sibling is not None:
+            loaded_predictor, source = sibling[:2], sibling[2]
+    if loaded_predictor is None:
+        raise BadInputError(
+            f"device {device_id} has no predictor, nor has any sibling device: `registry predictor train --device "
+            f"{device_id}` trains one on its records (--no-measure lets it choose the schedules)"
+        )
+    model, version = loaded_predictor
+    prepare_tuning(target.kind.name)
+    database = _Picks(store, device)
+    with clock("donors"):
+        index = SimilarityIndex(store)
+        index.load()
+    schedules = DonorSchedules(store, target)
+    builder = PersistentBuilder()
+    results = []
+    try:
+        for i, task in enumerate(tasks):
+            progress(i, len(tasks), task.name)
+            results.append(_resolve(task, database, schedules, index, builder, model, device_id, opts, clock))
+    finally:
+        builder.shutdown()
+    progress(len(tasks), len(tasks), "compiling")
+    with clock("compile"):
+        try:
+            exe = compile_model(database, loaded.mod, target, loaded.exact_math)
+        except TVM_ERRORS as e:
+            raise RegistryError(f"{loaded.name}: compiling the model failed: {error_line(e)}") from None
+        if opts.output is not None:
+            opts.output.parent.mkdir(parents=True, exist_ok=True)
+            exe.export_library(str(opts.output))
+    whose = f" of sibling device {source}" if source else ""
+    return ModelReport(
+        model=loaded.name,
+        device=device.name,
+        threads=device.num_threads,
+        untuned_ms=None,
+        final_ms=None,
+        tasks=results,
+        timings=clock.timings,
+        output=str(opts.output) if opts.output is not None else None,
+        tuning={
+            "predictor_version": version,
+            "predictor_from": source,
+            "summary": f"no measurement: predictor v{version}{whose} chose among the donors' schedules that built",
+        },
+        errors=["not measured (--no-measure): time the library with TVM, on the device"],
+        device_id=device_id,
+        sha256=loaded.sha256,
+    )
+
+
+def _resolve(task, database: _Picks, schedules, index, builder, model, device_id, opts, clock) -> TaskResult:
+    result = TaskResult(task.name, task.weight, task.workload_id, "default", None, None)
+    if database.store.top_k(task.workload_id, device_id, 1):
+        result.source = "exact"
+        return result
+    with clock("donors"):
+        donors = schedules.find(index, task, device_id, opts.neighbours)
+        picked = schedules.distinct(task.mod, donors, opts.candidates, resample=opts.candidates)
+    if not picked:
+        return result
+    with clock("measure"):  # building: what a measured transfer would spend before timing
+        built = builder.build([BuilderInput(sch.mod, database.target) for _, sch in picked])
+        for b in built:
+            if b.artifact_path:
+                shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+    ok = [(donor, sch) for (donor, sch), b in zip(picked, built, strict=True) if not b.error_msg]
+    result.candidates = len(ok)
+    if not ok:
+        return result
+    with clock("search"):
+        context = ms.TuneContext(mod=task.mod, target=database.target, task_name=task.name)
+        args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
+        scores = model.predict(context, [MeasureCandidate(sch, args) for _, sch in ok])
+    best = max(range(len(ok)), key=lambda i: scores[i])
+    donor, sch = ok[best]
+    database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
+    result.source = "predicted"
+    result.donor = f"{donor.task_name}#{donor.workload_id}"
+    result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
+    return result
+
+
+def device_of(store: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:
+    """A registry device by ``--device`` selector, as the spec its records are filed under, and its id."""
+    row = store.resolve_one_device(selector)
+    spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+    return spec, row.id

@@ -1,0 +1,104 @@
+"""`registry transfer --no-measure`: the predictor chooses among the donors' schedules that build; nothing is timed,
+nothing is written, and the library it exports computes what the untuned model computes. Real TVM builds; the
+"other device" is an AVX2 CPU (mcpu=haswell), whose code this machine can also run to check the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from registry.cli.main import cli
+from registry.store.sql.models import TuningRecord
+from registry.store.sql.store import Store
+from registry.tvm_side import zoo
+
+
+def haswell() -> str:
+    """An AVX2 CPU as a target, with this machine's triple: its code runs here too."""
+    from registry.tvm_side.target import host_target
+
+    return json.dumps({"kind": "llvm", "mcpu": "haswell", "mtriple": str(host_target().attrs["mtriple"]),
+                       "num-cores": 1})  # fmt: skip
+
+
+def _ok(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _records(url: str) -> int:
+    with Store(url).read() as s:
+        return s.execute(select(func.count()).select_from(TuningRecord)).scalar()
+
+
+@pytest.fixture
+def other_device(sqlite_url, tmp_path: Path) -> tuple[str, int]:
+    """A registry holding an MLP tuned for another CPU (haswell) and that device's predictor: (url, device id)."""
+    mlp = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(16, (128, 256, 128)), mlp)
+    _ok("--db", sqlite_url, "tune", str(mlp), "--target", haswell(), "--trials", "24", "--no-predictor", "--json")
+    [device] = [d for d in Store(sqlite_url).all_devices() if "haswell" in d.target_json]
+    _ok("--db", sqlite_url, "predictor", "train", "--device", str(device.id), "--holdout", "0")
+    return sqlite_url, device.id
+
+
+def _outputs(library: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(x) for x in inputs.values()]).numpy()
+
+
+@pytest.mark.tvm
+def test_no_measure_compiles_the_predictors_picks_for_another_device_and_writes_nothing(other_device, tmp_path):
+    url, device = other_device
+    sibling = tmp_path / "sibling.onnx"
+    onnx.save(zoo.mlp(16, (128, 192, 64), seed=3), sibling)
+    before = _records(url)
+    library = tmp_path / "sibling.so"
+    out = _ok("--db", url, "transfer", str(sibling), "--no-measure", "--device", str(device), "-o", str(library),
+              "--json")  # fmt: skip
+    report = json.loads(out[out.index("{") :])
+    assert _records(url) == before  # nothing measured, nothing written
+    assert report["final_ms"] is None and report["tuning"]["predictor_version"] == 1
+    assert {t["source"] for t in report["tasks"]} == {"predicted"}, report["tasks"]
+    assert all(t["donor"] and t["candidates"] >= 1 for t in report["tasks"])
+    assert report["timings"]["measure_s"] > 0  # the candidates were built
+
+    # the library computes the model: against the untuned build of the same model
+    plain = tmp_path / "plain.so"
+    _ok("--db", f"sqlite:///{tmp_path / 'empty.db'}", "transfer", str(sibling), "--target", haswell(),
+        "--tune-trials", "0", "-o", str(plain))  # fmt: skip
+    x = {"x": np.random.default_rng(0).standard_normal((16, 128)).astype("float32")}
+    np.testing.assert_allclose(_outputs(library, x), _outputs(plain, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.tvm
+def test_no_measure_takes_a_sibling_devices_predictor_and_refuses_without_any(other_device, tmp_path):
+    url, _ = other_device
+    sibling = tmp_path / "sibling.onnx"
+    onnx.save(zoo.mlp(16, (128, 192, 64), seed=3), sibling)
+    out = _ok("--db", url, "transfer", str(sibling), "--no-measure", "--json")  # this machine: no predictor of its own
+    report = json.loads(out[out.index("{") :])
+    assert report["tuning"]["predictor_from"] and "haswell" in report["tuning"]["predictor_from"]
+    assert {t["source"] for t in report["tasks"]} == {"predicted"}
+
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = CliRunner().invoke(cli, ["--db", empty, "transfer", str(sibling), "--no-measure"])
+    assert result.exit_code == 1 and "registry predictor train --device" in result.stderr, result.output
+    assert result.stderr.count("\n") == 1
+
+
+def test_device_applies_only_without_measurement(sqlite_url, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo.mlp(4, (8, 8)), model)
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(model), "--device", "1"])
+    assert result.exit_code == 1 and "--device applies with --no-measure" in result.stderr, result.output
