@@ -8,7 +8,7 @@ REGISTRY := $(VENV)/bin/registry
 DEMO_TRIALS ?= 32
 
 .PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-isolation \
-	bench-corpus-depth bench-sync bench-verify bench-serve starter bench-starter bench-starter-corpus \
+	bench-corpus-depth bench-sync bench-verify bench-serve bench-together bench-siblings bench-no-measure starter bench-starter bench-starter-corpus \
 	clean
 
 # The package alone: what `make demo` needs. The dev tools (pytest, ruff, hypothesis) come with `make test`/`make lint`.
@@ -116,6 +116,21 @@ bench-verify: install-dev
 bench-serve: install
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends wrk)
 	$(PY) bench/serve_bench.py
+
+# Tuning together (issue #37): tune processes on one PostgreSQL registry dividing the work, a killed one taken over,
+# plateaued tasks skipped (about 25 minutes; needs `make corpus`).
+bench-together: corpus
+	$(PY) bench/together_bench.py
+
+# A new device seeded by a sibling's records (issue #37): trials to plain MetaSchedule's 512-trial latency, AVX2
+# sibling against this CPU (about an hour; needs `make corpus`).
+bench-siblings: corpus
+	$(PY) bench/tuning/siblings.py --pair mcpu
+
+# One-shot compile (issue #37): transfer --no-measure against measured transfer on held-out models, over a registry
+# the siblings benchmark left, and the predictor's held-out quality per device.
+bench-no-measure: corpus
+	$(PY) bench/no_measure_bench.py --registry bench/work/siblings/new-mcpu-siblings-bert-l2-h128.db
 
 starter: install
 	$(PY) bench/corpus/starter.py

@@ -79,8 +79,11 @@ def model_args(models: list[str]) -> list[str]:
     return args
 
 
-def start(url: str, models: list[str], team: str, *extra: str) -> subprocess.Popen:
+def start(url: str, models: list[str], team: str, *extra: str, cpu: int | None = None) -> subprocess.Popen:
+    """``registry tune`` of the models in a process of its own (on one core, ``cpu``, if given)."""
     cmd = [REGISTRY, "--db", url, "tune", *model_args(models), "--team", team, "--dop", "1", "--json", *extra]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
     env = {**os.environ, "TVM_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -154,15 +157,18 @@ def summary(reports: list[dict]) -> dict:
     }
 
 
-def alone(url: str, models: list[str], trials: int) -> dict:
+def alone(url: str, models: list[str], trials: int, pin: bool) -> dict:
     t0 = time.perf_counter()
-    report = finished(start(url, models, "alone", "--trials", str(trials)))
+    report = finished(start(url, models, "alone", "--trials", str(trials), cpu=0 if pin else None))
     return {"wall_s": time.perf_counter() - t0, **summary([report]), **facts(url)}
 
 
-def together(url: str, models: list[str], trials: int, runs: int) -> dict:
+def together(url: str, models: list[str], trials: int, runs: int, pin: bool) -> dict:
     t0 = time.perf_counter()
-    procs = [start(url, models, f"run{i}", "--trials", str(trials)) for i in range(runs)]
+    cores = os.cpu_count() or 1
+    procs = [
+        start(url, models, f"run{i}", "--trials", str(trials), cpu=i % cores if pin else None) for i in range(runs)
+    ]
     reports = [finished(p) for p in procs]
     return {"wall_s": time.perf_counter() - t0, **summary(reports), **facts(url)}
 
@@ -251,26 +257,39 @@ def main() -> None:
     ap.add_argument("--pg", default=os.environ.get("REGISTRY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/together.json")
     ap.add_argument("--keep", action="store_true", help="keep the databases (their URLs are in the result)")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="each process on one core of its own (taskset), the one-process run too: measurements do not interfere, "
+        "as on separate machines (with --runs at most the cores)",
+    )
+    ap.add_argument("--scenarios", nargs="+", default=["alone", "together", "killed", "plateau"])
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = "1"
-    result: dict = {"models": args.models, "trials": args.trials, "runs": args.runs}
-    dbs = {k: fresh_database(args.pg) for k in ("alone", "together", "killed")}
+    result: dict = {"models": args.models, "trials": args.trials, "runs": args.runs, "pin": args.pin}
+    dbs = {k: fresh_database(args.pg) for k in ("alone", "together", "killed") if k in args.scenarios}
+    result["databases"] = dbs if args.keep else None
     try:
-        print("alone ...", flush=True)
-        result["alone"] = alone(dbs["alone"], args.models, args.trials)
-        print(json.dumps(result["alone"]), flush=True)
-        print(f"together ({args.runs} processes) ...", flush=True)
-        result["together"] = together(dbs["together"], args.models, args.trials, args.runs)
-        print(json.dumps(result["together"]), flush=True)
-        print("killed ...", flush=True)
-        result["killed"] = killed(dbs["killed"], args.models, args.trials, args.runs)
-        print(json.dumps(result["killed"]), flush=True)
-        print("same clock ...", flush=True)
-        result["e2e_ms"] = same_clock(args.models, {k: dbs[k] for k in ("alone", "together")}, args.rounds)
-        print(json.dumps(result["e2e_ms"]), flush=True)
-        print("plateau ...", flush=True)
-        result["plateau"] = plateau(dbs["together"], args.models, args.window, args.plateau_budget)
-        print(json.dumps(result["plateau"]), flush=True)
+        if "alone" in args.scenarios:
+            print("alone ...", flush=True)
+            result["alone"] = alone(dbs["alone"], args.models, args.trials, args.pin)
+            print(json.dumps(result["alone"]), flush=True)
+        if "together" in args.scenarios:
+            print(f"together ({args.runs} processes) ...", flush=True)
+            result["together"] = together(dbs["together"], args.models, args.trials, args.runs, args.pin)
+            print(json.dumps(result["together"]), flush=True)
+        if "killed" in args.scenarios:
+            print("killed ...", flush=True)
+            result["killed"] = killed(dbs["killed"], args.models, args.trials, args.runs)
+            print(json.dumps(result["killed"]), flush=True)
+        if "alone" in dbs and "together" in dbs:
+            print("same clock ...", flush=True)
+            result["e2e_ms"] = same_clock(args.models, {k: dbs[k] for k in ("alone", "together")}, args.rounds)
+            print(json.dumps(result["e2e_ms"]), flush=True)
+        if "plateau" in args.scenarios and "together" in dbs:
+            print("plateau ...", flush=True)
+            result["plateau"] = plateau(dbs["together"], args.models, args.window, args.plateau_budget)
+            print(json.dumps(result["plateau"]), flush=True)
     finally:
         if not args.keep:
             for url in dbs.values():

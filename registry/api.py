@@ -262,6 +262,11 @@ def tune_models(
 
     from registry.pipeline.tune import ModelTuneOptions, tune_models
 
+    if not (isinstance(plateau, int) and plateau >= 1):
+        raise BadInputError(f"plateau: {plateau!r} is not a number of trials of at least 1")
+    if not (isinstance(lease, (int, float)) and 0 < lease < float("inf")):
+        raise BadInputError(f"lease: {lease!r} is not a positive number of seconds")
+
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
         floor=floor, plateau=plateau, retune=retune, lease=lease, predictor=predictor, team=team,

@@ -102,3 +102,30 @@ def test_device_applies_only_without_measurement(sqlite_url, tmp_path):
     onnx.save(zoo.mlp(4, (8, 8)), model)
     result = CliRunner().invoke(cli, ["--db", sqlite_url, "transfer", str(model), "--device", "1"])
     assert result.exit_code == 1 and "--device applies with --no-measure" in result.stderr, result.output
+
+
+@pytest.mark.tvm
+def test_a_pick_is_what_tvm_reads_from_the_database(other_device, tmp_path):
+    """TVM asks the database through its C++ object: an override that only Python could see would be skipped, and
+    the library would be built with the default schedules (it computes the same, so only this shows it)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from registry.pipeline.model_run import extract
+    from registry.pipeline.predicted import _Picks, device_of
+    from registry.tvm_side.apply_trace import trace_json
+    from registry.tvm_side.frontend import load_onnx
+
+    url, device = other_device
+    store = Store(url)
+    spec, _ = device_of(store, str(device))
+    database = _Picks(store, spec)
+    sibling = zoo.mlp(16, (128, 192, 64), seed=3).SerializeToString()
+    [task, *_] = extract(store, load_onnx(sibling, name="sibling"), database.target)
+    context = ms.TuneContext(mod=task.mod, target=database.target, space_generator="post-order-apply")
+    sch = context.generate_design_space()[0]
+    assert database.query_tuning_record(task.mod, database.target, "main") is None  # no record of it on the device
+    args = [a.as_json() for a in ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))]
+    database.pick(task.mod, trace_json(sch), args)
+    found = database.query_tuning_record(task.mod, database.target, "main")
+    assert found is not None and [float(s) for s in found.run_secs] == [1.0]

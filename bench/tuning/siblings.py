@@ -15,8 +15,8 @@ For each model (corpus names, ``make corpus``):
 2. **The sibling**: ``registry tune --trials N`` on the sibling device into an empty registry, then
    ``registry predictor train`` there.
 3. **The new device**, ``registry tune`` as a user runs it, (a) into an empty registry, (b) into a copy of the
-   sibling's: resumed in steps (``--trials`` 32, 64, 128, 256, 512, ...) until its estimate reaches the bar or the
-   trials reach 2x plain's.
+   sibling's: resumed in steps (``--trials`` 64, 128, 256, 512) until its estimate reaches the bar or the trials
+   reach plain's (then: not reached within them).
 4. **Trials to the bar**: from the new device's records in the order they were measured, the first trial count at
    which the estimate is at or under the bar. The two registry runs share a clock (the registry's measurer); the bar
    comes from plain's (MetaSchedule's runner): compare the two registry runs with each other.
@@ -124,7 +124,7 @@ def device_of(db: Path, target: str, threads: int) -> int:
 
 
 def new_device_run(name: str, db: Path, new: tuple[str, int], bar: float, cap: int, defaults, target) -> dict:
-    steps, trials = [], 32
+    steps, trials = [], 64
     while True:
         run = tune(name, db, new[0], new[1], trials)
         tuning = run["report"]["tuning"]
@@ -182,7 +182,7 @@ def model(name: str, pair: str, trials: int, work: Path) -> dict:
         db.unlink(missing_ok=True)
         if kind == "siblings":
             copy_sqlite(sibling_db, db)
-        runs[kind] = new_device_run(name, db, pair_devices["new"], bar, 2 * trials, defaults, new_target)
+        runs[kind] = new_device_run(name, db, pair_devices["new"], bar, trials, defaults, new_target)
     e, s = runs["empty"]["trials_to_bar"], runs["siblings"]["trials_to_bar"]
     return {
         "model": name,

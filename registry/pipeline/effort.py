@@ -79,16 +79,29 @@ class Leases:
         return {w: found.get(w, NO_EFFORT) for w in workload_ids}
 
     def take(self, workload_id: int, best_us: float | None) -> str | None:
-        """Take a task's lease: None when this run holds it now, else the run that does. ``best_us``: its best
-        latency now, the curve's first point when it has none."""
-        if workload_id in self.held:
-            return None
+        """Take or renew a task's lease before a batch of it: None when this run holds it now, else the run that does
+        (another run took it when this run's lease expired). ``best_us``: its best record's latency now, the curve's
+        first point when it has none."""
         other = self.store.take_task(workload_id, self.device_id, self.holder, self.lease_s)
-        if other is None:
+        if other is not None:
+            self.held.pop(workload_id, None)
+        elif workload_id not in self.held:
             effort = self.read([workload_id])[workload_id]  # after taking it: what the last holder left
             curve = list(effort.curve) or ([(0, best_us)] if best_us is not None else [])
             self.held[workload_id] = _Held(curve, effort.trials)
         return other
+
+    def release(self, workload_id: int, measurements: int) -> None:
+        """Release a held task that stopped between its batches (paused for its share of the model), with this
+        run's ``measurements`` of it so far, so that another run may take it up meanwhile."""
+        h = self.held.pop(workload_id, None)
+        if h is None:
+            return
+        added = measurements - self.saved.get(workload_id, 0)
+        h.trials += added
+        plateau = plateaued(h.curve, self.window)
+        if self.store.save_effort(workload_id, self.device_id, self.holder, (added, 0.0), h.curve, plateau, None):
+            self.saved[workload_id] = measurements
 
     def after_batch(
         self, workload_id: int, measurements: int, seconds: float, best_us: float | None, exhausted: bool, done: bool
@@ -111,7 +124,8 @@ class Leases:
             plateau,
             None if release else self.lease_s,
         )
-        self.saved[workload_id] = measurements
+        if kept:  # else the trials stay unsaved: this run's own, counted by it (``TaskState.measurements``)
+            self.saved[workload_id] = measurements
         if release or not kept:
             del self.held[workload_id]
         return kept, plateau

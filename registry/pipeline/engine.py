@@ -166,7 +166,7 @@ class Engine:
                 break
             wid = ids[id(state)]
             newly = wid not in self.leases.held
-            other = self.leases.take(wid, state.latency_us)
+            other = self.leases.take(wid, state.best_us)
             if other is not None:  # another run tunes it: leave it to that run
                 state.held_by = other
                 continue
@@ -204,6 +204,7 @@ class Engine:
             seconds_spent = time.perf_counter() - t0
             planner.record_batch(state, before, seconds_spent)
             self._settle(wid, state, seconds_spent, exhausted=not done)
+            self._release_stopped(states)
             self._refresh(states)
             history.append(self._point(start, states, planner, state.name))
         for tuner in tuners.values():
@@ -256,6 +257,12 @@ class Engine:
         elif plateau and not done and not self.opts.retune:
             state.stopped = f"plateaued: its last {self.opts.plateau_window} trials gained under 1%"
         self.leases.renew()
+
+    def _release_stopped(self, states: dict[int, TaskState]) -> None:
+        """Release the leases of the tasks a batch of another task stopped (the share rule pauses any task whose
+        share of the model fell): held while paused, two runs could each wait for the other's paused task."""
+        for wid in [w for w in self.leases.held if states[w].stopped is not None]:
+            self.leases.release(wid, states[wid].measurements)
 
     def _refresh(self, states: dict[int, TaskState]) -> None:
         """What other runs did since: their trials count against the budget, their bests are the model's, and a task

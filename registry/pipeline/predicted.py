@@ -23,6 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -53,7 +54,8 @@ class PredictOptions:
     output: Path | None = None
 
 
-class _Picks(RegistryDatabase):
+@derived_object  # TVM calls get_top_k through the derived object: a plain subclass's override would never be called
+class _Picks(RegistryDatabase._cls):
     """The device's records, with the predicted schedules of the tasks that have none."""
 
     def __init__(self, store: RegistryStorage, device: DeviceSpec) -> None:
@@ -183,7 +185,15 @@ def _resolve(task, database: _Picks, schedules, index, builder, model, device_id
 
 
 def device_of(store: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:
-    """A registry device by ``--device`` selector, as the spec its records are filed under, and its id."""
+    """A registry device by ``--device`` selector, as the spec its records are filed under, and its id. Its TVM
+    release must be this one: traces and a predictor's features are a release's own."""
+    from registry import hostinfo
+
     row = store.resolve_one_device(selector)
+    if row.tvm_version != hostinfo.tvm_version():
+        raise BadInputError(
+            f"device {row.id}:{row.name} was measured with TVM {row.tvm_version}, this is TVM "
+            f"{hostinfo.tvm_version()}: its schedules and predictor are not this release's"
+        )
     spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
     return spec, row.id

@@ -96,16 +96,17 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                 ),
                 sums,
             )  # fmt: skip
-            _member(
-                zf,
-                "efforts.jsonl",
-                (
-                    [index[e.workload], devices[e.device_key], e.trials, e.seconds, [list(p) for p in e.curve],
-                     e.plateau]
-                    for e in exchange.efforts
-                ),
-                sums,
-            )  # fmt: skip
+            if exchange.efforts:  # else a version 1 bundle, which registries before version 2 read too
+                _member(
+                    zf,
+                    "efforts.jsonl",
+                    (
+                        [index[e.workload], devices[e.device_key], e.trials, e.seconds, [list(p) for p in e.curve],
+                         e.plateau]
+                        for e in exchange.efforts
+                    ),
+                    sums,
+                )  # fmt: skip
 
             def records() -> Iterator[list]:
                 nonlocal n_records
@@ -127,7 +128,8 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
             )
             created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             # last_record_id: the highest sender's record id in it, where a pull or push of the next page starts
-            manifest = dict(format=FORMAT, version=VERSION, origin=exchange.origin, created_at=created,
+            version = VERSION if exchange.efforts else 1
+            manifest = dict(format=FORMAT, version=version, origin=exchange.origin, created_at=created,
                             tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(),
                             filters=filters, counts=counts, members=sums,
                             last_record_id=exchange.last_record_id)  # fmt: skip
@@ -331,6 +333,8 @@ def _effort(row: Any, idents: list, keys: list, where: str) -> ExEffort:
     """An effort row as sent; its values are checked where it is imported (``exchange_import``)."""
     try:
         w, d, trials, seconds, curve, plateau = row
+        if not isinstance(curve, list) or not all(isinstance(p, list) and len(p) == 2 for p in curve):
+            raise ValueError("its curve is not a list of [trials, µs] pairs")
         points = tuple((p[0], p[1]) for p in curve)
         return ExEffort(_at(idents, w, "workload"), _at(keys, d, "device"), trials, seconds, points, plateau)
     except (TypeError, ValueError, IndexError) as e:

@@ -114,7 +114,10 @@ def effort_problem(trials: Any, seconds: Any, curve: Any, plateau: Any) -> str |
         return f"effort plateau {_short(plateau)} is not true or false"
     if not isinstance(curve, (list, tuple)) or len(curve) > MAX_CURVE:
         return f"an effort curve is a list of at most {MAX_CURVE} points"
-    for n, us in curve:
+    for point in curve:
+        if not (isinstance(point, (list, tuple)) and len(point) == 2):
+            return f"effort curve point {_short(point)} is not a pair (trials, µs)"
+        n, us = point
         if not (_is_int(n) and 0 <= n <= MAX_WEIGHT) or not (
             isinstance(us, (int, float)) and not isinstance(us, bool) and 0 < us < 1e12
         ):

@@ -39,9 +39,17 @@ def efforts(conn: Connection, workload_ids: Sequence[int], device_id: int) -> di
         chunk = list(workload_ids[start : start + 500])
         stmt = select(*cols).where(TaskEffort.device_id == device_id, TaskEffort.workload_id.in_(chunk))
         for wid, trials, seconds, curve, plateau, holder, until in conn.execute(stmt):
-            points = tuple((int(n), float(us)) for n, us in json.loads(curve))
+            points = _curve(curve)
             out[wid] = Effort(trials, seconds, points, bool(plateau), holder, None if until is None else utc(until))
     return out
+
+
+def _curve(text: str) -> tuple[tuple[int, float], ...]:
+    """A stored curve; one that does not parse (a crafted row) reads as none: it only informs the plateau rule."""
+    try:
+        return tuple((int(n), float(us)) for n, us in json.loads(text))
+    except (ValueError, TypeError):
+        return ()
 
 
 def take(conn: Connection, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
