@@ -116,6 +116,26 @@ def _tune(url: str, *args: str) -> dict:
     return json.loads(result.stdout[result.stdout.index("{") :])
 
 
+def _forged_effort(bundle: Path, out: Path, field: int, value) -> Path:
+    """``bundle`` with one field of every effort row replaced, and its checksum made to match (a forger's bundle)."""
+    import hashlib
+    import zipfile
+
+    with zipfile.ZipFile(bundle) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    rows = [json.loads(line) for line in members["efforts.jsonl"].splitlines()]
+    for row in rows:
+        row[field] = value
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    manifest = json.loads(members["manifest.json"])
+    manifest["members"]["efforts.jsonl"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    members["efforts.jsonl"], members["manifest.json"] = data, json.dumps(manifest).encode()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    return out
+
+
 def _efforts(url: str) -> list[TaskEffort]:
     with Store(url).read() as s:
         return list(s.execute(select(TaskEffort).order_by(TaskEffort.workload_id)).scalars())
@@ -154,6 +174,16 @@ def test_effort_is_recorded_travels_in_bundles_and_plateaued_tasks_are_skipped_u
     looked = CliRunner().invoke(cli, ["--db", copy, "lookup", "--json"])
     rows = json.loads(looked.stdout)["rows"]
     assert sorted(r["effort_trials"] for r in rows) == sorted(e.trials for e in efforts)
+    # a forged effort row is one line, and nothing of the bundle is imported
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    for i, (field, value, says) in enumerate(
+        [(4, [{"0": 1}], "curve is not a list"), (2, -5, "effort trials"), (5, "yes", "plateau"), (4, [[1, -3]], "µs")]
+    ):
+        forged = _forged_effort(bundle, tmp_path / f"forged{i}.bundle", field, value)
+        done = CliRunner().invoke(cli, ["--db", fresh, "import", str(forged)])
+        assert done.exit_code == 1 and says in done.stderr and done.stderr.count("\n") == 1, done.output
+        with Store(fresh).read() as s:
+            assert s.execute(select(func.count()).select_from(TuningRecord)).scalar() == 0
 
     store = Store(sqlite_url)
     device = efforts[0].device_id
