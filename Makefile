@@ -130,7 +130,8 @@ bench-siblings: corpus
 # One-shot compile (issue #37): transfer --no-measure against measured transfer on held-out models, over a registry
 # the siblings benchmark left, and the predictor's held-out quality per device.
 bench-no-measure: corpus
-	$(PY) bench/no_measure_bench.py --registry bench/work/siblings/new-mcpu-siblings-bert-l2-h128.db
+	$(PY) bench/no_measure_bench.py --registry bench/work/siblings/new-mcpu-siblings-bert-l2-h128.db \
+		bench/work/siblings/new-mcpu-siblings-resnet-basic-w32.db
 
 starter: install
 	$(PY) bench/corpus/starter.py

@@ -1,19 +1,20 @@
 """One-shot compile (issue #37, item 5): `registry transfer --no-measure` against measured `registry transfer` on
 held-out corpus models, the same registry, and the predictor's held-out quality per device.
 
-    .venv/bin/python bench/no_measure_bench.py --registry R.db [--models roberta-l2-h256 resnet-bottleneck-w64]
-        [--rounds 5] [--out bench/results/no_measure.json]
+    .venv/bin/python bench/no_measure_bench.py --registry R.db [R2.db ...]
+        [--models roberta-l2-h256 resnet-bottleneck-w64] [--rounds 5] [--out bench/results/no_measure.json]
 
-``R.db`` holds tuned records of other corpus models on this machine (and, for the per-device table, on other
-devices): the siblings benchmark leaves such registries (``bench/tuning/siblings.py``). For every device with
-records, ``registry predictor train`` (25% of the workloads held out) reports the predictor's Spearman, top-5 recall
-and top-1 regret (how much slower its pick is than the best measured schedule) against a random ranking. Then, for
+``R.db`` (several are merged with ``registry sync``) holds tuned records of other corpus models on this machine (and,
+for the per-device table, on other devices): the siblings benchmark leaves such registries
+(``bench/tuning/siblings.py``). For every device with records, ``registry predictor train`` (25% of the workloads
+held out) reports the predictor's Spearman, top-5 recall and top-1 regret (how much slower its pick is than the best
+measured schedule) against a random ranking. Then, for
 each model, each on a copy of the registry:
 
-- ``measured``: ``registry transfer M -o measured.so`` as a user runs it (the default 5-minute budget, which tunes
-  the tasks no donor helped);
-- ``measured, no tuning``: the same with ``--tune-budget 0``: donors measured, nothing tuned;
-- ``no-measure``: ``registry transfer M --no-measure -o predicted.so``;
+- ``measured``: ``registry transfer M --tune-budget 0 -o measured.so``: the donors' schedules measured here and the
+  fastest kept, nothing tuned (the same candidates the predictor chooses among; with its default budget, transfer
+  would also tune the tasks no donor helped for up to 5 minutes, which is not what is compared here);
+- ``no-measure``: ``registry transfer M --no-measure -o predicted.so`` (the same 3 candidates a task);
 - ``untuned``: the model without records.
 
 Each command's wall time is kept, and the libraries are timed in turn in one process by the registry's workers (TVM's
@@ -72,11 +73,7 @@ def libraries(name: str, registry: Path, work: Path) -> dict:
     model = BY_NAME[name]
     path, shapes = str(materialize(model)), shape_args(model)
     out = {}
-    for kind, extra in (
-        ("measured", []),
-        ("measured, no tuning", ["--tune-budget", "0"]),
-        ("no-measure", ["--no-measure"]),
-    ):
+    for kind, extra in (("measured", ["--tune-budget", "0"]), ("no-measure", ["--no-measure"])):
         db = work / f"{name}-{kind.replace(', ', '-').replace(' ', '-')}.db"
         copy_sqlite(registry, db)
         library = db.with_suffix(".so")
@@ -117,7 +114,7 @@ def untuned_library(name: str, work: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--registry", type=Path, required=True)
+    ap.add_argument("--registry", type=Path, nargs="+", required=True, help="registries merged into one (sync)")
     ap.add_argument("--models", nargs="+", default=["roberta-l2-h256", "resnet-bottleneck-w64"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/no_measure")
@@ -125,8 +122,13 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     registry = args.work / "registry.db"
-    copy_sqlite(args.registry, registry)
-    result: dict = {"registry": args.registry.name, "predictors": predictor_quality(registry), "models": []}
+    copy_sqlite(args.registry[0], registry)
+    for more in args.registry[1:]:
+        done = subprocess.run([REGISTRY, "sync", f"sqlite:///{more}", f"sqlite:///{registry}"], capture_output=True)
+        if done.returncode != 0:
+            raise SystemExit(f"sync of {more} failed: {done.stderr.decode().strip().splitlines()[-1:]}")
+    result: dict = {"registries": [p.name for p in args.registry], "models": []}
+    result["predictors"] = predictor_quality(registry)
     for name in args.models:
         libs = libraries(name, registry, args.work)
         libs["untuned"] = {"library": untuned_library(name, args.work)}
