@@ -130,7 +130,12 @@ def main() -> None:
     result: dict = {"registries": [p.name for p in args.registry], "models": []}
     result["predictors"] = predictor_quality(registry)
     for name in args.models:
-        libs = libraries(name, registry, args.work)
+        try:
+            libs = libraries(name, registry, args.work)
+        except SystemExit as e:  # a model a door cannot compile: kept in the result, the others go on
+            result["models"].append({"model": name, "error": str(e)})
+            print(f"{name}: {e}", flush=True)
+            continue
         libs["untuned"] = {"library": untuned_library(name, args.work)}
         ms = timed(name, libs, args.rounds)
         row = {"model": name, "runs": libs, "e2e_ms": ms}
