@@ -118,3 +118,15 @@ def tuned_logs(tmp_path_factory):
     target = host_target()
     tune_with_plain_tvm(work_dir, model, target)
     return TunedLogs(work_dir, model, target)
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    """A two-task ONNX model for real tuning runs: 16x128 @ 128x256 + relu, and 16x256 @ 256x128."""
+    import onnx
+
+    from registry.tvm_side import zoo
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(16, (128, 256, 128)), path)
+    return path

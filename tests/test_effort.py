@@ -102,14 +102,6 @@ def test_a_plateau_is_under_one_percent_gained_over_the_last_window_of_trials():
 # -- real tuning runs --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def mlp(tmp_path: Path) -> Path:
-    """Two tasks: 16x128 @ 128x256 + relu, and 16x256 @ 256x128."""
-    path = tmp_path / "mlp.onnx"
-    onnx.save(zoo.mlp(16, (128, 256, 128)), path)
-    return path
-
-
 def _tune(url: str, *args: str) -> dict:
     result = CliRunner().invoke(cli, ["--db", url, "tune", *args, "--no-predictor", "--json"])
     assert result.exit_code == 0, result.output

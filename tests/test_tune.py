@@ -163,14 +163,6 @@ def test_trial_and_time_budgets_end_tuning():
 # -- the engine, real TVM --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def mlp(tmp_path: Path) -> Path:
-    """Two tasks: 16x128 @ 128x256 + relu, and 16x256 @ 256x128."""
-    path = tmp_path / "mlp.onnx"
-    onnx.save(zoo.mlp(16, (128, 256, 128)), path)
-    return path
-
-
 def _tune(url: str, *args: str) -> dict:
     result = CliRunner().invoke(cli, ["--db", url, "tune", *args, "--json"])
     assert result.exit_code == 0, result.output
