@@ -195,5 +195,8 @@ def device_of(store: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:
             f"device {row.id}:{row.name} was measured with TVM {row.tvm_version}, this is TVM "
             f"{hostinfo.tvm_version()}: its schedules and predictor are not this release's"
         )
-    spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
-    return spec, row.id
+    try:
+        target = json.loads(row.target_json)
+    except ValueError:
+        raise BadInputError(f"device {row.id}:{row.name}'s stored target is not JSON: choose another") from None
+    return DeviceSpec(target, row.num_threads, row.host_model, row.tvm_version), row.id

@@ -409,9 +409,9 @@ def sibling_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel,
     fast on one x86 core (vector width aside) or one NVIDIA GPU mostly makes it fast on the next."""
     devices = {d.id: d for d in store.all_devices()}
     own = devices.get(device_id)
-    if own is None:
+    kind = _target_kind(own.target_json) if own is not None else None
+    if kind is None:
         return None
-    kind = json.loads(own.target_json).get("kind")
     siblings = [
         p
         for p in store.list_predictors()
@@ -419,10 +419,19 @@ def sibling_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel,
         and p.kind == KIND
         and p.device_id in devices
         and devices[p.device_id].tvm_version == own.tvm_version
-        and json.loads(devices[p.device_id].target_json).get("kind") == kind
+        and _target_kind(devices[p.device_id].target_json) == kind
     ]
     for info in sorted(siblings, key=lambda p: (-p.n_records, -p.version)):
         loaded = load_predictor(store, info.device_id)
         if loaded is not None and loaded[1] == info.version:
             return loaded[0], info.version, f"{info.device_id}:{info.device}"
     return None
+
+
+def _target_kind(target_json: str) -> str | None:
+    """A stored device's target kind; None for a target that does not parse (a crafted row is no one's sibling)."""
+    try:
+        spec = json.loads(target_json)
+    except ValueError:
+        return None
+    return spec.get("kind") if isinstance(spec, dict) else None
