@@ -202,3 +202,74 @@ def test_only_a_transpose_that_moves_unit_axes_becomes_a_reshape():
     a = np.random.default_rng(0).standard_normal((1, 4, 1, 8)).astype("float32")
     for got, want in zip(_run(rewritten, [a]), _run(Module, [a]), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _detector(path, activation: str) -> None:
+    """x (1x3x32x32) -> a 3x3 convolution -> activation -> a strided 3x3 one -> activation -> two heads, one per scale
+    (a 1x1 convolution each, the second after a strided one), each reshaped to (1, 6, pixels) and concatenated: a
+    YOLO's shape. ``activation``: "silu" (sigmoid times input: elementwise, follows any layout) or "clip" (ONNX's
+    Clip with its bounds as inputs, which imports as TOPI kernels that no layout rule sees into)."""
+    rng = np.random.default_rng(0)
+
+    def w(name, shape):
+        scaled = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        return numpy_helper.from_array(scaled.astype("float32"), name)
+
+    weights = [w("w1", (8, 3, 3, 3)), w("w2", (16, 8, 3, 3)), w("w3", (16, 16, 3, 3)), w("h1", (6, 16, 1, 1)),
+               w("h2", (6, 16, 1, 1)), numpy_helper.from_array(np.array([1, 6, -1], "int64"), "flat"),
+               numpy_helper.from_array(np.array(0.0, "float32"), "lo"),
+               numpy_helper.from_array(np.array(6.0, "float32"), "hi")]  # fmt: skip
+    nodes = []
+
+    def act(x, y):
+        if activation == "silu":
+            nodes.extend([helper.make_node("Sigmoid", [x], [y + "_s"]), helper.make_node("Mul", [x, y + "_s"], [y])])
+        else:
+            nodes.append(helper.make_node("Clip", [x, "lo", "hi"], [y]))
+
+    nodes.append(helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]))
+    act("c1", "a1")
+    nodes.append(helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]))
+    act("c2", "a2")
+    nodes.append(helper.make_node("Conv", ["a2", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]))
+    act("c3", "a3")
+    for head, source in (("h1", "a2"), ("h2", "a3")):
+        nodes.append(helper.make_node("Conv", [source, head], [head + "_c"]))
+        nodes.append(helper.make_node("Reshape", [head + "_c", "flat"], [head + "_r"]))
+    nodes.append(helper.make_node("Concat", ["h1_r", "h2_r"], ["y"], axis=2))
+    graph = helper.make_graph(
+        nodes,
+        "detector",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 320])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("activation, converts", [("silu", True), ("clip", False)])
+def test_a_detector_converts_unless_transposes_sit_between_its_convolutions(tmp_path, activation, converts):
+    """With SiLU every operator between the convolutions follows the layout: the transposes left are the input's and
+    one per head, before the reshapes (more than the model's inputs and outputs, which an earlier rule counted, but a
+    small share of what the convolutions write), and the model converts. With a Clip of input bounds each
+    activation sits between two transposes of a whole feature map, and the model stays NCHW. Either way it computes
+    what it computed."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.compile import _channels_last, compile_model
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+    from registry.tvm_side.transposes import count_transposes
+
+    _detector(tmp_path / "detector.onnx", activation)
+    mod = load_onnx(tmp_path / "detector.onnx").mod
+    target = host_target()
+    converted = _channels_last(mod, target)
+    assert ('data_layout="NHWC"' in converted.script()) is converts
+    if converts:
+        assert count_transposes(converted) == 3  # the input's and one per head: more than the old rule allowed
+
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    got = _outputs(compile_model(ms.database.MemoryDatabase(), mod, target), [x])[0]  # TVM's default schedules
+    want = _run(mod, [x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -483,3 +483,20 @@ def test_a_default_that_beat_every_candidate_is_filed_so_compiling_keeps_it(sqli
             sch = run.db.query_schedule(lost.mod, target, lost.name)
         assert sch is not None and tvm_ffi.structural_equal(sch.mod, lost.mod)
         assert isinstance(run.db, ms.database.Database)
+
+
+@pytest.mark.tvm
+def test_a_task_starts_from_the_schedules_of_a_task_tuned_before_it_in_the_same_run(sqlite_url, mlp):
+    """From an empty registry the first task is searched (a batch of 16 candidates, all measured: no predictor drops
+    any). The second, a matmul of other sizes and so a near workload, starts from the first one's records: its
+    donors' schedules, measured, are its first batch, a few builds instead of a search batch's 16, and already beat
+    its default schedule."""
+    report = _tune(sqlite_url, str(mlp), "--trials", "24", "--no-predictor")
+    first_batch, spent = {}, 0
+    for point in report["history"][1:]:  # after the start, one point per batch: trials so far, the task batched
+        first_batch.setdefault(point["task"], (point["trials"] - spent, point["best_us"][point["task"]]))
+        spent = point["trials"]
+    (searched, _), (second, (seeded, best_us)) = list(first_batch.items())[:2]
+    assert first_batch[searched][0] == 16 and 1 <= seeded <= 4, first_batch
+    default_us = next(t["before_us"] for t in report["tasks"] if t["name"] == second)
+    assert best_us < default_us, (best_us, default_us)

@@ -32,9 +32,14 @@ from registry.tvm_side.onnx_inputs import input_specs, make_inputs  # noqa: E402
 
 
 def session(
-    path: Path, intra_threads: int = 1, inter_threads: int = 1, profile_prefix: str | None = None
+    path: Path,
+    intra_threads: int = 1,
+    inter_threads: int = 1,
+    profile_prefix: str | None = None,
+    optimized_path: str | None = None,
 ) -> ort.InferenceSession:
-    """``profile_prefix``: onnxruntime's own profiler on, writing there (bench/tuning/gap.py)."""
+    """``profile_prefix``: onnxruntime's own profiler on, writing there (bench/tuning/gap.py); ``optimized_path``:
+    the graph its optimizer made is saved there (bench/cnn_bench.py)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_threads
     options.inter_op_num_threads = inter_threads
@@ -43,6 +48,8 @@ def session(
     options.log_severity_level = 3  # no warnings about unused initializers in exported files
     if profile_prefix:
         options.enable_profiling, options.profile_file_prefix = True, profile_prefix
+    if optimized_path:
+        options.optimized_model_filepath = optimized_path
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -1,10 +1,13 @@
 """Build the starter bundle (``registry pull starter``) from the corpus benchmark's tuned registries.
 
     .venv/bin/python bench/corpus/starter.py [--work bench/work/corpus] [--out registry/bundles/starter.bundle]
+    .venv/bin/python bench/corpus/starter.py --base registry/share/bundles/starter.bundle --add REGISTRY.db ...
 
-Every model's registry (``WORK/tune/MODEL.db``, written by ``bench/corpus/run.py``) is synced into one registry
-(a copy of each is upgraded first when it was written at an older schema), and the best record of each workload is
-exported as a bundle, with the models and their tasks. Prints what it holds and its size.
+Every model's registry (``WORK/tune/MODEL.db``, written by ``bench/corpus/run.py``; or, with ``--base``, the
+records of that bundle, and then each ``--add`` registry, such as the YOLO that ``bench/cnn_bench.py`` tuned) is
+synced into one registry (a copy of each is upgraded first when it was written at an older schema), and the best
+record of each workload is exported as a bundle, with the models and their tasks. Prints what it holds and its
+size.
 """
 
 from __future__ import annotations
@@ -31,13 +34,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "corpus")
     parser.add_argument("--out", type=Path, default=ROOT / "registry" / "share" / "bundles" / "starter.bundle")
+    parser.add_argument("--base", type=Path, help="start from this bundle's records instead of WORK's registries")
+    parser.add_argument("--add", type=Path, nargs="+", default=[], help="registries synced in after the others")
     args = parser.parse_args()
-    tuned = sorted((args.work / "tune").glob("*.db"))
-    if not tuned:
+    tuned = [] if args.base else sorted((args.work / "tune").glob("*.db"))
+    if not tuned and not args.base:
         raise SystemExit(f"no tuned registries under {args.work / 'tune'}: run bench/corpus/run.py first")
     with tempfile.TemporaryDirectory() as tmp:
         starter = f"sqlite:///{Path(tmp) / 'starter.db'}"
-        for db in tuned:
+        if args.base:
+            base = Path(tmp) / "base.bundle"
+            base.write_bytes(args.base.read_bytes())  # --out may be the same file
+            print(f"{args.base.name}: {registry('--db', starter, 'import', str(base))['records_new']} records")
+        for db in [*tuned, *args.add]:
             copy = Path(tmp) / db.name
             copy.write_bytes(db.read_bytes())  # the benchmark's own file stays as it is
             registry("--db", f"sqlite:///{copy}", "db", "upgrade")

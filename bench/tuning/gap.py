@@ -102,23 +102,27 @@ def applied_schedules(name: str, db: Path, target) -> dict:
     return {"tasks": tasks, "jobs": jobs, "applied": applied, "database": database, "loaded": loaded}
 
 
-def tvm_side(name: str, db: Path, target, measurer) -> dict:
-    """Per task: name, kind, calls and the applied schedule's median µs alone."""
+def tvm_side(name: str, db: Path, target, measurer, task_kind=None) -> dict:
+    """Per task: name, kind (``task_kind(task)``, by default from its name), calls and the applied schedule's median
+    µs alone."""
 
     from registry.tvm_side.compile import compile_model
 
+    task_kind = task_kind or (lambda t: tvm_kind(t.name))
     side = applied_schedules(name, db, target)
     timings = measurer.kernels(side["jobs"])
     rows = [
-        {"task": t.name, "kind": tvm_kind(t.name), "calls": t.weight, "us": m.median_s * 1e6, "record": a}
+        {"task": t.name, "kind": task_kind(t), "calls": t.weight, "us": m.median_s * 1e6, "record": a}
         for t, m, a in zip(side["tasks"], timings, side["applied"], strict=True)
     ]
     exe = compile_model(side["database"], side["loaded"].mod, target)
     return {"tasks": rows, "exe": exe, "inputs": side["loaded"].inputs}
 
 
-def ort_profile(path: Path, shapes: dict, runs: int) -> dict:
-    """Per operator type: kernel µs per model call and nodes, from onnxruntime's own profiler."""
+def ort_profile(path: Path, shapes: dict, runs: int, node_kind=None) -> dict:
+    """Per operator type: kernel µs per model call and nodes, from onnxruntime's own profiler. ``node_kind(op_type,
+    node_name)`` splits them finer (bench/cnn_bench.py: convolutions by kernel size, stride and groups): the result's
+    keys are then ``"OpType (kind)"``."""
     import onnx
 
     from bench.corpus.ort_reference import session
@@ -141,29 +145,62 @@ def ort_profile(path: Path, shapes: dict, runs: int) -> dict:
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= starts[0]:
             op = e.get("args", {}).get("op_name", "?")
+            if node_kind is not None:
+                op = f"{op} ({node_kind(op, e['name'].removesuffix('_kernel_time'))})"
             per_call[op][bisect.bisect_right(starts, e["ts"]) - 1] += e["dur"]
             nodes[op].add(e["name"])
     return {
         "profiled_model_run_us": statistics.median(d for _, d in model_runs[-runs:]),
         "ops": {
-            op: {"us": statistics.median(us), "nodes": len(nodes[op]), "kind": ort_kind(op)}
+            op: {"us": statistics.median(us), "nodes": len(nodes[op]), "kind": _kind_in(op)}
             for op, us in per_call.items()
         },
     }
 
 
-def compare(name: str, db: Path, target, runs: int) -> dict:
+def _kind_in(op: str) -> str:
+    """The kind of a profile key: "Conv (conv 1x1)" names its own, a bare operator type is mapped."""
+    found = re.fullmatch(r".* \((.+)\)", op)
+    return found.group(1) if found else ort_kind(op)
+
+
+def output_error(exe, path: Path, shapes: dict) -> dict:
+    """The largest absolute difference between ``exe``'s first output and onnxruntime's, on the seeded inputs, and
+    the largest magnitude in onnxruntime's (a detector's box coordinates reach its input's size: float32 rounds
+    320 to 3e-5)."""
+    import numpy as np
+    import onnx
+    import tvm
+    from tvm import relax
+
+    from bench.corpus.ort_reference import session
+    from registry.tvm_side import onnx_prep
+    from registry.tvm_side.onnx_inputs import input_specs, make_inputs
+
+    model = onnx.load(str(path))
+    feeds = make_inputs(input_specs(model, onnx_prep.fixed_input_shapes(model, shapes)), 0)
+    want = session(path).run(None, feeds)[0]
+    names = [i.name for i in model.graph.input if i.name in feeds]
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](*[tvm.runtime.tensor(feeds[n]) for n in names])
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    return {"max_abs_error": float(np.abs(got - want).max()), "max_abs_output": float(np.abs(want).max())}
+
+
+def compare(name: str, db: Path, target, runs: int, task_kind=None, node_kind=None) -> dict:
+    """``name``'s tuned model (``db``'s records) against onnxruntime: end to end in one run, per kind of operator
+    (``task_kind``, ``node_kind``: see ``tvm_side``, ``ort_profile``), and the outputs' largest difference."""
     from bench.corpus.ort_reference import timed_with_onnxruntime
     from registry.measure.measurer import Measurer
 
     model = BY_NAME[name]
     path = materialize(model)
     with Measurer(target) as measurer:
-        tvm = tvm_side(name, db, target, measurer)
+        tvm = tvm_side(name, db, target, measurer, task_kind)
         samples = timed_with_onnxruntime(measurer, {"tvm": tvm["exe"]}, tvm["inputs"], path, model.shapes, rounds=3)
-    ort = ort_profile(path, model.shapes, runs)
+    ort = ort_profile(path, model.shapes, runs, node_kind)
     e2e = {k: statistics.median(v) * 1e3 for k, v in samples.items() if v}  # µs
-    by_kind = {k: {"tvm_us": 0.0, "ort_us": 0.0, "tvm_tasks": [], "ort_ops": []} for k in KINDS}
+    kinds = dict.fromkeys([*KINDS, *(t["kind"] for t in tvm["tasks"]), *(o["kind"] for o in ort["ops"].values())])
+    by_kind = {k: {"tvm_us": 0.0, "ort_us": 0.0, "tvm_tasks": [], "ort_ops": []} for k in kinds}
     for t in tvm["tasks"]:
         by_kind[t["kind"]]["tvm_us"] += t["us"] * t["calls"]
         by_kind[t["kind"]]["tvm_tasks"].append(t["task"])
@@ -183,6 +220,7 @@ def compare(name: str, db: Path, target, runs: int) -> dict:
         "tvm_tasks": tvm["tasks"],
         "ort_ops": ort["ops"],
         "ort_profiled_model_run_us": ort["profiled_model_run_us"],
+        **output_error(tvm["exe"], path, model.shapes),
     }
 
 

@@ -88,5 +88,26 @@ class DonorSchedules:
         return self._donor_mods[workload_id]
 
 
+class RunDonors:
+    """Donor schedules for a tuning run's tasks, found when each task's first batch comes: the registry's donors, and
+    the tasks this run tuned before it. A CNN's convolutions repeat with other channel counts and resolutions, so
+    the first ones tuned seed the rest, which would otherwise start from random samples of their design spaces."""
+
+    def __init__(self, store: RegistryStorage, target: Target, device_id: int, neighbours: int, per_task: int) -> None:
+        self.index = SimilarityIndex(store)
+        self.index.load()
+        self.schedules = DonorSchedules(store, target)
+        self.device_id, self.neighbours, self.per_task = device_id, neighbours, per_task
+
+    def seeds(self, task) -> list[Schedule]:
+        """Up to ``per_task`` distinct schedules of ``task`` (a ``model_run.Task``) from its donors' best records."""
+        donors = self.schedules.find(self.index, task, self.device_id, self.neighbours)
+        return [sch for _, sch in self.schedules.distinct(task.mod, donors, self.per_task, resample=0)]
+
+    def tuned(self, task) -> None:
+        """``task`` has a good record now: a donor for the tasks that start after it."""
+        self.index.add(task.workload_id, embed(task.signature))
+
+
 def _trace(donor: Donor) -> list:
     return json.loads(donor.record.trace_json)

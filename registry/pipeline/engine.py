@@ -12,7 +12,8 @@ decides (``registry.pipeline.tuning_policy``) which task goes next and which sto
    (``registry.measure``), then measures again, alone and precisely, those that could become the task's best;
 4. writes every measured record to the registry at once, then updates the cost model and the search.
 
-Search is seeded with donor schedules: they are measured and stored before the task's first batch, and the
+Search is seeded with donor schedules, found when a task's first batch comes: the registry's donors, and the tasks
+this run tuned before it (``donor_schedules.RunDonors``). They are measured and stored before that batch, and the
 evolutionary search starts from the task's best stored records.
 """
 
@@ -38,6 +39,7 @@ from registry.measure.builder import PersistentBuilder, usable_cores
 from registry.measure.calibrate import TOLERANCE, Calibration
 from registry.measure.jobs import artifact_job
 from registry.measure.types import KernelJob, Measurement
+from registry.pipeline.donor_schedules import RunDonors
 from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW, Leases, plateaued
 from registry.pipeline.model_run import ModelRun, Progress, Task, default_record
 from registry.pipeline.rules import rules_with_producers_inlined
@@ -49,6 +51,7 @@ from registry.store.rows import FAILED_RUN_SECS
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.compile import scheduled_arguments
+from registry.tvm_side.output_check import output_check
 from registry.verbosity import meta_schedule_level
 
 # A quick time may be up to the calibration's tolerance off: within that of the task's best, a candidate may become
@@ -107,8 +110,10 @@ class Engine:
         options: TuneOptions,
         team: str | None = None,
         progress: Progress = lambda _done, _total, _what: None,  # (trials spent, trial budget or 0, what now)
+        donors: RunDonors | None = None,  # seeds for a task with none of its own, found when its first batch comes
     ) -> None:
         self.model_run, self.store, self.db, self.target, self.opts = run, run.store, db, run.target, options
+        self.donors = donors
         self.clock, self.model, self.team, self.progress = run.clock, run.loaded.name, team, progress
         self.measurer = run.measurer
         prepare_tuning(self.target.kind.name)
@@ -175,6 +180,7 @@ class Engine:
                 (tuners[wid].stored if wid in tuners else self._stored_traces[wid]).update(fresh)
             t0 = time.perf_counter()
             before = state.best_us
+            done = True  # the search space has more
             if wid not in tuners:
                 try:
                     tuners[wid] = self._start(by_id[wid], state, planner)
@@ -184,25 +190,22 @@ class Engine:
                     state.stopped = f"MetaSchedule cannot build its design space: {error_line(e)[:200]}"
                     self._settle(wid, state, time.perf_counter() - t0, exhausted=False)
                     continue
-            self.progress(self._spent(states), budget, f"{state.name}: batch {state.batches + 1}")
-            try:
-                done = tuners[wid].batch(state, planner.trials_left())
-            except TVM_ERRORS as e:
-                # MetaSchedule's search replays stored and mutated traces outside its own error handling, and one
-                # check failure there ended the whole command (a resumed ResNet, right after each task's donor seeds
-                # were measured: "old_outputs.size() == new_outputs.size()"). The task's search starts again
-                # without the database's records in its population; if that fails too, the task keeps what it
-                # has measured and the others go on.
-                if tuners[wid].from_database:
-                    tuners[wid] = tuners[wid].restarted_without_database()
+                seeded = _faster(state.best_us, before) and _faster(state.best_us, by_id[wid].default_us)
+            else:
+                seeded = False
+            # A task whose donors' schedules beat what it had has had its first batch: the search's first costs 3-4
+            # times as many builds, and under a budget of minutes a CNN's 60 tasks did not all get one (a YOLOv8n:
+            # 27 of 60 kept TVM's default schedule, 10-50x slower than tuned, after 10 minutes).
+            if not seeded:
+                done = self._search(tuners, wid, state, planner, t0, states)
+                if done is None:
                     continue
-                state.stopped = f"MetaSchedule's search failed: {error_line(e)[:200]}"
-                self._settle(wid, state, time.perf_counter() - t0, exhausted=False)
-                continue
             if not done:
                 state.stopped = "search space exhausted"
             seconds_spent = time.perf_counter() - t0
             planner.record_batch(state, before, seconds_spent)
+            if self.donors is not None and state.best_us is not None:
+                self.donors.tuned(by_id[wid].task)
             self._settle(wid, state, seconds_spent, exhausted=not done)
             self._release_stopped(states)
             self._refresh(states)
@@ -236,6 +239,25 @@ class Engine:
             self.waited_s,
             self.predictor_from,
         )
+
+    def _search(self, tuners: dict, wid: int, state: TaskState, planner: Planner, t0: float, states) -> bool | None:
+        """One batch of the task's search: whether its space has more. None where the search failed: it restarts, or
+        the task stops."""
+        self.progress(self._spent(states), self.opts.trials or 0, f"{state.name}: batch {state.batches + 1}")
+        try:
+            return tuners[wid].batch(state, planner.trials_left())
+        except TVM_ERRORS as e:
+            # MetaSchedule's search replays stored and mutated traces outside its own error handling, and one check
+            # failure there ended the whole command (a resumed ResNet, right after each task's donor seeds were
+            # measured: "old_outputs.size() == new_outputs.size()"). The task's search starts again without the
+            # database's records in its population; if that fails too, the task keeps what it has measured and the
+            # others go on.
+            if tuners[wid].from_database:
+                tuners[wid] = tuners[wid].restarted_without_database()
+                return None
+            state.stopped = f"MetaSchedule's search failed: {error_line(e)[:200]}"
+            self._settle(wid, state, time.perf_counter() - t0, exhausted=False)
+            return None
 
     # -- runs beside this one (registry.pipeline.effort) ----------------------------------------------------------
 
@@ -341,14 +363,20 @@ class Engine:
 
     def _start(self, t: EngineTask, state: TaskState, planner: Planner) -> _TaskTuner:
         tuner = _TaskTuner(self, t.task, self._stored_traces[t.task.workload_id])
-        if t.seed_schedules:
-            seeds = t.seed_schedules[: self.opts.seeds]
+        seeds = t.seed_schedules or (self.donors.seeds(t.task) if self.donors is not None else [])
+        if seeds:
+            seeds = seeds[: self.opts.seeds]
             left = planner.trials_left()
             if left is not None:
                 seeds = seeds[:left]
             state.trials += len(seeds)
             tuner.measure_and_commit(state, [tuner.candidate(s) for s in seeds])
         return tuner
+
+
+def _faster(us: float | None, than: float | None) -> bool:
+    """Whether a latency is known and beats another (any, where that is unknown)."""
+    return us is not None and (than is None or us < than)
 
 
 class _TaskTuner:
@@ -380,12 +408,13 @@ class _TaskTuner:
                 cost_model=engine.cost_model,
             )
         self.seen: set[str] = set()
+        self.output_check = output_check(task.mod, engine.target, engine.measurer)
 
     def restarted_without_database(self) -> _TaskTuner:
         """The same task's search begun again with a population sampled from its design spaces only; what this one
         measured is not measured again."""
         fresh = _TaskTuner(self.engine, self.task, self.stored, from_database=False)
-        fresh.seen = self.seen
+        fresh.seen, fresh.output_check = self.seen, self.output_check
         return fresh
 
     def _context(self, space_generator):
@@ -487,21 +516,28 @@ class _TaskTuner:
             }
             for i, m in zip(jobs, engine.measurer.measure(list(jobs.values())), strict=True):
                 results[i] = m
-            self._recheck(results, jobs, state)
+            self._recheck(results, jobs, state, cands)
             for b in built:
                 if b.artifact_path:
                     shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
         return [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in results]
 
-    def _recheck(self, results: list[Measurement], jobs: dict[int, KernelJob], state: TaskState) -> None:
+    def _recheck(
+        self, results: list[Measurement], jobs: dict[int, KernelJob], state: TaskState, cands: list[MeasureCandidate]
+    ) -> None:
         """Re-measure alone and precisely whatever could become the task's best, before it is recorded: the batch's
-        fastest by the quick pass, then the next one for as long as its quick latency beats every re-checked one."""
+        fastest by the quick pass, then the next one for as long as its quick latency beats every re-checked one.
+        Each is first run against the workload's outputs (``output_check``): a wrong one is recorded as failed."""
         best = state.best_us / 1e6 if state.best_us is not None else float("inf")
         ranked = sorted((results[i].median_s, i) for i in jobs if results[i].ok)
         checked: list[float] = []
         for quick_s, i in ranked:
             if quick_s >= best * RECHECK_MARGIN or (checked and quick_s >= min(checked)):
                 break
+            wrong = self.output_check.problem(cands[i].sch.mod) if self.output_check is not None else None
+            if wrong is not None:
+                results[i] = Measurement((), wrong)
+                continue
             [results[i]] = self.engine.measurer.recheck([jobs[i]])
             checked.append(results[i].median_s)
 

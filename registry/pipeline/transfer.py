@@ -37,7 +37,7 @@ from registry import hostinfo
 from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
-from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.donor_schedules import DonorSchedules, RunDonors
 from registry.pipeline.engine import EngineTask, TuneOptions
 from registry.pipeline.model_run import (
     ModelRun,
@@ -59,6 +59,7 @@ from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
 from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.output_check import output_check
 
 
 @dataclass
@@ -188,7 +189,9 @@ def _tune_fallback(
     transferred_us = {
         task.workload_id: resolver.best_here_us(task.workload_id) for task, r in fallback if r.source == "transferred"
     }
-    outcome = run_engine(run, db, engine_opts, opts.team, progress, engine_tasks, deadline)
+    # a task transfer found no donor for is seeded, when its first batch comes, from those tuned before it
+    donors = RunDonors(run.store, run.target, db.device_id, opts.neighbours, opts.tune.seeds)
+    outcome = run_engine(run, db, engine_opts, opts.team, progress, engine_tasks, deadline, donors)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
         kept = transferred_us.get(t.task.workload_id)
@@ -284,13 +287,15 @@ class _Resolver:
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)
-        best = None
-        for (donor, sch), timing in zip(picked, timings, strict=True):
+        for (_, sch), timing in zip(picked, timings, strict=True):
             if timing.ok:
                 self.tried.setdefault(task.workload_id, []).append(sch)
-                if best is None or timing.median_s < best[2].median_s:
-                    best = (donor, sch, timing)
-        return best
+        check = output_check(task.mod, self.target, self.run.measurer)  # the fastest that computes the task
+        for k in sorted((k for k, t in enumerate(timings) if t.ok), key=lambda k: timings[k].median_s):
+            donor, sch = picked[k]
+            if check is None or check.problem(sch.mod) is None:
+                return donor, sch, timings[k]
+        return None
 
     def _commit(self, task: Task, donor: Donor, sch, timing: Measurement) -> str | None:
         """Store the winner through the registry's one check; why it was refused, if it was."""

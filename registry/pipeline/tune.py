@@ -18,7 +18,7 @@ from pathlib import Path
 from tvm.target import Target
 
 from registry.errors import BadInputError
-from registry.pipeline.donor_schedules import DonorSchedules
+from registry.pipeline.donor_schedules import RunDonors
 from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW
 from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
 from registry.pipeline.model_run import (
@@ -33,7 +33,6 @@ from registry.pipeline.model_run import (
     untuned_model,
 )
 from registry.report.model_report import ModelReport, TaskResult
-from registry.similarity.index import SimilarityIndex
 from registry.store.interface import RegistryStorage
 from registry.tvm_side.frontend import LoadedModel
 
@@ -117,11 +116,9 @@ def tune_models(
         defaults = default_timings(run, run.tasks)
         untuned = [untuned_model(r) for r in runs]
         with run.clock("donors"):
-            seeds = donor_seeds(store, target, run.db.device_id, run.tasks, opts.neighbours, opts.engine.seeds)
+            donors = RunDonors(store, target, run.db.device_id, opts.neighbours, opts.engine.seeds)
         engine_tasks = {
-            t.workload_id: EngineTask(
-                t, defaults[t.workload_id].median_us, seeds.get(t.workload_id, []), defaults[t.workload_id].error
-            )
+            t.workload_id: EngineTask(t, defaults[t.workload_id].median_us, [], defaults[t.workload_id].error)
             for t in run.tasks
         }
         engine_opts = opts.engine
@@ -131,7 +128,8 @@ def tune_models(
         if engine_opts.seconds is not None:
             finishing = sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
             deadline = started + engine_opts.seconds - finishing
-        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, list(engine_tasks.values()), deadline)
+        tasks = list(engine_tasks.values())
+        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, tasks, deadline, donors)
         reports = []
         for model_run, model_untuned in zip(runs, untuned, strict=True):
             # each model's report weighs a task by that model's own count of it
@@ -158,22 +156,10 @@ def joined(runs: list[ModelRun], team: str | None) -> ModelRun:
     return replace(lead, tasks=merged, db=db)
 
 
-def donor_seeds(store, target, device_id, tasks: list[Task], neighbours: int, per_task: int) -> dict[int, list]:
-    """Up to ``per_task`` distinct schedules per task from its donors' best records (none for an empty index)."""
-    index = SimilarityIndex(store)
-    index.load()
-    schedules = DonorSchedules(store, target)
-    out: dict[int, list] = {}
-    for task in tasks:
-        donors = schedules.find(index, task, device_id, neighbours)
-        picked = schedules.distinct(task.mod, donors, per_task, resample=0)
-        if picked:
-            out[task.workload_id] = [sch for _, sch in picked]
-    return out
-
-
-def run_engine(run: ModelRun, db, options, team, progress, tasks: list[EngineTask], deadline=None) -> Outcome:
-    engine = Engine(run, db, options, team, progress)
+def run_engine(
+    run: ModelRun, db, options, team, progress, tasks: list[EngineTask], deadline=None, donors: RunDonors | None = None
+) -> Outcome:
+    engine = Engine(run, db, options, team, progress, donors)
     try:
         return engine.run(tasks, deadline)
     finally:

@@ -24,16 +24,57 @@ def count_transposes(mod: IRModule) -> int:
     """Transposes of values computed at run time, from the model's inputs: those of constants fold away at compile
     time. Traced through the bindings, not by folding the model to count what is left: folding a large model takes
     seconds (4.4 s for PaddleOCR det), and this runs at every extraction and compile."""
-    permute = tvm.ir.Op.get("relax.permute_dims")
+    return len(_run_time_calls(mod, "relax.permute_dims"))
+
+
+def elements_transposed_between_convolutions(mod: IRModule) -> int:
+    """The elements that run-time transposes move, in one call of the model, where a 2-d convolution computes what
+    they move and another reads what they give: a transpose at the model's edge (its input's, or one before the
+    reshapes of a detector's heads) is paid once, one between convolutions wherever the layout breaks."""
+    conv = tvm.ir.Op.get("relax.nn.conv2d")
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
+    after_conv: set = set()  # values computed from a convolution's output
+    for b in bindings:
+        if getattr(b.value, "op", None) == conv or any(v in after_conv for v in relax.analysis.free_vars(b.value)):
+            after_conv.add(b.var)
+    feeds_conv: set = set()  # values a convolution reads, directly or not
+    for b in reversed(bindings):
+        if getattr(b.value, "op", None) == conv or b.var in feeds_conv:
+            feeds_conv.update(relax.analysis.free_vars(b.value))
+    between = after_conv & feeds_conv
+    return sum(_elements(b.var) for b in _run_time_calls(mod, "relax.permute_dims") if b.var in between)
+
+
+def convolved_elements(mod: IRModule) -> int:
+    """The elements that run-time 2-d convolutions write in one call of the model."""
+    return sum(_elements(b.var) for b in _run_time_calls(mod, "relax.nn.conv2d"))
+
+
+def _run_time_calls(mod: IRModule, op_name: str) -> list:
+    """The bindings of ``main`` that call ``op_name`` on values computed at run time (from the model's inputs)."""
+    op = tvm.ir.Op.get(op_name)
     main = mod["main"]
     from_inputs = set(main.params)
-    count = 0
+    found = []
     for block in main.body.blocks:
         for binding in block.bindings:
             if not any(v in from_inputs for v in relax.analysis.free_vars(binding.value)):
                 continue
             from_inputs.add(binding.var)
-            count += getattr(binding.value, "op", None) == permute
+            if getattr(binding.value, "op", None) == op:
+                found.append(binding)
+    return found
+
+
+def _elements(var) -> int:
+    """A tensor's element count (0 where its shape is not static)."""
+    shape = getattr(var.ty, "shape", None)
+    dims = [d for d in getattr(shape, "values", None) or []]
+    if not dims or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return 0
+    count = 1
+    for d in dims:
+        count *= int(d)
     return count
 
 
