@@ -7,7 +7,7 @@ REGISTRY := $(VENV)/bin/registry
 # Trials the demo tunes (tests/test_readme.py runs the README's commands with fewer).
 DEMO_TRIALS ?= 32
 
-.PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-isolation \
+.PHONY: install install-dev browser demo examples test lint bench bench-tuning bench-gpu gpu-pack corpus bench-corpus bench-cnn bench-isolation \
 	bench-corpus-depth bench-sync bench-verify bench-serve bench-together bench-siblings bench-no-measure starter bench-starter bench-starter-corpus \
 	clean
 
@@ -132,6 +132,13 @@ bench-siblings: corpus
 bench-no-measure: corpus
 	$(PY) bench/no_measure_bench.py --registry bench/work/siblings/new-mcpu-siblings-bert-l2-h128.db \
 		bench/work/siblings/new-mcpu-siblings-resnet-basic-w32.db
+
+# Convolutional networks against onnxruntime (issue #38): `registry tune --budget 10m` on a YOLOv8n, PaddleOCR det and
+# a MobileNetV2 from an empty registry, time per kind of convolution against onnxruntime's profile, output error; then
+# a first transfer of a YOLOX-style detector after `registry pull` (about 50 minutes; needs `make corpus`).
+bench-cnn: corpus
+	$(PY) bench/cnn_bench.py mobilenetv2-0.35 ppocr-v4-det nudenet-yolov8n-320
+	$(PY) bench/cnn_bench.py --transfer --start starter ddddocr-det
 
 starter: install
 	$(PY) bench/corpus/starter.py
