@@ -76,6 +76,8 @@ def tune(name: str, budget: str | None, start: str, work: Path) -> dict:
 def task_kind(task) -> str:
     """A task's kind: convolutions by what their TIR computes, the rest by the operators in their name."""
     name = task.name
+    if "conv2d_transpose" in name:
+        return "conv transpose"
     if "conv" in name:
         return _conv_kind(task.mod)
     for word, kind in (("concatenate", "concat"), ("resize", "resize"), ("pool", "pool")):
@@ -129,12 +131,12 @@ def node_kind_of(path: Path):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         shape = weights.get(node.input[1], [])
         kernel = list(attrs.get("kernel_shape") or shape[2:4] or [0])
-        if attrs.get("group", 1) > 1:
+        if node.op_type == "ConvTranspose":
+            convs[node.name] = "conv transpose"
+        elif attrs.get("group", 1) > 1:
             convs[node.name] = "depthwise"
         elif max(attrs.get("strides", [1])) > 1:
             convs[node.name] = "conv strided"
-        elif node.op_type == "ConvTranspose":
-            convs[node.name] = "conv transpose"
         else:
             convs[node.name] = "conv 1x1" if kernel and max(kernel) == 1 else "conv KxK"
 

@@ -152,3 +152,59 @@ def _scheduled(model, db_url: str):
     target = registry.host_target()
     with target, registry.database(db=db_url), tvm.transform.PassContext(opt_level=3):
         return with_records(load_onnx(model).mod, target)
+
+
+def _conv_then_transposed(path) -> None:
+    """x (1x8x8x8) -> 3x3 convolution -> clip (bounds as inputs, which keeps the model NCHW, as PaddleOCR det's
+    hard-swish does) -> 2x2 transposed convolution, stride 2, to 4 channels -> sigmoid: a PaddleOCR det head's
+    shape."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype("float32"), "w")
+    t = numpy_helper.from_array((rng.standard_normal((8, 4, 2, 2)) / 4).astype("float32"), "t")
+    low, high = (numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("low", 0.0), ("high", 6.0)))
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c", "low", "high"], ["r"]),
+        helper.make_node("ConvTranspose", ["r", "t"], ["u"], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["u"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv-transposed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [w, t, low, high],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_a_transposed_convolution_keeps_its_weight_layout_and_the_tuned_model_computes_what_onnxruntime_does(
+    tmp_path,
+):
+    """A transposed convolution's reordered weight, split off and folded at compile time, made a tuned PaddleOCR
+    det wrong in every output element: only convolutions proper are layout-free."""
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.tvm_side.compile import LAYOUT_FREE, task_module
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    path = tmp_path / "m.onnx"
+    _conv_then_transposed(path)
+    loaded = load_onnx(path)
+    tasks = ms.relax_integration.extract_tasks(task_module(loaded.mod, host_target()), host_target())
+    free = {t.task_name: LAYOUT_FREE in (t.dispatched[0]["main"].attrs or {}) for t in tasks}
+    assert [n for n, f in free.items() if f] == [n for n in free if "conv" in n and "transpose" not in n] != []
+    assert any("conv2d_transpose" in n for n in free)
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    library = tmp_path / "m.so"
+    _invoke("--db", db, "tune", str(path), "--trials", "32", "--no-predictor", "-o", str(library))
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
