@@ -93,9 +93,20 @@ class RunDonors:
     the tasks this run tuned before it. A CNN's convolutions repeat with other channel counts and resolutions, so
     the first ones tuned seed the rest, which would otherwise start from random samples of their design spaces."""
 
-    def __init__(self, store: RegistryStorage, target: Target, device_id: int, neighbours: int, per_task: int) -> None:
-        self.index = SimilarityIndex(store)
-        self.index.load()
+    def __init__(
+        self,
+        store: RegistryStorage,
+        target: Target,
+        device_id: int,
+        neighbours: int,
+        per_task: int,
+        index: SimilarityIndex | None = None,
+    ) -> None:
+        """``index``: one the caller loaded already (transfer's, with its run's transfers added), else loaded here."""
+        if index is None:
+            index = SimilarityIndex(store)
+            index.load()
+        self.index = index
         self.schedules = DonorSchedules(store, target)
         self.device_id, self.neighbours, self.per_task = device_id, neighbours, per_task
 

@@ -190,7 +190,7 @@ def _tune_fallback(
         task.workload_id: resolver.best_here_us(task.workload_id) for task, r in fallback if r.source == "transferred"
     }
     # a task transfer found no donor for is seeded, when its first batch comes, from those tuned before it
-    donors = RunDonors(run.store, run.target, db.device_id, opts.neighbours, opts.tune.seeds)
+    donors = RunDonors(run.store, run.target, db.device_id, opts.neighbours, opts.tune.seeds, resolver.index)
     outcome = run_engine(run, db, engine_opts, opts.team, progress, engine_tasks, deadline, donors)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
