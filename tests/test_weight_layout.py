@@ -154,18 +154,21 @@ def _scheduled(model, db_url: str):
         return with_records(load_onnx(model).mod, target)
 
 
-def _conv_then_transposed(path) -> None:
+def conv_then_transposed(path, kernel: int = 3) -> None:
     """x (1x8x8x8) -> 3x3 convolution -> clip (bounds as inputs, which keeps the model NCHW, as PaddleOCR det's
-    hard-swish does) -> 2x2 transposed convolution, stride 2, to 4 channels -> sigmoid: a PaddleOCR det head's
-    shape."""
+    hard-swish does) -> transposed convolution with bias, stride 2, to 4 channels, 1x16x16 -> sigmoid: a PaddleOCR det
+    head's shape. Its kernel 2x2 (PaddleOCR's) is written as a matmul (``transposed_convolutions``); 3x3, padded,
+    stays a transposed convolution."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype("float32"), "w")
-    t = numpy_helper.from_array((rng.standard_normal((8, 4, 2, 2)) / 4).astype("float32"), "t")
+    t = numpy_helper.from_array((rng.standard_normal((8, 4, kernel, kernel)) / 4).astype("float32"), "t")
+    tb = numpy_helper.from_array(rng.standard_normal(4).astype("float32"), "tb")
     low, high = (numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("low", 0.0), ("high", 6.0)))
+    padded = {} if kernel == 2 else {"pads": [1, 1, 1, 1], "output_padding": [1, 1]}
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Clip", ["c", "low", "high"], ["r"]),
-        helper.make_node("ConvTranspose", ["r", "t"], ["u"], strides=[2, 2]),
+        helper.make_node("ConvTranspose", ["r", "t", "tb"], ["u"], strides=[2, 2], **padded),
         helper.make_node("Sigmoid", ["u"], ["y"]),
     ]
     graph = helper.make_graph(
@@ -173,7 +176,7 @@ def _conv_then_transposed(path) -> None:
         "conv-transposed",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
-        [w, t, low, high],
+        [w, t, tb, low, high],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
@@ -190,7 +193,7 @@ def test_a_transposed_convolution_keeps_its_weight_layout_and_the_tuned_model_co
     from registry.tvm_side.target import host_target
 
     path = tmp_path / "m.onnx"
-    _conv_then_transposed(path)
+    conv_then_transposed(path, kernel=3)
     loaded = load_onnx(path)
     tasks = ms.relax_integration.extract_tasks(task_module(loaded.mod, host_target()), host_target())
     free = {t.task_name: LAYOUT_FREE in (t.dispatched[0]["main"].attrs or {}) for t in tasks}

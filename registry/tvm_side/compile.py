@@ -39,6 +39,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.tvm_side.compat import TVM_ERRORS
+from registry.tvm_side.transposed_convolutions import transposed_convolutions_as_matmuls
 from registry.tvm_side.transposes import (
     convolutions_nhwc,
     convolved_elements,
@@ -58,6 +59,8 @@ def model_passes(target: Target, exact_math: bool = False) -> tvm.transform.Pass
     passes = []
     if _layout_free_here(target) and not exact_math:
         passes.append(_pass("FastMath", fast_math))
+    if _layout_free_here(target):
+        passes.append(_pass("TransposedConvolutionsAsMatmuls", transposed_convolutions_as_matmuls))
     passes += [_pass("ChannelsLast", lambda mod: _channels_last(mod, target)), *_fusion(target)]
     passes.append(_pass("LayoutFreeConvolutions", lambda mod: _layout_free_convolutions(mod, target)))
     return tvm.transform.Sequential(passes, name="registry.model_passes")

@@ -114,7 +114,7 @@ def sink_transposes(mod: IRModule) -> IRModule:
         # The same call back where nothing changes, not an equal new one: the rewriter repeats while a call changes.
         return call.args[0] if _identity(axes) else call
 
-    return relax.transform.DeadCodeElimination()(_rewrite_calls(mod, pattern, rewrite, "SinkTransposes"))
+    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, pattern, rewrite, "SinkTransposes"))
 
 
 def convolutions_nhwc(mod: IRModule) -> IRModule:
@@ -135,7 +135,7 @@ def convolutions_nhwc(mod: IRModule) -> IRModule:
                                   a.out_dtype)  # fmt: skip
         return relax.op.permute_dims(conv, [0, 3, 1, 2])
 
-    return _rewrite_calls(mod, pattern, rewrite, "ConvolutionsNHWC")
+    return rewrite_calls(mod, pattern, rewrite, "ConvolutionsNHWC")
 
 
 def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
@@ -152,10 +152,10 @@ def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
             return call
         return relax.op.reshape(call.args[0], [shape[a] for a in _axes(call)])
 
-    return _rewrite_calls(mod, pattern, rewrite, "UnitTransposesAsReshapes")
+    return rewrite_calls(mod, pattern, rewrite, "UnitTransposesAsReshapes")
 
 
-def _rewrite_calls(mod: IRModule, pattern, rewrite, name: str) -> IRModule:
+def rewrite_calls(mod: IRModule, pattern, rewrite, name: str) -> IRModule:
     """``mod`` with each call that ``pattern`` matches replaced by ``rewrite(call, matched)``, function by function."""
     from tvm.relax.dpl import rewrite_call
 
