@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -154,19 +155,24 @@ def test_a_writer_waits_for_a_migration_in_progress_instead_of_refusing_its_midw
         writer = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
         lock = str(Path(make_url(sqlite_url).database).with_suffix(".migrate.lock"))
         deadline = time.monotonic() + 60
-        while writer.poll() is None and time.monotonic() < deadline and not _holds(writer.pid, lock):
+        # It reached the schema check and waits on the lock: blocked in flock(), the lock file open.
+        while writer.poll() is None and time.monotonic() < deadline and not _waits_on(writer.pid, lock):
             time.sleep(0.05)
-        time.sleep(0.5)  # it holds the lock file open: it reached the schema check and waits on the lock
-        assert writer.poll() is None and _holds(writer.pid, lock), writer.communicate()[1]
+        assert writer.poll() is None and _waits_on(writer.pid, lock), writer.communicate()[1]
         migrate.run_upgrade(engine)
     _, err = writer.communicate(timeout=120)
     assert writer.returncode == 0, err
 
 
-def _holds(pid: int, path: str) -> bool:
-    """Whether process ``pid`` has ``path`` open."""
+FLOCK = {"x86_64": 73, "aarch64": 32}[platform.machine()]  # the flock system call's number (Linux)
+
+
+def _waits_on(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open and is blocked in flock()."""
     try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+        holds = any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+        with open(f"/proc/{pid}/syscall") as f:
+            return holds and f.read().split()[0] == str(FLOCK)
     except OSError:
         return False
 
@@ -176,7 +182,9 @@ def test_0004_drops_the_records_foreign_keys_and_keeps_every_row(db_url):
     SQLite the table is copied, and its old copy's drop must not cascade to the best records)."""
     records = [
         dict(id=1, trace_hash="h1", mean_s=1e-6, source="tuned", origin="here", trust="measured"),
-        dict(id=2, trace_hash="h2", mean_s=2e-6, source="transfer", origin="here", trust="measured", donor_record_id=1),
+        dict(
+            id=2, trace_hash="h2", mean_s=2e-6, source="transferred", origin="here", trust="measured", donor_record_id=1
+        ),
     ]
     _old_registry(db_url, "0003", records, dict(record_id=1, mean_s=1e-6, n_records=2, tier=0))
     engine = create(db_url)

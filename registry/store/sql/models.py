@@ -52,6 +52,11 @@ TRUST_LEVELS = ("measured", "imported", "verified", "disputed")
 TRUST_TIER = {"measured": 0, "verified": 0, "imported": 1}
 
 
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    """A CHECK constraint's condition: ``column`` holds one of ``values``."""
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
 # Times are set by the database (CURRENT_TIMESTAMP, UTC on SQLite), not per row in Python: cheaper on bulk import.
 
 
@@ -149,6 +154,9 @@ class TuningRecord(Base):
         UniqueConstraint("workload_id", "device_id", "trace_hash", "origin"),
         # The hot query: best records of one workload on one device.
         Index(None, "workload_id", "device_id", "mean_s"),
+        # The storage layer validates both before writing; the schema refuses a row written around it (0008).
+        CheckConstraint(_one_of("source", SOURCES), name="source"),
+        CheckConstraint(_one_of("trust", TRUST_LEVELS), name="trust"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -252,8 +260,9 @@ class RegistryInfo(Base):
     """This registry's identity: the origin stamped on the records it measures, so that they keep it elsewhere."""
 
     __tablename__ = "registry_info"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1: one row
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
     registry_id: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
 
