@@ -19,6 +19,9 @@ tiling, and compiling splits that reordering off (``SplitLayoutRewritePreproc``)
 convolutions 16% faster, the ViT's dense layers 16% slower (docs/BENCHMARKS.md, "MetaSchedule's layout rewrite"). So
 only convolutions are marked.
 
+**Transposed convolutions (CPU).** One whose stride equals its kernel (a decoder's 2x2 upsampling) is the matrix
+product it is, not TOPI's convolution over a zero-dilated input: ``transposed_convolutions``.
+
 **Channels last (CPU).** Before that, Relax's ``ConvertLayout`` makes every 2-d convolution NHWC (weights OHWI,
 folded at compile time), as MLAS's NCHWc kernels block channels innermost: a tile of output channels is then
 contiguous, where NCHW leaves MetaSchedule to vectorize along a row of pixels, 8 wide in a ResNet's last stage.
