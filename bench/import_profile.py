@@ -22,7 +22,7 @@ from pathlib import Path
 STAGES = (
     ("read and parse the log (orjson)", "tvmlog.py", "read_records"),
     ("make RecordIn rows", "log_import.py", "_record"),
-    ("check records, replays included", "record_check.py", "check"),
+    ("validate records, replays included", "validator.py", "validate"),
     ("  of which waiting for trace replays", "replay_pool.py", "run"),
     ("prepare SQL rows", "ingest.py", "prepare_records"),
     ("wait on locks (the writer thread)", "~", "<method 'acquire' of '_thread.lock' objects>"),

@@ -13,7 +13,7 @@ imports a bundle file in place of ``registry pull`` (one not shipped yet). Per m
 helped) into a registry that pulled the starter bundle (an empty registry has no donor:
 its transfer compiles the untuned model), then the untuned build, the transferred build and onnxruntime are timed in
 one process, interleaved, ``rounds`` times (medians), as bench/corpus/run.py times the corpus. Also: how long the
-pull takes. Results: bench/results/starter.json, docs/BENCHMARKS.md ("The starter bundle").
+pull takes. Results: bench/results/starter.json, docs/BENCHMARKS.md ("The starter bundle: a new user's first transfer").
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.machine_speed import stamped  # noqa: E402
 from registry import testing
 from registry.store.sql import queries
-from registry.store.sql.lookup import LookupFilter
 from registry.store.sql.store import Store
+from registry.store.values import LookupFilter
 from registry.tvm_side import tvmlog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,9 +154,9 @@ def write_logs(folder: Path, n_records: int) -> None:
             f.write(json.dumps([str(x) for x in ms.database.Workload(mod).as_json()]) + "\n")
             ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name=t.task_name)
             sch = ctx.generate_design_space()[0]
-            from registry.tvm_side.signature import _plain, args_info_json
+            from registry.tvm_side.signature import args_info_json, plain_json
 
-            space.append((_plain(sch.trace.as_json()), args_info_json(mod)))
+            space.append((plain_json(sch.trace.as_json()), args_info_json(mod)))
     rng = random.Random(0)
     seen: set[str] = set()
     full: set[int] = set()  # tasks whose schedules ran out: small loops allow only so many tilings

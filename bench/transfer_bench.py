@@ -110,7 +110,7 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
             import_logs(store, work / other[0], model=other[0], num_threads=threads)
         loaded = load(held_out)
         # tune_trials=0: this benchmark measures transfer alone; tasks no donor helped stay on the default
-        report = transfer(store, loaded, target, threads, TransferOptions(budget=budget, tune_trials=0))
+        report = transfer(store, loaded, target, threads, TransferOptions(candidates=budget, tune_trials=0))
         full_db = ms.database.JSONDatabase(work_dir=str(work / held_out[0]))
         exes = {
             "untuned": compile_model(ms.database.MemoryDatabase(), loaded.mod, target),

@@ -55,8 +55,9 @@ def pull(
     """Import a bundle shipped with tvm-registry (default: `starter`), or the records of a registry served by
     `registry serve` at URL.
 
-    The starter bundle holds the best schedules of 8 real models (BERT, GPT-2, ViT, ResNet, ConvNeXt, PaddleOCR
-    det and cls, magika), each task tuned to 36 or more trials on a 2-core x86 CPU; see docs/SHARING.md.
+    The starter bundle holds the best schedules of 9 real models (BERT, GPT-2, ViT, ResNet, ConvNeXt, PaddleOCR
+    det and cls, magika, each task tuned to 36 or more trials, and a YOLOv8n) on a 2-core x86 CPU; see
+    docs/SHARING.md.
 
     From a URL, only what arrived since the last pull with the same filters is read, in pages of 20,000 records,
     each checked as `registry import` checks a bundle and committed on its own: an interrupted pull resumes where it

@@ -30,7 +30,7 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
       registry show 0x1a2b3c4d5e6f7081 --device host
       registry lookup --op conv2d --json | jq -r '.rows[].workload'     # the hashes to show
     """
-    from registry.store.sql.lookup import LookupFilter
+    from registry.store.values import LookupFilter
 
     store = ctx.existing_store
     device_ids = [d.id for d in store.resolve_devices(device)] if device else None

@@ -182,7 +182,7 @@ def transfer(
     from registry.pipeline.transfer import transfer as run
 
     options = TransferOptions(
-        budget=candidates,
+        candidates=candidates,
         neighbours=neighbours,
         team=team,
         output=Path(output) if output is not None else None,

@@ -3,7 +3,7 @@ test run): ``python tests/fuzz_records.py LOGS EXAMPLES SEED``.
 
 Hypothesis mutates real records of the logs in LOGS (decisions, decision indices, instructions, latencies, the
 target) and each goes the way ``registry import`` takes a record: the target through ``canonical_target``, then
-``RecordChecker``. The property: the check never raises, and a record it accepts replays *in this process*, exactly
+``RecordValidator``. The property: the check never raises, and a record it accepts replays *in this process*, exactly
 (TVM keeps every decision), so that no later reader of the registry can be hurt by it. Prints counts as JSON.
 """
 
@@ -127,15 +127,15 @@ MUTATIONS += [m_latency, m_target, m_none]
 def main(logs: Path, examples: int, fuzz_seed: int) -> None:
     import tvm
 
-    from registry.records.record_check import RecordChecker
+    from registry.records.validator import RecordValidator
     from registry.tvm_side.apply_trace import as_stored
-    from registry.tvm_side.signature import _plain
+    from registry.tvm_side.signature import plain_json
     from registry.tvm_side.target import canonical_target
 
     workloads = tvmlog.read_workloads(logs / tvmlog.WORKLOAD_FILE)
     modules = [tvm.ir.load_json(w.mod_json) for w in workloads]
     records = [json.loads(line) for line in (logs / tvmlog.RECORD_FILE).read_text().splitlines() if line.strip()]
-    checker = RecordChecker()
+    validator = RecordValidator()
     counts: Counter = Counter()
 
     @seed(fuzz_seed)
@@ -169,7 +169,7 @@ def main(logs: Path, examples: int, fuzz_seed: int) -> None:
             source="imported",
             tool_version="fuzz",
         )
-        [problem] = checker.check([(record, workloads[index].mod_json)])
+        [problem] = validator.validate([(record, workloads[index].mod_json)])
         assert problem is None or isinstance(problem, Problem), problem
         if problem is not None:
             counts["refused"] += 1
@@ -178,7 +178,7 @@ def main(logs: Path, examples: int, fuzz_seed: int) -> None:
         assert all(isinstance(s, (int, float)) and math.isfinite(s) for s in run_secs), run_secs
         sch = as_stored(modules[index], trace)  # in this process: an accepted record must be safe to replay
         assert sch is not None, "accepted, but does not replay"
-        assert _plain(sch.trace.as_json())[1] == trace[1], "accepted, but TVM rewrote its decisions"
+        assert plain_json(sch.trace.as_json())[1] == trace[1], "accepted, but TVM rewrote its decisions"
         if trace[1] != records[index][1][0][1]:
             counts["accepted with other decisions"] += 1
 

@@ -46,7 +46,7 @@ def test_tune_relax_through_registry_database_files_under_the_cli_device(tmp_pat
     db = registry.database(db=sqlite_url, model=model.name)
     assert db.target.attrs["mcpu"] == registry.host_target().attrs["mcpu"]
     tune_with_plain_tvm(tmp_path / "work", model, db.target, database=db, trials=4)
-    assert len(db) > 0
+    assert len(db) == 4  # each of the 4 trials, written through as measured
     assert device_count(sqlite_url) == 1
     with Measurer(registry.host_target()) as measurer:  # what `registry transfer` / `tune` file records under
         assert measurer.device.key == db.device.key == registry.host_device().key

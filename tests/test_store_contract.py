@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, func, inspect, select
 
-from registry import testing
+from registry import hostinfo, testing
 from registry.errors import BadInputError, UnknownDeviceError
 from registry.store.sql import schema
-from registry.store.sql.lookup import LookupFilter
 from registry.store.sql.models import BestRecord, TuningRecord
 from registry.store.sql.store import Store
+from registry.store.values import LookupFilter
 
 
 @pytest.fixture
@@ -108,6 +108,23 @@ def test_unknown_device_and_ambiguous_device(store):
     assert len(store.resolve_devices(name)) == 2
     with pytest.raises(UnknownDeviceError, match="ambiguous"):
         store.resolve_one_device(name)
+
+
+def test_host_is_the_device_this_registry_measured_on_when_a_pulled_one_has_the_same_cpu_name(store):
+    """A VM's CPU model names no generation: a bundle tuned on an emeraldrapids Xeon brings a device of this
+    rocketlake Xeon's name. `--device host` is the one this registry measured on, not an ambiguity (it was, in the
+    README's tour after `registry pull`)."""
+    from dataclasses import replace
+
+    here = replace(testing.device(mcpu="rocketlake"), host_model=hostinfo.cpu_model())
+    pulled = replace(here, target={**here.target, "mcpu": "emeraldrapids"})
+    store.ingest([testing.workload(i) for i in range(2)],
+                 [testing.record(0, 0, pulled, source="imported"), testing.record(1, 0, here)])  # fmt: skip
+    assert {d.id for d in store.resolve_devices("host")} == {store.device_id(here), store.device_id(pulled)}
+    assert store.resolve_one_device("host").id == store.device_id(here)
+    store.ingest([], [testing.record(0, 1, pulled)])  # measured on both now: ambiguous again, and said so
+    with pytest.raises(UnknownDeviceError, match="ambiguous"):
+        store.resolve_one_device("host")
 
 
 def test_a_record_of_a_missing_workload_writes_nothing(store):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import onnx
@@ -42,7 +43,9 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
     out = tmp_path / "sibling.so"
 
     # --tune-trials 0: what transfer itself found (with tuning, a transfer under half its donor's rate is tuned on)
+    began = time.perf_counter()
     first = transfer_json(db_url, str(sibling), "--candidates", "4", "--tune-trials", "0", "-o", str(out))
+    wall_s = time.perf_counter() - began
     [task] = first["tasks"]
     assert task["source"] == "transferred", task
     assert 1 <= task["candidates"] <= 4
@@ -52,7 +55,8 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
     # End to end, a 30-60 µs model also pays the VM's calls: 1.5x and 1.9x were seen where the kernel gained 2x+ (a
     # znver3 VM, 2026-11-25). Compiling without the record would leave about 1x.
     assert first["final_ms"] < first["untuned_ms"] / 1.25, first
-    assert first["search_s"] > 0 and {"untuned_ms", "final_ms", "tasks"} <= first.keys()
+    # finding the donors and timing their candidates: part of the command's wall time, and not nothing
+    assert 0 < first["search_s"] < wall_s and {"untuned_ms", "final_ms", "tasks"} <= first.keys()
     assert out.stat().st_size > 0
 
     with store.read() as s:

@@ -11,8 +11,8 @@ from tvm.s_tir import meta_schedule as ms
 from registry.records.database import RegistryDatabase
 from registry.share.export import export_database
 from registry.share.log_import import import_logs
-from registry.store.sql.lookup import LookupFilter
 from registry.store.sql.store import Store
+from registry.store.values import LookupFilter
 from tests.tvm_env import model_latency_ms, tiny_model, tune_with_plain_tvm
 
 pytestmark = pytest.mark.tvm

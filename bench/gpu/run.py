@@ -24,7 +24,7 @@ ViT, gpu-vit-l2-h128 (64x64): the models of issue #22's H100 table. Steps, in or
 - ``noise``: gpu-bert-l2-h128 compiled with its registry (tune-h128's) and loaded afresh into the worker 8 times,
   each load timed twice, then timed again after the GPU sat idle for 5 s: how much a whole model's time on the GPU
   moves between measurements of the same code (on the H200 it fell from 152-169 µs to 141.5 µs over the first 3 s);
-- ``report``: ``--out`` (JSON with the machine, commit and date) and the table for docs/BENCHMARKS.md.
+- ``report``: ``--out`` (JSON with the machine, commit and date) and the table for docs/GPU.md.
 
 ``--stand-in`` runs the steps on a machine without a GPU, with tests/gpu_standin.py's made-up latencies: a check that
 the script works before GPU time is spent on it, whose numbers mean nothing.

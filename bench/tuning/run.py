@@ -215,7 +215,7 @@ def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, bu
     print(f"registry transfer {name} (registry of {donor}, {budget} candidates per task)", flush=True)
     start = time.perf_counter()
     report = transfer(Store(f"sqlite:///{db_path}"), load(name, target), target, threads,
-                      TransferOptions(budget=budget, tune_trials=0))  # fmt: skip
+                      TransferOptions(candidates=budget, tune_trials=0))  # fmt: skip
     return {"donor": donor, "seconds": time.perf_counter() - start, "budget": budget, "db": str(db_path),
             "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
 

@@ -2,9 +2,9 @@
 
 PostgreSQL checks a foreign key with a trigger per inserted row (a query and a row lock on the referenced row). For
 tuning_record's four references that was more than half of PostgreSQL's time in a bulk write: 8.7 against 4.0 s for
-200,000 records (docs/BENCHMARKS.md, "Sync"). The registry writes records only through its storage layer, which takes
-the ids from rows it has just written or read in the same transaction, and it never deletes a workload, a device,
-an instruction list or a record, so nothing is left to check. The indexes stay.
+200,000 records, measured when this revision was written. The registry writes records only through its storage
+layer, which takes the ids from rows it has just written or read in the same transaction, and it never deletes a
+workload, a device, an instruction list or a record, so nothing is left to check. The indexes stay.
 
 Revision ID: 0004
 Revises: 0003

@@ -239,8 +239,9 @@ def default_record(run: ModelRun, task: Task, default_us: float, team: str | Non
 
     Compiling with a registry applies whatever record a workload has, however slow: MetaSchedule does not know the
     default's time. A ViT's layer norm whose 12 tuned candidates took 155 µs and more, against 10.4 µs unscheduled,
-    made the model 1.54 ms instead of 0.79 (docs/BENCHMARKS.md, "Convergence"). Filed, the default is the best
-    record and compiling keeps it. Its time is the default's median as this run measured it.
+    made the model 1.54 ms instead of 0.79 (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's
+    plateau"). Filed, the default is the best record and compiling keeps it. Its time is the default's median as
+    this run measured it.
     """
     trace = default_trace(task.mod, run.target)
     if trace is None:

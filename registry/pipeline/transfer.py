@@ -64,7 +64,7 @@ from registry.tvm_side.output_check import output_check
 
 @dataclass
 class TransferOptions:
-    budget: int = 3  # candidate schedules measured per task, at most (see docs/BENCHMARKS.md: 3 vs 8)
+    candidates: int = 3  # schedules measured per task, at most (docs/BENCHMARKS.md, "Transfer-tuning": 3 vs 8)
     neighbours: int = 5  # donor workloads considered per task
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None
@@ -283,7 +283,7 @@ class _Resolver:
         """Up to ``budget`` distinct candidate programs from the donors, timed together (on a GPU they are built on
         every core at once), and the fastest that ran: (donor, schedule, timing), or None."""
         with self.clock("donors"):
-            picked = self.schedules.distinct(task.mod, donors, self.opts.budget, resample=self.opts.budget)
+            picked = self.schedules.distinct(task.mod, donors, self.opts.candidates, resample=self.opts.candidates)
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)

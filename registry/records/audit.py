@@ -3,7 +3,7 @@
 A registry written before every write path checked its records (tuning and transfer did not) can hold records whose
 traces do not replay on the workload they are filed under: compilation then ends with a TVM check failure, or
 (since it skips them) falls back to a default schedule. This finds them with the same check a write uses
-(``RecordChecker``: one replay per distinct instruction list, in worker processes) and marks them "disputed", which
+(``RecordValidator``: one replay per distinct instruction list, in worker processes) and marks them "disputed", which
 no reader uses, in one transaction. No TVM in this process.
 """
 
@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from registry.records.record_check import RecordChecker
+from registry.records.validator import RecordValidator
 from registry.store.decode import parse
 from registry.store.interface import DeviceRow, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
 from registry.store.validation import Problem
 from registry.store.values import StoredWorkload, Verdict
 
-CHUNK = 5000  # records checked together: the checker's replays of one chunk run side by side
+CHUNK = 5000  # records checked together: the validator's replays of one chunk run side by side
 Progress = Callable[[int, int, str], None]
 
 
@@ -51,14 +51,14 @@ def audit(
     start = time.perf_counter()
     rows = store.resolve_devices(device) if device is not None else store.all_devices()
     total = sum(store.count_records(row.id) for row in rows)
-    checker, result, verdicts = RecordChecker(), AuditResult(), []
+    validator, result, verdicts = RecordValidator(), AuditResult(), []
     for row in rows:
         spec = _spec(row)
         with store.device_records(row.id, unsound=True) as found:
             records = iter(found.records)
             while chunk := list(itertools.islice(records, CHUNK)):
                 progress(result.checked, total, row.name)
-                for r, problem in zip(chunk, _check(checker, chunk, found.workloads, spec), strict=True):
+                for r, problem in zip(chunk, _check(validator, chunk, found.workloads, spec), strict=True):
                     if problem is None:
                         continue
                     result.not_replaying[row.name] = result.not_replaying.get(row.name, 0) + 1
@@ -74,7 +74,7 @@ def audit(
 
 
 def _check(
-    checker: RecordChecker, chunk: list[StoredRecord], workloads: dict[int, StoredWorkload], spec: DeviceSpec
+    validator: RecordValidator, chunk: list[StoredRecord], workloads: dict[int, StoredWorkload], spec: DeviceSpec
 ) -> list[Problem | None]:
     items, problems = [], [None] * len(chunk)
     for i, r in enumerate(chunk):
@@ -85,7 +85,7 @@ def _check(
         trace = json.loads(r.trace_json)
         record = RecordIn((w.shash, w.module_equality), spec, trace, tuple(r.run_secs), "tuned", "")
         items.append((i, record, w.mod_json))
-    for (i, _, _), problem in zip(items, checker.check([(rec, m) for _, rec, m in items]), strict=True):
+    for (i, _, _), problem in zip(items, validator.validate([(rec, m) for _, rec, m in items]), strict=True):
         problems[i] = problem
     return problems
 

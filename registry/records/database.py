@@ -26,7 +26,7 @@ from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, Stor
 from registry.store.validation import trace_is_sound
 from registry.tvm_side import tvmlog
 from registry.tvm_side.compat import TVM_ERRORS, error_line
-from registry.tvm_side.signature import _plain, structural_hash, workload_in
+from registry.tvm_side.signature import plain_json, structural_hash, workload_in
 from registry.tvm_side.target import canonical_target, device_spec
 
 _MODE = "structural"
@@ -116,7 +116,7 @@ class RegistryDatabase(PyDatabase):
     # -- records ------------------------------------------------------------------------------------------------
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        """Store one measured record. It is validated like an imported one (``RecordChecker``): a record whose
+        """Store one measured record. It is validated like an imported one (``RecordValidator``): a record whose
         latencies are not measurements, or whose trace TVM does not replay exactly on its workload, raises
         BadInputError and nothing is stored."""
         self._check_target(record.target)
@@ -124,7 +124,7 @@ class RegistryDatabase(PyDatabase):
         if shash not in self._workloads:
             self.commit_workload(record.workload.mod)
         run_secs = tuple(float(s) for s in record.run_secs) if record.run_secs is not None else ()
-        trace = _plain(record.trace.as_json())
+        trace = plain_json(record.trace.as_json())
         rec = RecordIn(
             workload=(shash, _MODE),
             device=self.device,

@@ -4,7 +4,7 @@ Every write path comes through here: ``registry import``, bundles, ``registry sy
 in batches, in one transaction), and tuning, transfer and ``RegistryDatabase.commit_tuning_record``
 (``RecordWriter``, a few records at a time). ``tests/test_write_paths.py`` fails on a write that goes around it.
 
-A record is checked by ``RecordChecker`` against the module **the registry stores** for its workload, which is the
+A record is checked by ``RecordValidator`` against the module **the registry stores** for its workload, which is the
 one compilation and every later reader will apply it to. That may be another model's copy of the workload: the
 structural hash that keys workloads ignores block names, while traces name blocks. A record made on a copy whose
 names differ is moved onto the stored copy first (``registry.records.rebase``); one that still does not replay there
@@ -20,7 +20,7 @@ from typing import Any
 
 from registry.errors import BadInputError
 from registry.records.rebase import rebased, renaming
-from registry.records.record_check import RecordChecker
+from registry.records.validator import RecordValidator
 from registry.store.interface import Ident, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.store.rows import canonical_json
 from registry.store.validation import Problem, Refusals
@@ -70,7 +70,7 @@ class _Modules:
         try:
             trace = rebased(record.trace, names)
         except (TypeError, ValueError):
-            return record  # not a trace of TVM's shape: the checker says what is wrong with it
+            return record  # not a trace of TVM's shape: the validator says what is wrong with it
         return dataclasses.replace(record, trace=trace, insts_json=canonical_json(trace[0]))
 
 
@@ -84,12 +84,12 @@ class Written:
 
 class RecordWriter:
     """Writes records made here (tuning, transfer, a MetaSchedule database commit): those that replay on their
-    stored workload are stored, the others are refused and returned with the reason. Keeps what its checker learned
+    stored workload are stored, the others are refused and returned with the reason. Keeps what its validator learned
     for the records that follow."""
 
-    def __init__(self, store: RegistryStorage, checker: RecordChecker | None = None) -> None:
+    def __init__(self, store: RegistryStorage, validator: RecordValidator | None = None) -> None:
         self.store = store
-        self.checker = checker or RecordChecker()
+        self.validator = validator or RecordValidator()
         self._modules = _Modules(store, {})
 
     def write(self, records: Sequence[RecordIn], incoming: dict[Ident, str] | None = None) -> Written:
@@ -102,7 +102,7 @@ class RecordWriter:
         self._modules.learn(r.workload for r in records)
         moved = [self._modules.moved(r) for r in records]
         todo = [(i, m) for i, m in enumerate(moved) if isinstance(m, RecordIn)]
-        problems = self.checker.check([(m, self._modules.checked_on[m.workload]) for _, m in todo])
+        problems = self.validator.validate([(m, self._modules.checked_on[m.workload]) for _, m in todo])
         for (i, _), problem in zip(todo, problems, strict=True):
             if problem is not None:
                 moved[i] = problem
@@ -116,7 +116,7 @@ def checked_write(
     workloads: Sequence[WorkloadIn],
     batches: Callable[[], Iterable[Batch]],
     *,
-    checker: RecordChecker,
+    validator: RecordValidator,
     skip_invalid: bool = False,
     progress: Progress | None = None,
     total: int = 0,
@@ -144,7 +144,7 @@ def checked_write(
                     if read[i] is not r and isinstance(read[i], RecordIn):
                         moved[id(r)] = read[i]
             candidates = [(i, r) for i, r in enumerate(read) if isinstance(r, RecordIn)]
-            problems = checker.check([(r, modules.checked_on[r.workload]) for _, r in candidates])
+            problems = validator.validate([(r, modules.checked_on[r.workload]) for _, r in candidates])
             for i, problem in zip((i for i, _ in candidates), problems, strict=True):
                 if problem is not None:
                     read[i] = problem

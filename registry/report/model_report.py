@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SOURCES = ("exact", "transferred", "predicted", "tuned", "default", "failed")
+TASK_OUTCOMES = ("exact", "transferred", "predicted", "tuned", "default", "failed")
 
 
 @dataclass
@@ -16,7 +16,7 @@ class TaskResult:
     name: str
     weight: int
     workload_id: int
-    source: str  # one of SOURCES; "failed": neither the default schedule nor any candidate ran
+    source: str  # one of TASK_OUTCOMES; "failed": neither the default schedule nor any candidate ran
     before_us: float | None  # the default schedule; None if it could not be built or run
     after_us: float | None  # what the model now runs with
     donor: str | None = None  # "task_name#workload_id" of the donor workload
@@ -95,7 +95,7 @@ class ModelReport:
             "speedup": self.speedup,
             "search_s": t.finding_s,
             "timings": {**asdict(t), "total_s": t.total_s},
-            "sources": {s: sum(1 for task in self.tasks if task.source == s) for s in SOURCES},
+            "sources": {s: sum(1 for task in self.tasks if task.source == s) for s in TASK_OUTCOMES},
             "output": self.output,
             "tuning": self.tuning,
             "tasks": [asdict(task) for task in self.tasks],
@@ -132,7 +132,7 @@ def task_table(report: ModelReport) -> tuple[list[str], list[list[str]]]:
 
 def summary_lines(report: ModelReport) -> list[str]:
     t = report.timings
-    counts = ", ".join(f"{n} {s}" for s in SOURCES if (n := sum(1 for x in report.tasks if x.source == s)))
+    counts = ", ".join(f"{n} {s}" for s in TASK_OUTCOMES if (n := sum(1 for x in report.tasks if x.source == s)))
     lines = [
         f"model {report.model} on {report.device} ({report.threads} thread(s)): {len(report.tasks)} tasks ({counts})",
         _latency_line(report),

@@ -48,7 +48,7 @@ class ServeConfig:
     burst: int = 200  # requests a client may send at once before the rate applies
     # Requests a worker process works on at once (its threads); the rest wait in its event loop. More threads than
     # cores only contend for the GIL and the database's pool: 32 clients on 2 cores served half the requests a
-    # second with 40 threads (FastAPI's default) that they did with 8 (docs/BENCHMARKS.md, serving).
+    # second with 40 threads (FastAPI's default) that they did with 8 (docs/BENCHMARKS.md, "Serving over HTTP").
     threads: int = 8
 
 

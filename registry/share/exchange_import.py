@@ -1,7 +1,7 @@
 """Writing an ``ExchangeSet`` (a bundle's content, or another registry's records) into a registry, every part checked.
 
 Nothing the sender says is taken on trust but provenance: workload hashes are recomputed from their modules (which
-must be of this TVM release), devices are rebuilt from their targets, every trace is replayed by ``RecordChecker``,
+must be of this TVM release), devices are rebuilt from their targets, every trace is replayed by ``RecordValidator``,
 and every record arrives "imported" (unless it was measured here in the first place). Records keep their origin, so
 two registries' measurements of one schedule are both kept; re-reading the same set adds nothing.
 """
@@ -15,7 +15,7 @@ import orjson
 
 from registry import hostinfo
 from registry.errors import BadInputError
-from registry.records.record_check import RecordChecker
+from registry.records.validator import RecordValidator
 from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
@@ -36,8 +36,8 @@ def import_exchange(
 ) -> IngestResult:
     """Write ``exchange`` into ``store`` in one transaction; ``where`` names its source in messages. ``sync_mark``:
     the sync progress to record in the same transaction."""
-    checker = RecordChecker()
-    checker.pool.start()  # a replay worker's TVM import, overlapping the workload checks
+    validator = RecordValidator()
+    validator.pool.start()  # a replay worker's TVM import, overlapping the workload checks
     progress = progress or (lambda _done, _total, _what: None)
     progress(0, exchange.n_records, f"checking {len(exchange.workloads)} workloads")
     workloads = {w.ident: _workload(w, where) for w in exchange.workloads}
@@ -72,7 +72,7 @@ def import_exchange(
 
     unique = list({w.ident: w for w in workloads.values()}.values())
     return checked_write(
-        store, unique, batches, checker=checker, skip_invalid=skip_invalid, progress=progress,
+        store, unique, batches, validator=validator, skip_invalid=skip_invalid, progress=progress,
         total=exchange.n_records, extras=extras,
     )  # fmt: skip
 

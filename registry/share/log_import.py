@@ -11,7 +11,7 @@ import tvm
 
 from registry import hostinfo
 from registry.errors import BadInputError
-from registry.records.record_check import RecordChecker
+from registry.records.validator import RecordValidator
 from registry.records.write import checked_write
 from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RegistryStorage, WorkloadIn
 from registry.store.rows import LOG_ORIGIN, canonical_json
@@ -40,7 +40,7 @@ def import_logs(
     spans them all, so a malformed or truncated log, or a workload written by another TVM release, raises
     BadInputError and leaves the database as it was. Importing the same logs twice adds nothing the second time.
 
-    Every record is validated against its workload before its batch is written (``RecordChecker``: latencies,
+    Every record is validated against its workload before its batch is written (``RecordValidator``: latencies,
     target, and a trace TVM replays exactly). Invalid records refuse the whole import with one BadInputError that
     counts them and names the first; with ``skip_invalid`` the others are imported and the result counts the skipped.
 
@@ -51,8 +51,8 @@ def import_logs(
     scan), and only when it is given.
     """
     threads = num_threads if num_threads is not None else runtime_threads()
-    checker = RecordChecker()
-    checker.pool.start()  # a replay worker's TVM import, overlapping the reading of the workloads
+    validator = RecordValidator()
+    validator.pool.start()  # a replay worker's TVM import, overlapping the reading of the workloads
     # Workloads are few and need TVM to check: all of them first, before the transaction opens.
     logged: list[tuple[tvmlog.LogPair, list[WorkloadIn]]] = []
     pairs = list(tvmlog.find_logs(path))
@@ -62,7 +62,7 @@ def import_logs(
         progress(0, lines, f"checking workloads in {pair.workload_file.name}")
         logged.append((pair, [_workload(raw) for raw in tvmlog.read_workloads(pair.workload_file)]))
     unique = list({w.ident: w for _, wls in logged for w in wls}.values())
-    devices = _Devices(threads, host_model)  # like the checker, outside write(): what they learned survives a retry
+    devices = _Devices(threads, host_model)  # like the validator, outside write(): what they learned survives a retry
 
     def batches():
         # Read again from the files' start if the write loses a lock race: nothing may depend on an earlier try.
@@ -73,7 +73,7 @@ def import_logs(
                 yield [(raw.where, _record(raw, idents, pair, devices, team, model)) for raw in batch]
 
     return checked_write(
-        store, unique, batches, checker=checker, skip_invalid=skip_invalid, progress=progress, total=lines
+        store, unique, batches, validator=validator, skip_invalid=skip_invalid, progress=progress, total=lines
     )
 
 

@@ -19,17 +19,19 @@ from typing import Any, Protocol
 from registry.config import resolve_database_url
 from registry.errors import DatabaseError
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
-from registry.store.sql.lookup import DeviceRow, LookupFilter, LookupRow
 from registry.store.validation import Problem
 from registry.store.values import (
     Claim,
     DeviceRecords,
+    DeviceRow,
     DonorRecord,
     DonorRow,
     Effort,
     ExchangeFilters,
     ExchangeSet,
     IndexedSet,
+    LookupFilter,
+    LookupRow,
     ModelRow,
     PlainTask,
     PredictorInfo,

@@ -11,7 +11,7 @@ decision is ``[instruction index, value]``. Only the sampling instructions take 
 
 Everything here is pure Python and never raises on odd input: a record that is not what MetaSchedule writes gets a
 reason. What needs the workload (do the instructions apply to it, do tile sizes multiply to its loop extents) is
-``registry.records.record_check``'s job, which uses the facts this module parses.
+``registry.records.validator``'s job, which uses the facts this module parses.
 """
 
 from __future__ import annotations

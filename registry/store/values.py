@@ -368,3 +368,61 @@ class Effort:
 
 
 NO_EFFORT = Effort(0, 0.0, (), False)
+
+
+# -- devices and lookup (registry/store/sql/lookup.py answers with these) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    id: int
+    name: str
+    host_model: str
+    tvm_version: str
+    target_json: str
+    key: str
+    num_threads: int
+
+
+@dataclass
+class LookupFilter:
+    op: str | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    device_ids: list[int] | None = None
+    model: str | None = None
+    workload: str | None = None
+    top_k: int = 1
+    limit: int = 100
+    trust: str = "imported"  # the least trusted records shown: "verified" (measured here or verified) or "imported"
+
+
+@dataclass
+class LookupRow:
+    workload: str
+    op: str
+    task: str
+    args: list[dict[str, Any]]
+    flops: float
+    device_id: int
+    device: str
+    threads: int
+    rank: int
+    record_id: int
+    latency_us: float
+    gflops: float
+    records: int
+    source: str
+    team: str | None
+    model: str | None
+    created_at: str
+    trust: str  # measured (here), imported, verified, disputed
+    origin: str  # the id of the registry that measured it, or "tvm-log"
+    verified_latency_us: float | None  # what `registry verify` measured here, beside the claimed latency_us
+    # how hard `registry tune` runs searched this workload on this device (None: no run recorded its effort)
+    effort_trials: int | None = None
+    effort_s: float | None = None
+    plateau: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

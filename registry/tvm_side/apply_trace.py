@@ -102,9 +102,9 @@ def as_stored(mod: IRModule, trace: list[Any]) -> Schedule | None:
 
 def trace_json(sch: Schedule) -> list[Any]:
     """The schedule's trace as a record stores it: instructions, then decisions, postprocessors included."""
-    from registry.tvm_side.signature import _plain
+    from registry.tvm_side.signature import plain_json
 
-    return _plain(sch.trace.as_json())
+    return plain_json(sch.trace.as_json())
 
 
 def schedule_text(mod_json: str, trace_json: str, *, workload: str, record_id: int) -> tuple[str, str]:

@@ -67,8 +67,10 @@ def replay(base, trace: list, want_facts: bool) -> dict[str, Any]:
 def decisions(trace) -> dict[int, Any]:
     """The trace's decisions by instruction index, as plain values. Read from its decision map: ``trace.as_json()``
     serializes every instruction as well, which took 3 of a real CUDA replay's 10 ms."""
+    from registry.tvm_side.signature import plain_json
+
     made = trace.decisions
-    return {i: _plain(made[inst]) for i, inst in enumerate(trace.insts) if inst in made}
+    return {i: plain_json(made[inst]) for i, inst in enumerate(trace.insts) if inst in made}
 
 
 def _facts(base, trace, insts: list) -> tuple[list[list], list[int]]:
@@ -110,12 +112,6 @@ def _facts(base, trace, insts: list) -> tuple[list[list], list[int]]:
     own = runs[0]
     dependent = sorted(i for i in own if any(run.get(i) != own[i] for run in runs[1:]))
     return [[i, e] for i, e in sorted(own.items()) if i not in dependent], dependent
-
-
-def _plain(obj):
-    from registry.tvm_side.signature import _plain as plain
-
-    return plain(obj)
 
 
 def _line(error: BaseException) -> str:

@@ -84,19 +84,19 @@ def structural_hash(mod: IRModule) -> str:
 
 def args_info_json(mod: IRModule) -> list:
     func = next(iter(mod.functions.values()))
-    return [_plain(a.as_json()) for a in ArgInfo.from_prim_func(func)]
+    return [plain_json(a.as_json()) for a in ArgInfo.from_prim_func(func)]
 
 
-def _plain(obj):
+def plain_json(obj):
     """TVM FFI containers to plain JSON values."""
     if isinstance(obj, str):
         return str(obj)
     if isinstance(obj, (int, float, bool)) or obj is None:
         return obj
     if hasattr(obj, "items"):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): plain_json(v) for k, v in obj.items()}
     if hasattr(obj, "__iter__"):
-        return [_plain(x) for x in obj]
+        return [plain_json(x) for x in obj]
     if hasattr(obj, "value"):
         return obj.value
     return obj

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from registry import hostinfo
 from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
 from registry.store.sql import sqlite_file
 from registry.store.sql.revision import HEAD, VERSION_TABLE
+from registry.store.values import DeviceRow, LookupFilter, LookupRow
 
 
 class Sql:
@@ -73,17 +73,6 @@ def connect(url: str) -> Sql | None:
 # -- devices --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DeviceRow:
-    id: int
-    name: str
-    host_model: str
-    tvm_version: str
-    target_json: str
-    key: str
-    num_threads: int
-
-
 _DEVICE_COLS = "SELECT id, name, host_model, tvm_version, target_json, key, num_threads FROM device"
 
 
@@ -116,28 +105,39 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
 def resolve_one_device(sql: Sql, selector: str) -> DeviceRow:
     found = resolve_devices(sql, selector)
     if len(found) > 1 and selector.strip() == "host":
-        found = host_device(found)
+        found = host_device(found, _measured_here(sql, [d.id for d in found]))
     if len(found) > 1:
         choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
         raise UnknownDeviceError(f"device {selector!r} is ambiguous; give its id, one of: {choices}")
     return found[0]
 
 
-def host_device(found: list[DeviceRow]) -> list[DeviceRow]:
-    """Of this machine's devices, the one(s) ``transfer`` and ``tune`` file records under here: a target naming
-    its mcpu before a generic one (plain TVM's usual target, which an imported log brings), then the runtime thread
-    count ``$TVM_NUM_THREADS`` asks for. Without TVM, which alone knows this CPU's mcpu, this is the closest rule."""
+def host_device(found: list[DeviceRow], measured_here: set[int] = frozenset()) -> list[DeviceRow]:
+    """Of this machine's devices, the one(s) ``transfer`` and ``tune`` file records under here: one with records
+    this registry measured (``measured_here``: a VM's CPU model names no generation, so a pulled bundle's device of
+    another generation, say emeraldrapids against this rocketlake, has the same name), then a target naming its mcpu
+    before a generic one (plain TVM's usual target, which an imported log brings), then the runtime thread count
+    ``$TVM_NUM_THREADS`` asks for. Without TVM, which alone knows this CPU's mcpu, this is the closest rule."""
 
-    def rank(d: DeviceRow) -> tuple[bool, bool]:
+    def rank(d: DeviceRow) -> tuple[bool, bool, bool]:
         try:
             target = json.loads(d.target_json)
         except ValueError:
             target = {}
         env = hostinfo.env_threads()
-        return bool(target.get("mcpu")), (d.num_threads == env) if env is not None else True
+        return d.id in measured_here, bool(target.get("mcpu")), (d.num_threads == env) if env is not None else True
 
     best = max(rank(d) for d in found)
     return [d for d in found if rank(d) == best]
+
+
+def _measured_here(sql: Sql, device_ids: list[int]) -> set[int]:
+    """Of ``device_ids``, those whose best record of some workload was measured by this registry, or verified here
+    (``best_record.tier`` 0): the devices this machine has run on."""
+    params: dict[str, Any] = {}
+    rows = sql.all(f"SELECT DISTINCT device_id FROM best_record WHERE tier = 0 AND device_id IN "
+                   f"({_in_list('d', device_ids, params)})", params)  # fmt: skip
+    return {r[0] for r in rows}
 
 
 # -- lookup ---------------------------------------------------------------------------------------------------
@@ -163,50 +163,6 @@ def parse_workload(text: str | None) -> str | None:
     if not (re.fullmatch(r"\d{1,20}", text) and int(text) < 2**64):
         raise BadInputError(f"--workload {text[:40]!r}: a structural hash is a whole number below 2^64, in decimal")
     return text
-
-
-@dataclass
-class LookupFilter:
-    op: str | None = None
-    shape: tuple[int, ...] | None = None
-    dtype: str | None = None
-    device_ids: list[int] | None = None
-    model: str | None = None
-    workload: str | None = None
-    top_k: int = 1
-    limit: int = 100
-    trust: str = "imported"  # the least trusted records shown: "verified" (measured here or verified) or "imported"
-
-
-@dataclass
-class LookupRow:
-    workload: str
-    op: str
-    task: str
-    args: list[dict[str, Any]]
-    flops: float
-    device_id: int
-    device: str
-    threads: int
-    rank: int
-    record_id: int
-    latency_us: float
-    gflops: float
-    records: int
-    source: str
-    team: str | None
-    model: str | None
-    created_at: str
-    trust: str  # measured (here), imported, verified, disputed
-    origin: str  # the id of the registry that measured it, or "tvm-log"
-    verified_latency_us: float | None  # what `registry verify` measured here, beside the claimed latency_us
-    # how hard `registry tune` runs searched this workload on this device (None: no run recorded its effort)
-    effort_trials: int | None = None
-    effort_s: float | None = None
-    plateau: bool | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _in_list(prefix: str, values: list[Any], params: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from registry.store.sql.engine import WRITE, create, translated_errors, with_ret
 from registry.store.sql.trust import DEFAULT_TRUST, accepted
 from registry.store.sql.write_behind import write_behind
 from registry.store.validation import Problem, Refusals, record_problems
-from registry.store.values import ExchangeFilters, ExchangeSet
+from registry.store.values import DeviceRow, ExchangeFilters, ExchangeSet, LookupFilter, LookupRow
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ class Store:
 
         Every record is checked first, by ``check`` (default ``registry.store.validation.record_problems``: latencies,
         trace shape, each decision against its instruction; no TVM). ``RegistryDatabase`` passes a
-        ``registry.records.record_check.RecordChecker``'s, which also replays traces on their workloads. One invalid
+        ``registry.records.validator.RecordValidator``'s, which also replays traces on their workloads. One invalid
         record refuses the whole call with BadInputError ("N of M records ...") before anything is written.
         """
         refusals = Refusals()
@@ -338,25 +338,25 @@ class Store:
     def _reading(self) -> Iterator[Connection]:
         """A connection for a few independent reads. On PostgreSQL it runs without a transaction: a BEGIN and a
         ROLLBACK are two round trips of the four a short read would take, and a server answering lookups makes
-        several such reads per request (docs/BENCHMARKS.md, serving)."""
+        several such reads per request (docs/BENCHMARKS.md, "Serving over HTTP")."""
         with translated_errors(self.url), self.engine.connect() as conn:
             if self.engine.dialect.name == "postgresql":
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
 
-    def lookup(self, f: lookup.LookupFilter) -> list[lookup.LookupRow]:
+    def lookup(self, f: LookupFilter) -> list[LookupRow]:
         with self.sql() as sql:
             return lookup.lookup(sql, f)
 
-    def resolve_devices(self, selector: str) -> list[lookup.DeviceRow]:
+    def resolve_devices(self, selector: str) -> list[DeviceRow]:
         with self.sql() as sql:
             return lookup.resolve_devices(sql, selector)
 
-    def resolve_one_device(self, selector: str) -> lookup.DeviceRow:
+    def resolve_one_device(self, selector: str) -> DeviceRow:
         with self.sql() as sql:
             return lookup.resolve_one_device(sql, selector)
 
-    def all_devices(self) -> list[lookup.DeviceRow]:
+    def all_devices(self) -> list[DeviceRow]:
         with self.sql() as sql:
             return lookup.all_devices(sql)
 

@@ -1,7 +1,7 @@
 """Every record validated against its workload, at the cost of a few replays per instruction list.
 
-``RecordChecker.check`` is the one check for records that come from outside: ``registry import``,
-``RegistryDatabase.commit_tuning_record``, and ``Store.ingest(..., checker=...)`` for anything else. A record is valid
+``RecordValidator.validate`` is the one validation of records that come from outside: ``registry import``,
+``RegistryDatabase.commit_tuning_record``, and ``Store.ingest(..., validator=...)`` for anything else. A record is valid
 when its latencies are measurements (or TVM's failed-run stand-in), its trace is what MetaSchedule writes, and TVM
 replays it on its workload exactly: every instruction applies and every decision is kept as written.
 
@@ -60,9 +60,9 @@ class _Item:
     applies_key: tuple
 
 
-class RecordChecker:
+class RecordValidator:
     """Checks records against their workloads, remembering what it learned for the records that follow (an import
-    checks its batches with one checker)."""
+    checks its batches with one validator)."""
 
     def __init__(self, pool: ReplayPool | None = None) -> None:
         self.pool = pool or shared_pool()
@@ -72,7 +72,7 @@ class RecordChecker:
         self._applies: dict[tuple, _Applies] = {}
         self._module_keys: dict[str, str] = {}  # module JSON -> its key in the replay workers (see _module_key)
 
-    def check(self, records: Sequence[tuple[RecordIn, str]]) -> list[Problem | None]:
+    def validate(self, records: Sequence[tuple[RecordIn, str]]) -> list[Problem | None]:
         """For each (record, its workload's module JSON): None when valid, else why not. Never raises for a bad
         record."""
         reasons: list[Problem | None] = [None] * len(records)

@@ -207,7 +207,7 @@ def _with_dependent_tile(record: list, inner: list[int]) -> list:
 def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(tuned_logs):
     import tvm
 
-    from registry.records.record_check import RecordChecker
+    from registry.records.validator import RecordValidator
     from registry.store.rows import RecordIn
     from registry.tvm_side.replay import pristine, replay
     from registry.tvm_side.target import device_spec
@@ -227,13 +227,13 @@ def test_tiles_whose_extent_depends_on_other_decisions_are_replayed_one_by_one(t
     def record(trace):
         return RecordIn((workload.shash, "structural"), device, trace, tuple(base[1][1]), "imported", "test")
 
-    checker = RecordChecker()
+    validator = RecordValidator()
     # the first record of the key is its representative; the next two share its facts, whose extent for the new
     # sampler is not used (dependent): each is replayed, and only the wrong one is refused
     twin = _with_dependent_tile(base, [1, outer_last])
     twin[1][0][1] = list(reversed(twin[1][0][1]))  # other outer tiles: the inner loop's extent changes with them
     twin[1][-1][1] = [1, twin[1][0][1][-1]]
-    problems = checker.check(
+    problems = validator.validate(
         [(record(good), workload.mod_json), (record(twin), workload.mod_json), (record(wrong), workload.mod_json)]
     )
     assert problems[0] is None and problems[1] is None, problems
