@@ -272,12 +272,13 @@ def test_a_first_transfer_says_what_it_will_tune_and_keeps_to_its_time_budget(sq
     plan = [line for line in result.stderr.splitlines() if "0 exact, 0 transferred" in line]
     assert len(plan) == 1 and "tuning 3 (3 without a usable donor) for at most" in plan[0], result.stderr
     seconds = int(re.search(r"for at most (\d+) s", plan[0]).group(1))
-    assert 5 <= seconds <= 45 - 20, plan[0]  # the budget less the transfers' time and the end's reserve
+    # the budget less the transfers' time and what the end will take, measured on the untuned model
+    assert 5 <= seconds < 45, plan[0]
     report = json.loads(result.stdout[result.stdout.index("{") :])
     assert any(t["source"] == "tuned" for t in report["tasks"]), report["tasks"]
     assert sum(t["tune_s"] or 0 for t in report["tasks"]) <= seconds + 5, report["tasks"]  # a batch may overrun
     assert sum(t["measurements"] or 0 for t in report["tasks"]) < 3 * 1000
-    assert wall < 45 + 30, wall  # gross: the end's reserve is an estimate
+    assert wall < 45 + 10, wall  # gross: the end's reserve is an estimate, and the process starts and exits
 
 
 @pytest.mark.parametrize("budget, cause", [("0", "tuning is off"), ("5s", "no time is left of --tune-budget")])

@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.measure.inputs import argument_bounds
-from registry.measure.types import KernelJob, Measurement, ModelJob
+from registry.measure.types import MODEL, UNTUNED, KernelJob, Measurement, ModelJob, Settings
 from registry.tvm_side.compile import scheduled_arguments
 from registry.tvm_side.onnx_inputs import Bound, ModelInput
 
@@ -64,10 +64,12 @@ def model_job(executable, inputs: list[ModelInput], keep: str | None = None) -> 
         yield ModelJob(path, tuple(inputs))
 
 
-def time_model(measurer: Measurer, executable, inputs: list[ModelInput], keep: str | None = None) -> Measurement:
+def time_model(
+    measurer: Measurer, executable, inputs: list[ModelInput], keep: str | None = None, settings: Settings = MODEL
+) -> Measurement:
     """A compiled model's end-to-end latency, measured by ``measurer``'s workers (see ``model_job``)."""
     with model_job(executable, inputs, keep) as job:
-        return measurer.model(job)
+        return measurer.model(job, settings)
 
 
 def before_and_after(
@@ -81,7 +83,7 @@ def before_and_after(
     final = time_model(measurer, after, inputs, keep)
     if not first.ok:
         return first, final
-    return _pooled(first, time_model(measurer, before, inputs)), final
+    return _pooled(first, time_model(measurer, before, inputs, settings=UNTUNED)), final
 
 
 def _pooled(a: Measurement, b: Measurement) -> Measurement:

@@ -38,6 +38,10 @@ QUICK = Settings(number=1, repeat=3, min_repeat_ms=10)
 SCREEN = Settings(number=1, repeat=3, min_repeat_ms=4)
 PRECISE = Settings(number=1, repeat=5, min_repeat_ms=20)
 MODEL = Settings(number=1, repeat=7, min_repeat_ms=50)
+# The untuned model: it only sets a report's "before", timed on both sides of the final model and pooled (six samples).
+# Naive loops over a detector's 416x416 maps run 2.7 s a call, and MODEL's seven samples of it, twice, were 40 s of a
+# first transfer.
+UNTUNED = Settings(number=1, repeat=3, min_repeat_ms=50)
 
 
 @dataclass(frozen=True)

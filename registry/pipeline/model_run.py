@@ -21,7 +21,7 @@ from registry.errors import BadInputError, RegistryError
 from registry.measure.jobs import before_and_after, kernel_arguments, time_model
 from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
-from registry.measure.types import Measurement
+from registry.measure.types import UNTUNED, Measurement
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
@@ -229,9 +229,20 @@ def untuned_model(run: ModelRun) -> Untuned:
         exe = _compile(run, ms.database.MemoryDatabase())
     compiled = time.perf_counter()
     with run.clock("report"):
-        measured = time_model(run.measurer, exe, run.loaded.inputs)
+        measured = time_model(run.measurer, exe, run.loaded.inputs, settings=UNTUNED)
     timed = time.perf_counter()
     return Untuned(measured, (compiled - start) + 2 * (timed - compiled), exe)
+
+
+# What a time budget keeps back for the end, from what compiling and timing the untuned model cost: compiling with
+# records takes a little longer than without, and the report, closing the workers and the exit take a moment.
+FINISH_MARGIN = 1.25
+FINISH_SLACK_S = 1.0
+
+
+def finishing_s(untuned: list[Untuned]) -> float:
+    """What ``finish`` will take for these models: kept back from a time budget, so the command ends within it."""
+    return sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
 
 
 def default_record(run: ModelRun, task: Task, default_us: float, team: str | None) -> RecordIn | None:

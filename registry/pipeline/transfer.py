@@ -43,12 +43,15 @@ from registry.pipeline.model_run import (
     ModelRun,
     Progress,
     Task,
+    Untuned,
     Where,
     default_record,
     default_timings,
     finish,
+    finishing_s,
     model_run,
     say,
+    untuned_model,
 )
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
@@ -103,36 +106,35 @@ def transfer(
         resolver = _Resolver(run, index, opts)
         progress(0, len(run.tasks), "timing each task's default schedule")
         defaults = default_timings(run, run.tasks)  # together: on a GPU they are built on every core at once
+        # compiled and timed before tuning, as `registry tune` does: what that costs is what the end needs again, so
+        # the time budget keeps it back and the whole command ends within --tune-budget
+        untuned = untuned_model(run)
         results = []
         for i, task in enumerate(run.tasks):
             progress(i, len(run.tasks), task.name)
             results.append(resolver.resolve(task, defaults[task.workload_id]))
         tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
-        seconds = _tuning_seconds(opts, started, len(run.tasks))
+        seconds = _tuning_seconds(opts, started, untuned)
         tunes = bool(fallback) and opts.tune_trials > 0 and (seconds is None or seconds >= MIN_TUNING_S)
         say(progress, _plan(results, fallback, opts, tunes, seconds))
         if tunes:
             tuning, history = _tune_fallback(run, opts, resolver, fallback, progress, seconds)
         progress(len(run.tasks), len(run.tasks), "compiling")
-        report = finish(run, results, opts.output)
+        report = finish(run, results, opts.output, untuned)
     report.tuning, report.history = tuning, history
     return report
 
 
-# Kept back from the budget for the end: compiling the model and timing it against the untuned build (measured on
-# this 2-core VM: 20-45 s for 20-60 tasks).
-FINISH_RESERVE_S = 20.0
-FINISH_RESERVE_PER_TASK_S = 0.5
 MIN_TUNING_S = 10.0  # less than this would not finish one batch of a large task
 
 
-def _tuning_seconds(opts: TransferOptions, started: float, tasks: int) -> float | None:
-    """What the budget leaves for tuning now (None: no limit)."""
+def _tuning_seconds(opts: TransferOptions, started: float, untuned: Untuned) -> float | None:
+    """What the budget leaves for tuning now, less what the end will take (None: no limit). A fixed reserve (20 s and
+    0.5 s a task) let a YOLOX at 416x416, whose untuned build runs 2.7 s a call, overrun 5 minutes by a minute."""
     if opts.tune_seconds is None:
         return None
-    reserve = FINISH_RESERVE_S + FINISH_RESERVE_PER_TASK_S * tasks
-    return max(0.0, started + opts.tune_seconds - reserve - time.perf_counter())
+    return max(0.0, started + opts.tune_seconds - finishing_s([untuned]) - time.perf_counter())
 
 
 def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool, seconds: float | None) -> str:

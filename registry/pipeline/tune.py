@@ -28,6 +28,7 @@ from registry.pipeline.model_run import (
     Where,
     default_timings,
     finish,
+    finishing_s,
     model_runs,
     registry_database,
     untuned_model,
@@ -37,10 +38,6 @@ from registry.store.interface import RegistryStorage
 from registry.tvm_side.frontend import LoadedModel
 
 DEFAULT_TRIALS_PER_TASK = 32  # the budget when neither trials nor seconds is given
-# What a time budget keeps back for the end, from what compiling and timing the untuned model cost: compiling with
-# records takes a little longer than without, and the report, closing the workers and the exit take a moment.
-FINISH_MARGIN = 1.25
-FINISH_SLACK_S = 1.0
 
 
 @dataclass
@@ -126,8 +123,7 @@ def tune_models(
             engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(run.tasks))
         deadline = None
         if engine_opts.seconds is not None:
-            finishing = sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
-            deadline = started + engine_opts.seconds - finishing
+            deadline = started + engine_opts.seconds - finishing_s(untuned)
         tasks = list(engine_tasks.values())
         outcome = run_engine(run, run.db, engine_opts, opts.team, progress, tasks, deadline, donors)
         reports = []
