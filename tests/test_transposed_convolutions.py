@@ -15,13 +15,9 @@ from registry.cli.main import cli
 from registry.tvm_side.compile import compile_model, task_module
 from registry.tvm_side.frontend import load_onnx
 from registry.tvm_side.target import host_target
-from tests.test_weight_layout import conv_then_transposed
+from tests.test_weight_layout import conv_then_transposed, run_main
 
 pytestmark = pytest.mark.tvm
-
-
-def _run(executable, x: np.ndarray) -> np.ndarray:
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def _plain_tvm(loaded) -> object:
@@ -40,8 +36,8 @@ def test_a_transposed_convolution_with_its_stride_as_kernel_becomes_a_matmul_tas
     assert any(n.startswith("matmul") for n in names) == as_matmul, names
 
     x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
-    got = _run(compile_model(ms.database.MemoryDatabase(), loaded.mod, target), x)
-    np.testing.assert_allclose(got, _run(_plain_tvm(loaded), x), rtol=1e-5, atol=1e-6)
+    got = run_main(compile_model(ms.database.MemoryDatabase(), loaded.mod, target), x)
+    np.testing.assert_allclose(got, run_main(_plain_tvm(loaded), x), rtol=1e-5, atol=1e-6)
 
 
 def test_the_tuned_matmul_form_computes_what_plain_tvm_computes(tmp_path):
@@ -54,5 +50,5 @@ def test_the_tuned_matmul_form_computes_what_plain_tvm_computes(tmp_path):
     assert "matmul" in result.output  # the task was tuned, under its own name
 
     x = np.random.default_rng(2).standard_normal((1, 8, 8, 8)).astype("float32")
-    got = _run(tvm.runtime.load_module(str(library)), x)
-    np.testing.assert_allclose(got, _run(_plain_tvm(load_onnx(path)), x), rtol=1e-4, atol=1e-5)
+    got = run_main(tvm.runtime.load_module(str(library)), x)
+    np.testing.assert_allclose(got, run_main(_plain_tvm(load_onnx(path)), x), rtol=1e-4, atol=1e-5)

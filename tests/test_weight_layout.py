@@ -106,7 +106,6 @@ def test_only_convolutions_are_layout_free_and_channels_last_and_only_on_a_cpu(t
 
 def test_tuned_convolutions_reorder_their_weight_once_at_compile_time_and_every_path_reads_them(tmp_path):
     import tvm
-    from tvm import relax
 
     import registry
     from registry.tvm_side.frontend import load_onnx
@@ -124,11 +123,10 @@ def test_tuned_convolutions_reorder_their_weight_once_at_compile_time_and_every_
     # ... which the compiled model runs once, folded into the constant weight, not per call ...
     x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
     reference = tvm.compile(load_onnx(model).mod, target="llvm")  # TVM's default build: NCHW, no records
-    expected = relax.VirtualMachine(reference, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    expected = run_main(reference, x)
     from_api = registry.compile_model(load_onnx(model).mod, registry.database(db=db))
     for lib in (tvm.runtime.load_module(str(tmp_path / "m.so")), from_api):  # the CLI's export, and the API's
-        out = relax.VirtualMachine(lib, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run_main(lib, x), expected, rtol=1e-4, atol=1e-4)
     scheduled = _scheduled(model, db)
     assert any(gv.name_hint.endswith("_weight_prepack") for gv in scheduled.get_global_vars())  # it was split off
     assert "_weight_prepack" not in scheduled["main"].script()  # and folded: main never calls it
@@ -152,6 +150,14 @@ def _scheduled(model, db_url: str):
     target = registry.host_target()
     with target, registry.database(db=db_url), tvm.transform.PassContext(opt_level=3):
         return with_records(load_onnx(model).mod, target)
+
+
+def run_main(executable, x: np.ndarray) -> np.ndarray:
+    """A compiled model's (or a loaded library's) output on one input, in this process."""
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def conv_then_transposed(path, kernel: int = 3) -> None:
@@ -185,7 +191,6 @@ def test_a_transposed_convolution_keeps_its_weight_layout_and_the_tuned_model_co
     """A transposed convolution's reordered weight, split off and folded at compile time, made a tuned PaddleOCR
     det wrong in every output element: only convolutions proper are layout-free."""
     import tvm
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from registry.tvm_side.compile import LAYOUT_FREE, compile_model, task_module
@@ -204,8 +209,6 @@ def test_a_transposed_convolution_keeps_its_weight_layout_and_the_tuned_model_co
     library = tmp_path / "m.so"
     _invoke("--db", db, "tune", str(path), "--trials", "32", "--no-predictor", "-o", str(library))
     x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    got = run_main(tvm.runtime.load_module(str(library)), x)
     untuned = compile_model(ms.database.MemoryDatabase(), loaded.mod, host_target())  # no record: no reordering
-    want = relax.VirtualMachine(untuned, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, run_main(untuned, x), rtol=1e-4, atol=1e-5)

@@ -282,7 +282,7 @@ class _Resolver:
         return best.mean_s * 1e6 if best is not None and best.mean_s is not None else None
 
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult):
-        """Up to ``budget`` distinct candidate programs from the donors, timed together (on a GPU they are built on
+        """Up to ``candidates`` distinct candidate programs from the donors, timed together (on a GPU they are built on
         every core at once), and the fastest that ran: (donor, schedule, timing), or None."""
         with self.clock("donors"):
             picked = self.schedules.distinct(task.mod, donors, self.opts.candidates, resample=self.opts.candidates)

@@ -47,6 +47,7 @@ from registry.tvm_side.transposes import (
     convolutions_nhwc,
     convolved_elements,
     elements_transposed_between_convolutions,
+    rewrite_calls,
     sink_transposes,
     unit_transposes_as_reshapes,
 )
@@ -160,7 +161,7 @@ def integer_powers(mod: IRModule) -> IRModule:
     as TVM's only candidate for it, a quarter of the tuned model, where onnxruntime's FastGelu is one fused kernel.
     The product differs from ``powf`` by a rounding or two (a few ulp).
     """
-    from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_const, is_op, wildcard
 
     base, exponent = wildcard(), is_const()
     pattern = is_op("relax.power")(base, exponent)
@@ -174,12 +175,7 @@ def integer_powers(mod: IRModule) -> IRModule:
             product = relax.op.multiply(product, x)
         return product
 
-    @relax.transform.function_pass(opt_level=0, name="IntegerPowers")
-    class IntegerPowers:
-        def transform_function(self, func, _mod, _ctx):
-            return rewrite_call(pattern, rewrite, func)
-
-    return IntegerPowers()(mod)
+    return rewrite_calls(mod, pattern, rewrite, "IntegerPowers")
 
 
 def scheduled_arguments(arguments: tuple, scheduled: IRModule) -> tuple:

@@ -12,11 +12,10 @@ that fuses with the bias and activation after it.
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from registry.tvm_side.transposes import rewrite_calls
+from registry.tvm_side.transposes import rewrite_calls, static_shape
 
 
 def transposed_convolutions_as_matmuls(mod: IRModule) -> IRModule:
@@ -29,7 +28,7 @@ def transposed_convolutions_as_matmuls(mod: IRModule) -> IRModule:
 
     def rewrite(call, _matched):
         data, weight = call.args
-        shapes = _static_shape(data), _static_shape(weight)
+        shapes = static_shape(data), static_shape(weight)
         if None in shapes or not _as_product(call.attrs, shapes[1]):
             return call
         (n, ci, h, w), (_, co, kh, kw) = shapes
@@ -52,10 +51,3 @@ def _as_product(attrs, weight_shape: list[int]) -> bool:
         and not any(ints(attrs.output_padding))
         and ints(attrs.dilation) == [1, 1]
     )
-
-
-def _static_shape(value) -> list[int] | None:
-    shape = getattr(value.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-        return None
-    return [int(d) for d in shape]

@@ -8,6 +8,8 @@ before; after ``sink_transposes``, 2: the model's input and output.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
@@ -66,16 +68,18 @@ def _run_time_calls(mod: IRModule, op_name: str) -> list:
     return found
 
 
+def static_shape(value) -> list[int] | None:
+    """A Relax value's shape, where every dimension of it is a constant; else None."""
+    dims = getattr(getattr(value.ty, "shape", None), "values", None)
+    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return None
+    return [int(d) for d in dims]
+
+
 def _elements(var) -> int:
-    """A tensor's element count (0 where its shape is not static)."""
-    shape = getattr(var.ty, "shape", None)
-    dims = [d for d in getattr(shape, "values", None) or []]
-    if not dims or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
-        return 0
-    count = 1
-    for d in dims:
-        count *= int(d)
-    return count
+    """A tensor's element count (0 where its shape is not static, or it is a scalar)."""
+    shape = static_shape(var)
+    return math.prod(shape) if shape else 0
 
 
 def sink_transposes(mod: IRModule) -> IRModule:
@@ -146,9 +150,11 @@ def unit_transposes_as_reshapes(mod: IRModule) -> IRModule:
     pattern = is_op("relax.permute_dims")(wildcard())
 
     def rewrite(call, _matched):
-        shape = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in call.args[0].ty.shape]
+        shape = static_shape(call.args[0])
+        if shape is None:
+            return call
         moved = [a for a in _axes(call) if shape[a] != 1]
-        if None in shape or moved != sorted(moved):
+        if moved != sorted(moved):
             return call
         return relax.op.reshape(call.args[0], [shape[a] for a in _axes(call)])
 
