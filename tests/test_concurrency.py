@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -49,3 +52,23 @@ def test_concurrent_writers_on_a_fresh_database(db_url):
         for best in s.execute(select(BestRecord)).scalars():
             assert best.mean_s == truth[best.workload_id]
             assert best.n_records == counts[best.workload_id]
+
+
+def test_opening_a_fresh_file_while_another_process_holds_its_lock(tmp_path):
+    # Another program holds a write lock on a fresh (rollback-journal) file for a moment. Turning the file to WAL
+    # mode fails at once there, without SQLite's busy handler; opening the registry must wait for the lock instead.
+    path = tmp_path / "registry.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, holder.execute, ["COMMIT"])
+    release.start()
+    started = time.monotonic()
+    store = Store(f"sqlite:///{path}")
+    waited = time.monotonic() - started
+    release.join()
+    with store.engine.connect() as conn:
+        assert schema.current_revision(conn) == schema.HEAD
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    assert waited >= 0.4  # it waited for the holder rather than slipping past its lock
+    store.close()
+    holder.close()

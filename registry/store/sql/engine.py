@@ -112,7 +112,7 @@ def _sqlite_engine(url) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         if not memory and read_only is None:
-            cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+            _use_wal(cur)  # readers never block the writer, nor it them
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode; fsync at checkpoints
@@ -127,6 +127,23 @@ def _sqlite_engine(url) -> Engine:
             conn.exec_driver_sql("BEGIN")
 
     return engine
+
+
+def _use_wal(cur) -> None:
+    """Turn the database to WAL mode. On a fresh file, processes opening it at once race to convert it, and SQLite
+    answers the loser "database is locked" at once, without its busy handler (two shared locks each waiting to become
+    exclusive would deadlock), so the loser tries again until the busy timeout."""
+    import sqlite3
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
 
 
 # How long a writer waits quietly for another writer's lock before it says so.
