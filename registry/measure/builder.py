@@ -12,20 +12,18 @@ that import.
 
 from __future__ import annotations
 
-import os
-
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.target import Target
 
 from registry.measure.pool import WorkerPool, uses_gpu
-from registry.tvm_side import ORIGINAL_AFFINITY
+from registry.tvm_side import cpus
 
 
 def usable_cores() -> int:
-    """Cores this process may run on, before TVM pinned anything (see compat.unpin)."""
-    return len(ORIGINAL_AFFINITY) or os.cpu_count() or 1
+    """Cores this process may run on, before TVM pinned anything (see tvm_side.cpus)."""
+    return cpus.count()
 
 
 @derived_object

@@ -45,7 +45,7 @@ from registry.measure.types import (
 )
 from registry.measure.worker import MEMORY_ENV
 from registry.store.rows import DeviceSpec
-from registry.tvm_side import ORIGINAL_AFFINITY
+from registry.tvm_side import cpus
 from registry.tvm_side.target import canonical_target
 
 KERNEL_TIMEOUT_S = 60.0  # one kernel job: its build (when it has one), loading, inputs and the timing itself
@@ -80,7 +80,7 @@ class Measurer:
         # A GPU here times one kernel at a time: the kernels it is given to build are built first, on every core.
         self._builds_apart = uses_gpu(self.device_type) and rpc is None
         self._builders: WorkerPool | None = None  # started on the first such batch
-        self._cores = sorted(ORIGINAL_AFFINITY or range(os.cpu_count() or 1))
+        self._cores = cpus.usable()
         self.calibration: Calibration | None = None
         self.kind = "rpc" if rpc is not None else "local"
         servers = 0

@@ -36,7 +36,7 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.store.interface import RegistryStorage
-from registry.tvm_side import ORIGINAL_AFFINITY, predictor_blob, tvmlog
+from registry.tvm_side import cpus, predictor_blob, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
 
@@ -73,7 +73,7 @@ def xgboost_threads() -> int:
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return len(ORIGINAL_AFFINITY) or os.cpu_count() or 1
+    return cpus.count()
 
 
 # -- the training set ------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import GPU_KINDS, DeviceSpec
-from registry.tvm_side.compat import TVM_ERRORS, error_line, unpin
+from registry.tvm_side.compat import TVM_ERRORS, error_line
+from registry.tvm_side.cpus import unpin
 
 
 def canonical_target(target: Target | dict[str, Any] | str) -> dict[str, Any]:
