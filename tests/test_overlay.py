@@ -142,3 +142,23 @@ def test_a_record_naming_a_shared_donor_is_written_without_the_link(tmp_path):
     [written] = records(f"sqlite:///{tmp_path / 'local.db'}")
     assert (written.source, written.donor_record_id) == ("transferred", None)
     store.close()
+
+
+def test_the_overlay_composes_record_reads_and_leaves_the_rest_to_the_overlay(tmp_path):
+    """Each of RecordReads's methods is the overlay storage's own (merging both stores); every other storage method
+    is the overlay file's, bound to it; a name outside the protocol is an AttributeError, not forwarded."""
+    from registry.store.interface import RecordReads, RegistryStorage
+
+    Store(f"sqlite:///{tmp_path / 'shared.db'}").close()
+    store = open_overlay(f"sqlite:///{tmp_path / 'shared.db'}", str(tmp_path / "local.db"))
+    reads = {n for n in vars(RecordReads) if not n.startswith("_") and callable(vars(RecordReads)[n])}
+    every = reads | {n for n in vars(RegistryStorage) if not n.startswith("_") and callable(vars(RegistryStorage)[n])}
+    assert len(reads) == 13 and len(every) > 40
+    assert all(name in vars(OverlayStorage) for name in reads)
+    for name in every - set(vars(OverlayStorage)):
+        assert getattr(store, name).__self__ is store.overlay, name
+    assert store.registry_id() == store.overlay.registry_id() != store.shared.registry_id()
+    assert store.overlay.engine is not None
+    with pytest.raises(AttributeError):
+        store.engine  # noqa: B018 - the SQL store's own attribute, not a storage method
+    store.close()

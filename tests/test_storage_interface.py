@@ -56,8 +56,13 @@ def test_the_check_lets_the_interface_through():
 
 
 def _members() -> list[str]:
+    """The protocol's methods, those it takes from RecordReads included."""
     return [
-        name for name, value in vars(RegistryStorage).items() if not name.startswith("_") and inspect.isfunction(value)
+        name
+        for protocol in RegistryStorage.__mro__
+        if protocol.__name__ in ("RegistryStorage", "RecordReads")
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and inspect.isfunction(value)
     ]
 
 

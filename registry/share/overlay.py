@@ -34,34 +34,25 @@ from typing import Any
 
 from registry.store.interface import (
     DeviceRecords,
-    DeviceRow,
     DeviceSpec,
     DonorRecord,
     DonorRow,
     Effort,
     IndexedSet,
     IngestResult,
-    LookupFilter,
-    LookupRow,
-    ModelRow,
-    PlainTask,
-    PredictorInfo,
-    RecordHistory,
     RecordIn,
     RecordProvenance,
+    RecordReads,
     RegistryStorage,
     StoredPredictor,
     StoredRecord,
     StoredWorkload,
-    TaskRow,
-    TokenRow,
     TuningState,
     WorkloadIn,
     open_storage,
 )
 from registry.store.rows import IngestExtras
 from registry.store.validation import Problem
-from registry.store.values import ExchangeFilters
 
 # Shared rows' ids are shifted by this: far above any id a local SQLite file reaches, within FAISS's int64, and
 # readable: shared record 42 is 1000000000042.
@@ -83,7 +74,12 @@ def open_overlay(shared_url: str | None, overlay_path: str, trust: str = "import
 
 
 class OverlayStorage:
-    """``RegistryStorage`` over (overlay, shared): writes to the overlay, reads from both (see the module doc)."""
+    """``RegistryStorage`` over (overlay, shared): writes to the overlay, reads from both (see the module doc).
+
+    What it composes is ``RecordReads``, each method merging both stores' answers, and the writes that must not
+    carry a shared id into the overlay. Every other method of ``RegistryStorage`` (tokens, sync progress, verify,
+    schema, devices, lookup, stats, models and their history) is the overlay's own and answered by it alone
+    (``__getattr__``)."""
 
     def __init__(self, overlay: RegistryStorage, shared: RegistryStorage) -> None:
         self.overlay, self.shared = overlay, shared
@@ -96,6 +92,12 @@ class OverlayStorage:
     def close(self) -> None:
         self.overlay.close()
         self.shared.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what normal lookup did not find comes here: the storage methods this class does not compose.
+        if name in _OVERLAYS_OWN:
+            return getattr(self.overlay, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- mapping ids between the two databases ------------------------------------------------------------------
 
@@ -159,61 +161,10 @@ class OverlayStorage:
         ids = list(ids)
         return [i for i in ids if i < SHARED_BASE], [i - SHARED_BASE for i in ids if i >= SHARED_BASE]
 
-    # -- sharing and writes: the overlay's ----------------------------------------------------------------------
+    # -- writes: to the overlay, without shared ids ---------------------------------------------------------------
 
-    def registry_id(self) -> str:
-        return self.overlay.registry_id()
-
-    def read_exchange(
-        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
-    ) -> contextlib.AbstractContextManager:
-        return self.overlay.read_exchange(filters, after_id, limit)
-
-    # a server's tokens are the overlay's own, like everything not about a model run's records
-    def add_token(self, name: str, role: str, digest: str) -> None:
-        self.overlay.add_token(name, role, digest)
-
-    def tokens(self) -> list[TokenRow]:
-        return self.overlay.tokens()
-
-    def revoke_token(self, name: str) -> bool:
-        return self.overlay.revoke_token(name)
-
-    def token(self, digest: str) -> TokenRow | None:
-        return self.overlay.token(digest)
-
-    # a run's effort and leases live where its tasks are recorded: the overlay (runs sharing one overlay divide
-    # work; the shared registry's effort is not read)
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
         return self.overlay.efforts([w for w in workload_ids if w < SHARED_BASE], device_id)
-
-    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
-        return self.overlay.take_task(workload_id, device_id, holder, lease_s)
-
-    def renew_tasks(self, holder: str, lease_s: float) -> int:
-        return self.overlay.renew_tasks(holder, lease_s)
-
-    def save_effort(self, workload_id, device_id, holder, added, curve, plateau, lease_s) -> bool:
-        return self.overlay.save_effort(workload_id, device_id, holder, added, curve, plateau, lease_s)
-
-    def release_tasks(self, holder: str) -> int:
-        return self.overlay.release_tasks(holder)
-
-    def last_synced(self, source_id: str, filters_key: str) -> int:
-        return self.overlay.last_synced(source_id, filters_key)
-
-    # verify re-measures what the overlay imported: the shared registry is never written
-    def count_imported(self, device_id: int, model: str | None = None) -> int:
-        return self.overlay.count_imported(device_id, model)
-
-    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
-        return self.overlay.imported_ids(device_id, model, limit)
-
-    def claims(self, record_ids: Sequence[int]) -> list:
-        return self.overlay.claims(record_ids)
-
-    def record_verdicts(self, found: Sequence, at) -> None:
-        self.overlay.record_verdicts(found, at)
 
     def ingest(
         self,
@@ -232,82 +183,10 @@ class OverlayStorage:
     ) -> IngestResult:
         return self.overlay.ingest_batches(workloads, lambda: (self._local(b) for b in batches()), extras)
 
-    def record_model(
-        self,
-        name: str,
-        sha256: str,
-        input_shapes: dict[str, list[int]],
-        tasks: Sequence[tuple[WorkloadIn, str, int]],
-        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
-    ) -> int:
-        return self.overlay.record_model(name, sha256, input_shapes, tasks, plain)
-
-    def plain_tasks(self) -> list[PlainTask]:
-        return self.overlay.plain_tasks()
-
     def device_id(self, spec: DeviceSpec) -> int:
         found = self.overlay.device_id(spec)
         self._overlay_keys[found] = spec.key
         return found
-
-    def save_predictor(
-        self,
-        device_id: int,
-        kind: str,
-        blob: bytes,
-        metrics: dict[str, Any],
-        n_workloads: int,
-        n_records: int,
-        tvm_version: str,
-    ) -> int:
-        return self.overlay.save_predictor(device_id, kind, blob, metrics, n_workloads, n_records, tvm_version)
-
-    def schema_revision(self) -> str | None:
-        return self.overlay.schema_revision()
-
-    def upgrade_schema(self) -> tuple[str | None, str | None]:
-        return self.overlay.upgrade_schema()
-
-    # -- devices, lookup, models and their history: the overlay's own -------------------------------------------
-
-    def all_devices(self) -> list[DeviceRow]:
-        return self.overlay.all_devices()
-
-    def resolve_devices(self, selector: str) -> list[DeviceRow]:
-        return self.overlay.resolve_devices(selector)
-
-    def resolve_one_device(self, selector: str) -> DeviceRow:
-        return self.overlay.resolve_one_device(selector)
-
-    def devices(self) -> list[dict]:
-        return self.overlay.devices()
-
-    def lookup(self, f: LookupFilter) -> list[LookupRow]:
-        return self.overlay.lookup(f)
-
-    def stats(self) -> dict:
-        return self.overlay.stats()
-
-    def newest_record_id(self) -> int:
-        return self.overlay.newest_record_id()
-
-    def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
-        return self.overlay.find_models(selector, sha256)
-
-    def model_names(self, limit: int = 10) -> list[str]:
-        return self.overlay.model_names(limit)
-
-    def model_tasks(self, model_id: int) -> list[TaskRow]:
-        return self.overlay.model_tasks(model_id)
-
-    def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
-        return self.overlay.busiest_device(workload_ids)
-
-    def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
-        return self.overlay.record_history(workload_ids, device_id)
-
-    def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
-        return self.overlay.list_predictors(device_id)
 
     # -- rows named by id: from the database the id is of ------------------------------------------------------
 
@@ -424,3 +303,12 @@ class OverlayStorage:
     def indexed_embeddings(self) -> list[tuple[int, bytes]]:
         theirs = [(i + SHARED_BASE, e) for i, e in self.shared.indexed_embeddings()]
         return self.overlay.indexed_embeddings() + theirs
+
+
+def _methods(protocol: type) -> set[str]:
+    return {name for name, value in vars(protocol).items() if not name.startswith("_") and callable(value)}
+
+
+# RegistryStorage's methods beyond RecordReads, which the overlay answers alone. (Those OverlayStorage defines itself
+# never reach __getattr__.)
+_OVERLAYS_OWN = frozenset(_methods(RegistryStorage) - _methods(RecordReads))

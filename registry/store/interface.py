@@ -64,6 +64,7 @@ __all__ = [
     "RecordHistory",
     "RecordPoint",
     "RecordProvenance",
+    "RecordReads",
     "RegistryStorage",
     "Signature",
     "StoredPredictor",
@@ -81,8 +82,63 @@ __all__ = [
 Ident = tuple[str, str]  # a workload's (structural hash, module equality)
 
 
-class RegistryStorage(Protocol):
-    """A registry database. Every write is one transaction, all of it or nothing; ids are the database's own."""
+class RecordReads(Protocol):
+    """The reads that give a compilation or a tuning run its workloads and records back: the part of a storage that
+    two stores stacked (``registry.share.overlay``) answer together, each reply merged from both, as TVM's
+    ``OrderedUnionDatabase`` merges its databases' answers. Everything else a storage does (writes, tokens, sync
+    progress, verify, schema, lookup, models and their history) belongs to one store alone."""
+
+    # -- workloads and records, as TVM needs them back --------------------------------------------------------------
+
+    def workload_ids(self, idents: Sequence[Ident]) -> dict[Ident, int]:
+        """The ids of those of these workloads that are stored."""
+
+    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, StoredWorkload]:
+        """These workloads, with their modules."""
+
+    def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
+        """The ``k`` fastest ok records of a workload on a device, fastest first."""
+
+    def count_records(self, device_id: int) -> int:
+        """How many records a device has, failed ones included."""
+
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> AbstractContextManager[DeviceRecords]:
+        """A device's records (or each workload's best) with their workloads, as of one moment. A record whose row
+        cannot be used (registry.store.decode) is left out with a warning, or with ``unsound`` handed out with its
+        ``problem``."""
+
+    def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
+        """What earlier runs measured of a workload on a device: what tuning resumes from."""
+
+    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+        """The ``per_device`` best records of each workload on each device of a target kind."""
+
+    def ok_record_counts(self, device_id: int) -> dict[int, tuple[str, int]]:
+        """Workload id -> (task name, ok records) for every workload with ok records on a device."""
+
+    def latest_predictor(self, device_id: int, kind: str | None = None) -> StoredPredictor | None:
+        """The device's newest predictor (of ``kind``), blob included; None when it has none."""
+
+    def record_provenance(self, record_id: int) -> RecordProvenance:
+        """A record with its trace, workload module and provenance."""
+
+    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
+        """Records by id, with their workload's task name and embedding: the donors a report names."""
+
+    # -- the similarity index ----------------------------------------------------------------------------------------
+
+    def indexed_set(self) -> IndexedSet:
+        """A summary of the workloads with good records: what the similarity index must hold."""
+
+    def indexed_embeddings(self) -> list[tuple[int, bytes]]:
+        """(workload id, float32 embedding bytes) of every workload with good records, by id."""
+
+
+class RegistryStorage(RecordReads, Protocol):
+    """A registry database. Every write is one transaction, all of it or nothing; ids are the database's own. Its
+    reads of workloads and records are ``RecordReads``'s."""
 
     url: str  # the database URL, with its password: show it through ``registry.store.sql.engine.redact``
 
@@ -243,52 +299,8 @@ class RegistryStorage(Protocol):
         """The highest record id (0: none): records are only ever added, so what is derived from them (a model
         page) is current while it stays the same."""
 
-    def record_provenance(self, record_id: int) -> RecordProvenance:
-        """A record with its trace, workload module and provenance."""
-
-    # -- workloads and records, as TVM needs them back --------------------------------------------------------------
-
-    def workload_ids(self, idents: Sequence[Ident]) -> dict[Ident, int]:
-        """The ids of those of these workloads that are stored."""
-
-    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, StoredWorkload]:
-        """These workloads, with their modules."""
-
-    def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
-        """The ``k`` fastest ok records of a workload on a device, fastest first."""
-
-    def count_records(self, device_id: int) -> int:
-        """How many records a device has, failed ones included."""
-
-    def device_records(
-        self, device_id: int, *, best_only: bool = False, unsound: bool = False
-    ) -> AbstractContextManager[DeviceRecords]:
-        """A device's records (or each workload's best) with their workloads, as of one moment. A record whose row
-        cannot be used (registry.store.decode) is left out with a warning, or with ``unsound`` handed out with its
-        ``problem``."""
-
-    def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
-        """What earlier runs measured of a workload on a device: what tuning resumes from."""
-
-    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[DonorRecord]:
-        """The ``per_device`` best records of each workload on each device of a target kind."""
-
-    def ok_record_counts(self, device_id: int) -> dict[int, tuple[str, int]]:
-        """Workload id -> (task name, ok records) for every workload with ok records on a device."""
-
-    def latest_predictor(self, device_id: int, kind: str | None = None) -> StoredPredictor | None:
-        """The device's newest predictor (of ``kind``), blob included; None when it has none."""
-
     def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
         """Every predictor (of one device), without blobs, by device and version."""
-
-    # -- the similarity index ----------------------------------------------------------------------------------------
-
-    def indexed_set(self) -> IndexedSet:
-        """A summary of the workloads with good records: what the similarity index must hold."""
-
-    def indexed_embeddings(self) -> list[tuple[int, bytes]]:
-        """(workload id, float32 embedding bytes) of every workload with good records, by id."""
 
     # -- models and their history (``registry report``) --------------------------------------------------------------
 
@@ -310,9 +322,6 @@ class RegistryStorage(Protocol):
     def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
         """How these workloads improved on a device: each one's improving ok records, in the order they were
         written, and its count of ok records (``RecordHistory``)."""
-
-    def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
-        """Records by id, with their workload's task name and embedding: the donors a report names."""
 
 
 # The URL schemes (before any "+driver") of the databases the SQL implementation keeps a registry in.
