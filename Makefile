@@ -146,13 +146,13 @@ starter: install
 bench-starter: install
 	$(PY) bench/starter_bench.py --rounds 3
 
-# The starter bundle (built from the 8-model run of docs/BENCHMARKS.md: `bench/corpus/starter.py --work WORK`) on 6
-# corpus models outside it: the bundle alone, then a user's first transfer (tuning the tasks no donor helped, 32 trials).
+# The starter bundle on 6 corpus models outside it: `registry pull`, then a new user's first `registry transfer` with
+# every default (docs/BENCHMARKS.md, "The starter bundle: a new user's first transfer").
 OUTSIDE_MODELS := distilbert-l2-h128 t5-encoder-l2-d128 whisper-encoder-l2-d128 resnet-bottleneck-w64 mobilenetv2-0.35 \
 	ppocr-v5-det
 bench-starter-corpus: install
-	$(PY) bench/starter_bench.py --corpus $(OUTSIDE_MODELS) --out bench/results/starter_corpus.json
-	$(PY) bench/starter_bench.py --corpus $(OUTSIDE_MODELS) --tune-trials 32 --out bench/results/starter_corpus_t32.json
+	$(PY) bench/starter_bench.py --corpus $(OUTSIDE_MODELS) --every-default --rounds 3 \
+		--out bench/results/starter_first_transfer.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache examples
