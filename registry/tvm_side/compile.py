@@ -41,6 +41,7 @@ from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
+from registry.tvm_side.batch_norms import batch_norms_into_convolutions
 from registry.tvm_side.compat import TVM_ERRORS
 from registry.tvm_side.transposed_convolutions import transposed_convolutions_as_matmuls
 from registry.tvm_side.transposes import (
@@ -57,10 +58,12 @@ LAYOUT_FREE = "layout_free_buffers"  # the function attribute RewriteLayout read
 
 def model_passes(target: Target, exact_math: bool = False) -> tvm.transform.Pass:
     """The registry's rewriting of a model (a Relax module as ``from_onnx`` makes it) into the kernels it tunes and
-    compiles: fast math (CPU, unless ``exact_math``), channels-last convolutions (CPU, where the model converts
-    cleanly), operators lowered and fused as ``compile_relax`` fuses them, convolutions' weights layout-free (CPU).
-    Run within the target's context."""
-    passes = []
+    compiles: batch norms folded into their convolutions, fast math (CPU, unless ``exact_math``), channels-last
+    convolutions (CPU, where the model converts cleanly), operators lowered and fused as ``compile_relax`` fuses them,
+    convolutions' weights layout-free (CPU). Run within the target's context."""
+    # First, on every target: a module from TVM's own from_onnx then has the kernels of the CLI's, whose ONNX
+    # preparation folded its batch norms before import (batch_norms.py).
+    passes = [_pass("BatchNormsIntoConvolutions", batch_norms_into_convolutions)]
     if _layout_free_here(target) and not exact_math:
         passes.append(_pass("FastMath", fast_math))
     if _layout_free_here(target):
