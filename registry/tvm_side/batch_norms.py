@@ -58,6 +58,7 @@ def _folded(norm, conv, biased, bias_given):
         (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")
         or int(norm.attrs.axis) != 1
         or bool(norm.attrs.training)
+        or not (bool(norm.attrs.center) and bool(norm.attrs.scale))  # gamma and beta both applied, as from_onnx has it
         or conv.ty.dtype != "float32"
     ):
         return None
