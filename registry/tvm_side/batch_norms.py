@@ -6,9 +6,9 @@ with its weights scaled and its bias shifted. The CLI folds them in the ONNX gra
 still there. Its kernels are then not those the registry tuned (a bare ``conv2d``, then a batch norm fused with
 what follows, instead of ``conv2d_add``), and keep TVM's default schedules: PaddleOCR det through the Python API ran
 1.12x the CLI's library for 3 such tasks of its 65. Folded here, in the form ``from_onnx`` gives a ``Conv`` with a
-bias, the API's kernels are the CLI's. TVM's own ``FoldBatchnormToConv2D`` misses a convolution with a bias and
-builds its arithmetic as Relax calls that ``FoldConstant`` could not legalize on a YOLOv8n; this computes it once,
-in numpy.
+bias, the API's kernels are the CLI's. TVM's own ``FoldBatchnormToConv2D`` misses a convolution with a bias (from_onnx
+writes it as ``add(conv2d, bias)`` before the norm) and leaves its arithmetic as Relax calls for ``FoldConstant``;
+this folds both forms, computing the weights once in numpy.
 """
 
 from __future__ import annotations
