@@ -58,20 +58,17 @@ LAYOUT_FREE = "layout_free_buffers"  # the function attribute RewriteLayout read
 
 def model_passes(target: Target, exact_math: bool = False) -> tvm.transform.Pass:
     """The registry's rewriting of a model (a Relax module as ``from_onnx`` makes it) into the kernels it tunes and
-    compiles: batch norms folded into their convolutions, channels-last convolutions (CPU, where the model converts
-    cleanly), fast math (CPU, unless ``exact_math``), operators lowered and fused as ``compile_relax`` fuses them,
+    compiles: batch norms folded into their convolutions, fast math (CPU, unless ``exact_math``), channels-last
+    convolutions (CPU, where the model converts cleanly), operators lowered and fused as ``compile_relax`` fuses them,
     convolutions' weights layout-free (CPU). Run within the target's context."""
     # First, on every target: a module from TVM's own from_onnx then has the kernels of the CLI's, whose ONNX
     # preparation folded its batch norms before import (batch_norms.py).
     passes = [_pass("BatchNormsIntoConvolutions", batch_norms_into_convolutions)]
-    if _layout_free_here(target):
-        passes.append(_pass("TransposedConvolutionsAsMatmuls", transposed_convolutions_as_matmuls))
-    passes.append(_pass("ChannelsLast", lambda mod: _channels_last(mod, target)))
-    # After the layout: fast math makes its functions TIR calls, which ConvertLayout would wrap in transposes (a
-    # YOLO's SiLU epilogues then no longer fused with their convolutions).
     if _layout_free_here(target) and not exact_math:
         passes.append(_pass("FastMath", fast_math))
-    passes += _fusion(target)
+    if _layout_free_here(target):
+        passes.append(_pass("TransposedConvolutionsAsMatmuls", transposed_convolutions_as_matmuls))
+    passes += [_pass("ChannelsLast", lambda mod: _channels_last(mod, target)), *_fusion(target)]
     passes.append(_pass("LayoutFreeConvolutions", lambda mod: _layout_free_convolutions(mod, target)))
     return tvm.transform.Sequential(passes, name="registry.model_passes")
 
@@ -143,8 +140,8 @@ def _pass(name: str, rewrite) -> tvm.transform.Pass:
 
 
 def fast_math(mod: IRModule) -> IRModule:
-    """``mod`` with erf, exp, tanh and softmax as TVM's fast approximations (``topi.fast_erf``, ...), after sigmoids
-    became exponentials (``exponential_sigmoids``) and powers by 2, 3 or 4 products (``integer_powers``). For a CPU.
+    """``mod`` with erf, exp, tanh and softmax as TVM's fast approximations (``topi.fast_erf``, ...), after powers by
+    2, 3 or 4 became products (``integer_powers``). For a CPU.
 
     LLVM lowers ``erf`` to a call of libm's ``erff`` per element, which does not vectorize: 6.4 µs for 1,024
     elements against 0.26 µs for ``fast_erf`` (AMD EPYC, AVX-512). In a GELU transformer that call outweighs the
@@ -153,33 +150,7 @@ def fast_math(mod: IRModule) -> IRModule:
     onnxruntime approximates the same functions, and the models' outputs differ from onnxruntime's no more than the
     exact build's do. On a GPU erf, exp and tanh are fast intrinsics already: ``model_passes`` leaves them.
     """
-    return relax.transform.FastMathTransform()(integer_powers(exponential_sigmoids(mod)))
-
-
-def exponential_sigmoids(mod: IRModule) -> IRModule:
-    """``mod`` with each float32 ``sigmoid(x)`` written as ``1 / (1 + exp(-x))`` and ``silu(x)`` as
-    ``x / (1 + exp(-x))``: ``FastMathTransform`` then computes them with ``fast_exp``, which it has no rule for.
-
-    LLVM lowers TIR's ``sigmoid`` to a call of libm's ``expf`` per element, which does not vectorize: a SiLU over
-    102,400 elements took 326 µs, 55 µs with ``fast_exp`` (AMD EPYC, AVX-512). A YOLO's SiLUs sit in the epilogues
-    of its convolutions: 3.4 million elements of them in a YOLOv8n at 320x320, some 9 ms of its 31 ms. The
-    exponential form keeps a sigmoid's relative precision where x is very negative, which ``0.5 + 0.5 tanh(x / 2)``
-    would round to zero.
-    """
-    from tvm.relax.dpl import is_op, wildcard
-
-    x = wildcard()
-    pattern = is_op("relax.sigmoid")(x) | is_op("relax.nn.silu")(x)
-
-    def rewrite(call, matched):
-        value = matched[x]
-        if str(call.ty.dtype) != "float32":
-            return call
-        one = relax.const(1.0, "float32")
-        denominator = relax.op.add(one, relax.op.exp(relax.op.negative(value)))
-        return relax.op.divide(one if call.op.name == "relax.sigmoid" else value, denominator)
-
-    return rewrite_calls(mod, pattern, rewrite, "ExponentialSigmoids")
+    return relax.transform.FastMathTransform()(integer_powers(mod))
 
 
 _MAX_POWER = 4  # x**4 is 3 multiplications; beyond that, rounding grows and such exponents are rare in models
