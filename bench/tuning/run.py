@@ -50,21 +50,17 @@ SHAPE = {"bert": {"seq": 32}, "cnn": {"image": 64}}
 PLAIN_BATCH = 32
 
 
-def load(name: str, target):
-    """The model as `registry tune` takes it for ``target`` (fast math on a CPU), for plain and registry alike."""
-    from dataclasses import replace
-
+def load(name: str, _target=None):
+    """The model as `registry tune` takes it, for plain and registry alike: the registry's pipeline
+    (``compile.model_passes``, which ``task_module`` and ``compile_model`` run) makes its fast math on a CPU, after
+    its channels-last conversion."""
     from bench.corpus.catalogue import BY_NAME, materialize
-    from registry.tvm_side.compile import fast_math
     from registry.tvm_side.frontend import load_onnx
 
     if name in BY_NAME:
-        loaded = load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name)
-    else:
-        kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
-        loaded = load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
-    # plain tune_relax gets the module fast math made, as `registry tune`'s pipeline makes it on a CPU
-    return replace(loaded, mod=fast_math(loaded.mod)) if target.kind.name == "llvm" else loaded
+        return load_onnx(materialize(BY_NAME[name]), BY_NAME[name].shapes, name=name)
+    kwargs = SHAPE["bert" if name.startswith("bert") else "cnn"] if name != "mlp" else {}
+    return load_onnx(zoo.ZOO[name](**kwargs).SerializeToString(), name=name)
 
 
 def _now() -> dt.datetime:
