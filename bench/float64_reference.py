@@ -1,0 +1,138 @@
+"""How far each float32 evaluation of a corpus model lies from a float64 one (issue 38's output target).
+
+    .venv/bin/python bench/float64_reference.py [NAME ...]    # corpus names (make corpus)
+
+Issue 38 asks every tuned model's output within 1e-4 of onnxruntime's. A detector's box coordinates reach its input's
+size (a YOLOv8n at 320x320 writes values up to 321), where one float32 rounding is 3e-5: a few roundings apart is
+1e-4. This puts the difference in scale. On the seeded inputs the benchmarks use, the largest absolute difference of
+the first output from the same graph evaluated in float64 (TVM's plain build of the model with every initializer,
+constant and cast in float64), for:
+- onnxruntime, all graph optimizations (as bench/cnn_bench.py times it), and with none;
+- TVM's plain float32 build (``relax.build``, exact math, no schedules);
+- the registry's pipeline with no records (``compile_model`` over an empty database: batch norms folded, fast math,
+  channels-last where the model converts; TVM's default schedules).
+A tuned schedule sums in another order again, so it moves the registry's figure by a rounding or so, not its scale.
+
+Writes bench/results/float64-reference.json (machine, commit, date) and prints a table for docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
+
+MODELS = ["nudenet-yolov8n-320", "ppocr-v4-det", "mobilenetv2-0.35"]
+
+
+def as_float64(model):
+    """A copy of an ONNX model computing in float64: initializers, constants, casts to float and declared types."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    wide = lambda t: numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)  # noqa: E731
+    for init in graph.initializer:
+        if init.data_type == TensorProto.FLOAT:
+            init.CopyFrom(wide(init))
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.type.tensor_type.elem_type == TensorProto.FLOAT:
+            info.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
+                attr.i = TensorProto.DOUBLE
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT:
+                attr.t.CopyFrom(wide(attr.t))
+    return copy
+
+
+def errors(name: str) -> dict:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.s_tir import meta_schedule as ms
+
+    from bench.corpus.ort_reference import session
+    from registry.tvm_side import onnx_prep
+    from registry.tvm_side.compile import compile_model
+    from registry.tvm_side.onnx_inputs import input_specs, make_inputs
+    from registry.tvm_side.target import host_target
+
+    entry = BY_NAME[name]
+    path = materialize(entry)
+    model = onnx.load(str(path))
+    shapes = onnx_prep.fixed_input_shapes(model, entry.shapes)
+    feeds = make_inputs(input_specs(model, shapes), 0)
+    prepared = onnx_prep.prepare(onnx.load(str(path)), shapes, name)
+    names = [i.name for i in prepared.graph.input if i.name in feeds]
+    target = host_target()
+
+    def run(exe, dtype):
+        vm = relax.VirtualMachine(exe, tvm.cpu())
+        out = vm["main"](*[tvm.runtime.tensor(feeds[n].astype(dtype)) for n in names])
+        return (out if hasattr(out, "numpy") else out[0]).numpy().astype(np.float64)
+
+    imported = lambda m: from_onnx(m, shape_dict=shapes, keep_params_in_input=False)  # noqa: E731
+    reference = run(relax.build(imported(as_float64(prepared)), target), "float64")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unoptimized = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    outputs = {
+        "onnxruntime": session(path).run(None, feeds)[0].astype(np.float64),
+        "onnxruntime, no graph optimizations": unoptimized.run(None, feeds)[0].astype(np.float64),
+        "TVM plain float32": run(relax.build(imported(prepared), target), "float32"),
+        "registry pipeline, no records": run(
+            compile_model(ms.database.MemoryDatabase(), imported(prepared), target), "float32"
+        ),
+    }
+    largest = lambda a, b: float(np.abs(a - b).max())  # noqa: E731
+    return {
+        "model": name,
+        "largest_output": float(np.abs(reference).max()),
+        "vs_float64": {k: largest(v, reference) for k, v in outputs.items()},
+        "vs_onnxruntime": {k: largest(v, outputs["onnxruntime"]) for k, v in outputs.items() if k != "onnxruntime"},
+    }
+
+
+def table(rows: list[dict]) -> str:
+    kinds = list(rows[0]["vs_float64"])
+    lines = [
+        "| model | largest output | " + " | ".join(f"{k} vs float64" for k in kinds) + " | registry vs onnxruntime |",
+        "|---|---|" + "---|" * len(kinds) + "---|",
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r['vs_float64'][k]:.1e}" for k in kinds)
+        lines.append(
+            f"| {r['model']} | {r['largest_output']:.3g} | {cells} "
+            f"| {r['vs_onnxruntime']['registry pipeline, no records']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=MODELS)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "float64-reference.json")
+    args = parser.parse_args()
+    rows = [errors(name) for name in args.names]
+    args.out.write_text(json.dumps(stamped({"rows": rows}), indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
