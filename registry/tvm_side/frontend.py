@@ -61,7 +61,8 @@ def load_onnx(
     except Exception as e:  # noqa: BLE001
         raise BadInputError(f"{where}: TVM cannot import this model: {error_line(e)}") from None
     bounds = {spec.name: _bound(spec) for spec in input_specs(model, shapes)}
-    return LoadedModel(label, hashlib.sha256(data).hexdigest(), shapes, onnx_prep.input_dtypes(model), mod, bounds)
+    digest = hashlib.sha256(data).hexdigest()
+    return LoadedModel(label, digest, shapes, onnx_prep.input_dtypes(model), mod, bounds=bounds)
 
 
 def _bound(spec: InputSpec) -> Bound | None:
