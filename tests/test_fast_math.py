@@ -1,7 +1,6 @@
-"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations, sigmoids kernels of fast_exp
-(``sigmoid_kernels``), and powers by 2-4 multiplications (``registry.tvm_side.compile.fast_math`` and
-``model_passes``, the pipeline every door runs), unless the user asks for exact ones; the approximations keep the
-model's outputs, and a GPU module is left alone. Real TVM."""
+"""Fast math on a CPU: erf, exp, tanh and softmax become TVM's approximations, and powers by 2-4 multiplications
+(``registry.tvm_side.compile.fast_math``, in the pipeline every door runs), unless the user asks for exact ones; the
+approximations keep the model's outputs, and a GPU module is left alone. Real TVM."""
 
 from __future__ import annotations
 
@@ -131,80 +130,6 @@ def test_transfer_compiles_what_the_flag_asks_for(tmp_path, sqlite_url, flags, e
     names = [t["name"] for t in report["tasks"]]
     assert any(erf in n for n in names) and (erf == "fast_erf" or not any("fast_" in n for n in names)), names
     assert report["final_ms"] is not None, report["errors"]
-
-
-def _conv_silu_onnx() -> bytes:
-    """A 3x3 convolution and a SiLU (ONNX's Sigmoid and Mul), as every layer of a YOLO has them."""
-    rng = np.random.default_rng(3)
-    w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype("float32") / 8, "w")
-    b = numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "b")
-    nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1]),
-        helper.make_node("Sigmoid", ["z"], ["s"]),
-        helper.make_node("Mul", ["z", "s"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "conv-silu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
-        [w, b],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-
-
-def _kernels(mod) -> list[str]:
-    return [gv.name_hint for gv in mod.functions if gv.name_hint != "main"]
-
-
-def test_a_sigmoid_is_a_fast_exp_kernel_of_its_own_after_its_convolution():
-    """TIR's sigmoid is a scalar call of libm's expf per element: fast math makes it a kernel computing
-    1/(1+fast_exp(-x)), fused with the multiply after it but not into the convolution before it (fast_exp in a
-    convolution's epilogue made its schedules slow to build); exact math keeps TIR's sigmoid in the convolution."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from registry.tvm_side.compile import compile_model, task_module
-    from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.target import host_target
-
-    target = host_target()
-    loaded = load_onnx(_conv_silu_onnx(), name="m")
-    fast = _kernels(task_module(loaded.mod, target))
-    convolutions = [k for k in fast if "conv2d" in k]
-    assert len(convolutions) == 1 and "sigmoid" not in convolutions[0] and "exp" not in convolutions[0], fast
-    assert any("fast_sigmoid" in k and "multiply" in k for k in fast), fast
-    exact = _kernels(task_module(loaded.mod, target, exact_math=True))
-    assert any("conv2d" in k and "sigmoid" in k for k in exact) and not any("fast_" in k for k in exact), exact
-
-    import tvm
-    from tvm import relax
-
-    x = tvm.runtime.tensor(np.random.default_rng(4).standard_normal((1, 8, 12, 12)).astype("float32") * 4)
-    outputs = []
-    for exact_math in (True, False):
-        exe = compile_model(ms.database.MemoryDatabase(), loaded.mod, target, exact_math)
-        outputs.append(relax.VirtualMachine(exe, tvm.cpu())["main"](x).numpy())
-    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-6, atol=1e-6)
-
-
-def test_a_relax_silu_becomes_a_fast_silu_kernel():
-    from tvm import relax
-
-    from registry.tvm_side.compile import sigmoid_kernels
-    from registry.tvm_side.target import host_target
-
-    builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((4, 256), "float32"))
-    with builder.function("main", [x]):
-        with builder.dataflow():
-            y = builder.emit_output(relax.op.nn.silu(x))
-        builder.emit_func_output(y)
-    mod = builder.get()
-    fast = sigmoid_kernels(mod)
-    assert _kernels(fast) == ["fast_silu"] and "R.nn.silu" not in fast.script(), fast.script()
-    data = np.linspace(-100, 100, 1024, dtype="float32").reshape(4, 256)  # fast_exp clamps its input: no inf, no NaN
-    want, got = _run(mod, host_target(), data), _run(fast, host_target(), data)
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_a_loaded_model_is_fast_math_and_keeps_its_inputs_bounds():

@@ -68,10 +68,7 @@ def model_passes(target: Target, exact_math: bool = False) -> tvm.transform.Pass
         passes.append(_pass("FastMath", fast_math))
     if _layout_free_here(target):
         passes.append(_pass("TransposedConvolutionsAsMatmuls", transposed_convolutions_as_matmuls))
-    passes.append(_pass("ChannelsLast", lambda mod: _channels_last(mod, target)))
-    if _layout_free_here(target) and not exact_math:  # after the layout: ConvertLayout cannot see into the kernels
-        passes.append(_pass("SigmoidKernels", sigmoid_kernels))
-    passes += _fusion(target)
+    passes += [_pass("ChannelsLast", lambda mod: _channels_last(mod, target)), *_fusion(target)]
     passes.append(_pass("LayoutFreeConvolutions", lambda mod: _layout_free_convolutions(mod, target)))
     return tvm.transform.Sequential(passes, name="registry.model_passes")
 
@@ -154,54 +151,6 @@ def fast_math(mod: IRModule) -> IRModule:
     exact build's do. On a GPU erf, exp and tanh are fast intrinsics already: ``model_passes`` leaves them.
     """
     return relax.transform.FastMathTransform()(integer_powers(mod))
-
-
-def sigmoid_kernels(mod: IRModule) -> IRModule:
-    """``mod`` with each float32 ``sigmoid(x)`` a kernel computing ``1 / (1 + fast_exp(-x))`` (``silu(x)``: ``x /
-    (1 + fast_exp(-x))``), which fuses with the elementwise operators after it but not into the convolution before
-    it. For a CPU, after the layout is chosen (``ConvertLayout`` cannot see into a kernel).
-
-    LLVM lowers TIR's ``sigmoid`` to a call of libm's ``expf`` per element, which does not vectorize: a SiLU over
-    102,400 floats took 326 µs, 55 µs with ``fast_exp`` (AMD EPYC, AVX-512). A YOLOv8n at 320x320 has 3.4 million
-    sigmoid elements, in the epilogues of its convolutions. Fused there, ``fast_exp``'s two dozen operations made the
-    tuned convolutions slow to build (48 trials of a YOLOv8n seeded from the starter bundle took 196 s against 62 s
-    from an empty registry; ``registry tune --budget 10m`` measured 80 candidates where it had measured 764), so
-    the kernel is marked injective: ``FuseOps`` fuses a convolution only with elementwise and broadcast operators
-    after it. The exponential form keeps a sigmoid's relative precision where x is very negative.
-    """
-    from tvm import te, topi
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    sigmoid, silu = tvm.ir.Op.get("relax.sigmoid"), tvm.ir.Op.get("relax.nn.silu")
-    one = tvm.tirx.const(1.0, "float32")
-
-    def kernel(x, gated: bool):
-        exponential = topi.fast_exp(topi.negative(x))
-        return te.compute(x.shape, lambda *i: (x(*i) if gated else one) / (exponential(*i) + one), name="T_sigmoid")
-
-    @mutator
-    class Sigmoids(PyExprMutator):
-        def visit_call_(self, call):
-            call = self.visit_expr_post_order(call)
-            if call.op not in (sigmoid, silu) or str(call.ty.dtype) != "float32":
-                return call
-            gated = call.op == silu
-            name = SIGMOID_KERNELS[gated]
-            return self.builder_.call_te(lambda x: kernel(x, gated), call.args[0], primfunc_name_hint=name)
-
-    mutated = Sigmoids(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutated.builder_.update_func(gv, mutated.visit_expr(func))
-    result = mutated.builder_.get()
-    for gv, func in result.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and gv.name_hint.startswith(SIGMOID_KERNELS):
-            result[gv] = func.with_attr("op_pattern", _INJECTIVE)
-    return result
-
-
-SIGMOID_KERNELS = ("fast_sigmoid", "fast_silu")  # by whether the kernel multiplies by x
-_INJECTIVE = 2  # TVM's OpPatternKind: FuseOps fuses a convolution with kElemWise (0) and kBroadcast (1) after it
 
 
 _MAX_POWER = 4  # x**4 is 3 multiplications; beyond that, rounding grows and such exponents are rare in models
