@@ -52,8 +52,7 @@ PLAIN_BATCH = 32
 
 def load(name: str, _target=None):
     """The model as `registry tune` takes it, for plain and registry alike: the registry's pipeline
-    (``compile.model_passes``, which ``task_module`` and ``compile_model`` run) makes its fast math on a CPU, after
-    its channels-last conversion."""
+    (``compile.model_passes``, which ``task_module`` and ``compile_model`` run) makes its fast math on a CPU."""
     from bench.corpus.catalogue import BY_NAME, materialize
     from registry.tvm_side.frontend import load_onnx
 

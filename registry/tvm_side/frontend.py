@@ -23,9 +23,10 @@ class LoadedModel:
     input_shapes: dict[str, list[int]]
     input_dtypes: dict[str, str]
     mod: IRModule  # as from_onnx returns it: tvm_side/compile.py's model_passes rewrite it, for tasks and compile
-    exact_math: bool = False  # keep erf, exp, tanh, softmax exact (model_passes' fast math is off)
+    # Keyword-only: passed by position, bounds once landed in exact_math.
+    exact_math: bool = field(default=False, kw_only=True)  # keep erf, exp, tanh, softmax exact (no fast math)
     # Values of the integer inputs: token ids within their embedding table (registry.tvm_side.onnx_inputs), masks ones.
-    bounds: dict[str, Bound | None] = field(default_factory=dict)
+    bounds: dict[str, Bound | None] = field(default_factory=dict, kw_only=True)
 
     @property
     def inputs(self) -> list[ModelInput]:
