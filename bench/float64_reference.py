@@ -60,7 +60,6 @@ def as_float64(model):
 def errors(name: str) -> dict:
     import numpy as np
     import onnx
-    import onnxruntime as ort
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
@@ -88,13 +87,9 @@ def errors(name: str) -> dict:
 
     imported = lambda m: from_onnx(m, shape_dict=shapes, keep_params_in_input=False)  # noqa: E731
     reference = run(relax.build(imported(as_float64(prepared)), target), "float64")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    unoptimized = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     outputs = {
         "onnxruntime": session(path).run(None, feeds)[0].astype(np.float64),
-        "onnxruntime, no graph optimizations": unoptimized.run(None, feeds)[0].astype(np.float64),
+        "onnxruntime, no graph optimizations": session(path, optimize=False).run(None, feeds)[0].astype(np.float64),
         "TVM plain float32": run(relax.build(imported(prepared), target), "float32"),
         "registry pipeline, no records": run(
             compile_model(ms.database.MemoryDatabase(), imported(prepared), target), "float32"

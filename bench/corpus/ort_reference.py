@@ -37,14 +37,17 @@ def session(
     inter_threads: int = 1,
     profile_prefix: str | None = None,
     optimized_path: str | None = None,
+    optimize: bool = True,
 ) -> ort.InferenceSession:
     """``profile_prefix``: onnxruntime's own profiler on, writing there (bench/tuning/gap.py); ``optimized_path``:
-    the graph its optimizer made is saved there (bench/cnn_bench.py)."""
+    the graph its optimizer made is saved there (bench/cnn_bench.py); ``optimize``: all graph optimizations, else
+    none (bench/float64_reference.py)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_threads
     options.inter_op_num_threads = inter_threads
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel
+    options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     options.log_severity_level = 3  # no warnings about unused initializers in exported files
     if profile_prefix:
         options.enable_profiling, options.profile_file_prefix = True, profile_prefix

@@ -73,7 +73,7 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
         return {"model": name, "plain_error": error_line(e)[:300]}
     ours = registry_tune(name, work, share * base["seconds"])
     plain_store, our_store = Store(f"sqlite:///{base['db']}"), Store(f"sqlite:///{ours['db']}")
-    loaded = load(name, target)
+    loaded = load(name)
     tasks = _task_weights(plain_store, loaded, target)
     with Measurer(target) as measurer:
         timings = measurer.kernels([module_job(default_schedule(mod, target), target) for _, _, mod in tasks.values()])

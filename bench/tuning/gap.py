@@ -91,7 +91,7 @@ def applied_schedules(name: str, db: Path, target) -> dict:
     from registry.tvm_side.target import runtime_threads
 
     store = Store(f"sqlite:///{db}")
-    loaded = load(name, target)
+    loaded = load(name)
     tasks = extract(store, loaded, target)
     database = RegistryDatabase(target, store, num_threads=runtime_threads())
     jobs, applied = [], []

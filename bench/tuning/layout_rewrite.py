@@ -150,7 +150,7 @@ def main() -> int:
     from registry.tvm_side.target import host_target
 
     target = host_target()
-    loaded = load(args.model, target)
+    loaded = load(args.model)
     result: dict = {"model": args.model, "trials": args.trials, "variants": {}}
     builds = {}
     for variant in args.variants:

@@ -50,7 +50,7 @@ SHAPE = {"bert": {"seq": 32}, "cnn": {"image": 64}}
 PLAIN_BATCH = 32
 
 
-def load(name: str, _target=None):
+def load(name: str):
     """The model as `registry tune` takes it, for plain and registry alike: the registry's pipeline
     (``compile.model_passes``, which ``task_module`` and ``compile_model`` run) makes its fast math on a CPU."""
     from bench.corpus.catalogue import BY_NAME, materialize
@@ -88,7 +88,7 @@ def plain(
     db_path = work / f"{stem}.db"
     db_path.unlink(missing_ok=True)
     store = Store(f"sqlite:///{db_path}")
-    loaded = load(name, target)
+    loaded = load(name)
     tasks = extract(store, loaded, target)
     trials = total or trials_per_task * len(tasks)
     print(f"plain tune_relax {name}: {len(tasks)} tasks, {trials} trials", flush=True)
@@ -137,7 +137,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
     predictor.save(store, device_id, model, metrics)
     train_s = time.perf_counter() - t0
     print(f"registry tune {name} (registry of {donor}; predictor trained in {train_s:.0f} s)", flush=True)
-    loaded = load(name, target)
+    loaded = load(name)
     n_tasks = len(_task_weights(store, loaded, target))
     options = ModelTuneOptions(engine=TuneOptions(trials=trials_per_task * n_tasks))
     started = _now()
@@ -209,7 +209,7 @@ def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, bu
     copy_sqlite(work / f"plain-{donor}.db", db_path)
     print(f"registry transfer {name} (registry of {donor}, {budget} candidates per task)", flush=True)
     start = time.perf_counter()
-    report = transfer(Store(f"sqlite:///{db_path}"), load(name, target), target, threads,
+    report = transfer(Store(f"sqlite:///{db_path}"), load(name), target, threads,
                       TransferOptions(candidates=budget, tune_trials=0))  # fmt: skip
     return {"donor": donor, "seconds": time.perf_counter() - start, "budget": budget, "db": str(db_path),
             "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
@@ -228,7 +228,7 @@ def compare(name: str, donor: str, work: Path, tpt: int, target, threads: int, d
     plain(donor, work, tpt, target, threads)
     ours = registry_run(name, donor, work, tpt, target, threads)
     plain_store, our_store = Store(f"sqlite:///{work / f'plain-{name}.db'}"), Store(f"sqlite:///{ours['db']}")
-    loaded = load(name, target)
+    loaded = load(name)
     tasks = _task_weights(plain_store, loaded, target)
     with Measurer(target) as measurer:
         timings = measurer.kernels([module_job(default_schedule(mod, target), target) for _, _, mod in tasks.values()])

@@ -85,7 +85,7 @@ def trial_curve(db: Path, name: str, target, device_id: int, defaults: dict[str,
     from registry.store.sql.store import Store
 
     store = Store(f"sqlite:///{db}")
-    tasks = _task_weights(store, load(name, target), target)  # workload id -> (task name, weight, mod)
+    tasks = _task_weights(store, load(name), target)  # workload id -> (task name, weight, mod)
     best = {wid: defaults[n] for wid, (n, _, _) in tasks.items()}
     weight = {wid: w for wid, (_, w, _) in tasks.items()}
     with store.read() as s:
@@ -150,7 +150,7 @@ def model(name: str, pair: str, trials: int, work: Path) -> dict:
     new_target = target_from_option(pair_devices["new"][0])
     base = plain(name, work, 0, new_target, pair_devices["new"][1], total=trials)
     plain_store = Store(f"sqlite:///{base['db']}")
-    loaded = load(name, new_target)
+    loaded = load(name)
     tasks = _task_weights(plain_store, loaded, new_target)
     with Measurer(new_target, pair_devices["new"][1]) as measurer:
         timings = measurer.kernels(
