@@ -12,6 +12,8 @@ from tvm.ir import IRModule
 from tvm.runtime import Module
 from tvm.target import Target
 
+from registry.tvm_side import sigmoid  # noqa: F401  (registers TVM's sigmoid lowering: sigmoid.py)
+
 
 def build_module(mod: IRModule, target: Target, _params=None) -> Module:
     """MetaSchedule's default build, minus the tensor-intrinsics import."""

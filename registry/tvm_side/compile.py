@@ -41,6 +41,7 @@ from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
+from registry.tvm_side import sigmoid  # noqa: F401  (the vectorizable sigmoid: sigmoid.py)
 from registry.tvm_side.batch_norms import batch_norms_into_convolutions
 from registry.tvm_side.compat import TVM_ERRORS
 from registry.tvm_side.transposed_convolutions import transposed_convolutions_as_matmuls

@@ -19,6 +19,8 @@ from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
+from registry.tvm_side import sigmoid  # noqa: F401  (registers TVM's sigmoid lowering: sigmoid.py)
+
 RTOL = 1e-3  # of the largest output magnitude: a reordered float32 reduction differs by far less
 
 
