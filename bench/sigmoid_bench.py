@@ -1,11 +1,13 @@
 """The vectorizable sigmoid (registry/tvm_side/sigmoid.py) against TVM's libm one, on whole SiLU CNNs: one registry's
 records, the model compiled both ways in one process, both and onnxruntime timed in turn in one run.
 
-    .venv/bin/python bench/sigmoid_bench.py [--db registry.db] [--rounds 5] [NAME ...]
+    .venv/bin/python bench/sigmoid_bench.py [--dbs bench/work/cnn/starter] [--rounds 5] [NAME ...]
 
-Without ``--db``, each model's records are the starter bundle's (a fresh registry after ``registry pull``, in
-bench/work/sigmoid/). The lowering is global to a process once registered, so the libm build is compiled first,
-with the registry's module replaced by an empty one, then the module is loaded and the second build compiled.
+Each model's records are those ``bench/cnn_bench.py`` tuned for it on this machine (``--dbs``: the folder of its
+registries, NAME.db; run it first): a pulled bundle's records are another machine's, transfer donors only, and a
+model compiled without records of this machine runs TVM's default schedules. The lowering is global to a process
+once registered, so the libm build is compiled first, with the registry's module replaced by an empty one, then the
+module is loaded and the second build compiled.
 Writes bench/results/sigmoid.json (machine, commit, date).
 """
 
@@ -15,7 +17,6 @@ import argparse
 import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -29,14 +30,6 @@ from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 
 MODELS = ["nudenet-yolov8n-320", "ddddocr-det", "ppocr-v4-det"]  # 3.4 M, 9.5 M and 50 K sigmoid elements
-REGISTRY = str(Path(sys.executable).with_name("registry"))
-
-
-def starter_db(name: str, work: Path) -> Path:
-    db = work / f"{name}.db"
-    if not db.exists():
-        subprocess.run([REGISTRY, "--db", str(db), "pull"], check=True, stdout=subprocess.DEVNULL)
-    return db
 
 
 def register_vectorizable_sigmoid() -> None:
@@ -44,7 +37,7 @@ def register_vectorizable_sigmoid() -> None:
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-def run(names: list[str], db_arg: Path | None, rounds: int, work: Path) -> list[dict]:
+def run(names: list[str], dbs: dict[str, Path], rounds: int) -> list[dict]:
     from bench.corpus.ort_reference import timed_with_onnxruntime
     from bench.tuning.gap import output_error
     from bench.tuning.run import load
@@ -56,7 +49,6 @@ def run(names: list[str], db_arg: Path | None, rounds: int, work: Path) -> list[
 
     target = host_target()
     loaded = {name: load(name) for name in names}
-    dbs = {name: db_arg or starter_db(name, work) for name in names}
     threads = runtime_threads()
     databases = {n: RegistryDatabase(target, Store(f"sqlite:///{dbs[n]}"), num_threads=threads) for n in names}
     builds = {n: {"libm": compile_model(databases[n], loaded[n].mod, target)} for n in names}
@@ -88,13 +80,16 @@ def run(names: list[str], db_arg: Path | None, rounds: int, work: Path) -> list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=MODELS)
-    parser.add_argument("--db", type=Path, help="a registry to take every model's records from (default: starter)")
+    parser.add_argument("--dbs", type=Path, default=ROOT / "bench" / "work" / "cnn" / "starter",
+                        help="the folder of bench/cnn_bench.py's registries, one NAME.db a model")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "sigmoid")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sigmoid.json")
     args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    rows = run(args.names, args.db, args.rounds, args.work)
+    dbs = {name: args.dbs / f"{name}.db" for name in args.names}
+    missing = [str(db) for db in dbs.values() if not db.exists()]
+    if missing:
+        sys.exit(f"no registry tuned by bench/cnn_bench.py: {', '.join(missing)}")
+    rows = run(args.names, dbs, args.rounds)
     args.out.write_text(json.dumps(stamped({"rounds": args.rounds, "models": rows}), indent=1))
     print(f"wrote {args.out}")
 
