@@ -1,18 +1,19 @@
-"""TIR's ``sigmoid`` on LLVM targets as arithmetic that vectorizes, as accurate as the libm call it replaces.
+"""TIR's ``sigmoid`` on LLVM targets as arithmetic that vectorizes, instead of a libm call per element.
 
 TVM lowers ``sigmoid(x)`` to ``1 / (1 + exp(-x))`` with LLVM's ``exp`` intrinsic, which LLVM turns into a call of
 libm's ``expf`` per element: a vectorized epilogue is split back into scalar calls. A SiLU CNN pays that in every
 convolution (YOLOv8n at 320x320 has 3.4 million sigmoid elements). Here ``exp(-x)`` is written out as Cephes'
-``expf`` does it: ``-x = n ln2 + r`` with ``|r| <= ln2 / 2`` (ln 2 in two parts, so r stays exact), a degree-7
-polynomial for ``e^r``, and ``2^n`` put into the float's exponent bits. Measured over [-100, 100] and N(0, 6)
-against float64 (``tests/test_sigmoid.py``): the same largest absolute error as the libm build (8.8e-8), relative
-1.3e-7 against 1.2e-7; a sigmoid over 102,400 floats took 621 µs with libm and 68 µs so (AMD EPYC, AVX2).
+``expf`` does it: ``-x = n ln2 + r`` with ``|r| <= ln2 / 2``, a degree-6 polynomial for ``e^r``, and ``2^n`` put
+into the float's exponent bits. Measured over [-100, 100] and N(0, 6) against float64 (``tests/test_sigmoid.py``):
+the largest absolute error as the libm build's (8.8e-8; float32's spacing next to 1 is 6e-8), relative 2.2e-7
+against libm's 1.2e-7; a SiLU over 102,400 floats took 336 µs with libm and 49 µs so (AMD EPYC, AVX2, one thread).
 
 The rule replaces TVM's for ``tirx.sigmoid`` on ``llvm`` targets in this process, at TVM's lowering of intrinsics,
 after scheduling: MetaSchedule still sees one ``sigmoid`` call, so workloads, their records and the search are as
-before; only the machine code changes. It is registered when a module that builds imports this one
-(``build.py``, the measurement workers' build; ``compile.py``, the model's; ``output_check.py``), so a candidate is
-timed with the code the model is compiled with. Not a fast-math approximation, so ``--exact-math`` keeps it.
+before; only the machine code changes, and LLVM takes longer to compile it (1.3x over twelve of YOLOv8n's tuned
+convolutions). It is registered when a module that builds imports this one (``build.py``, the measurement workers'
+build; ``compile.py``, the model's; ``output_check.py``), so a candidate is timed with the code the model is compiled
+with. Not a fast-math approximation (no less accurate than float32 allows), so ``--exact-math`` keeps it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,14 @@ from tvm.runtime import DataType, DataTypeCode
 from tvm.tirx.op import register_intrin_lowering
 
 _LOG2E = 1.4426950408889634
-_LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # ln 2 = high + low; n * high is exact for |n| < 2^9
-# e^r = 1 + r + r^2 * P(r) on [-ln2/2, ln2/2] (Cephes expf's minimax coefficients, highest power first)
-_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+# ln 2 in one float32 constant, 1.9e-9 off: r is off by at most 127 times that where |x| nears 88, where the sigmoid
+# is 1 or under 1e-38. Cephes' ln 2 in two parts is exact there, but its one more instruction made LLVM take 1.4x as
+# long over twelve of YOLOv8n's tuned convolutions (27 s against 19 s), and every candidate tuning measures is compiled.
+_LN2 = 0.6931471805599453
+# e^r = 1 + r + r^2 Q(r) on [-ln2/2, ln2/2], Q of degree 4 fitted here (Lawson's minimax iteration on 4,000
+# Chebyshev nodes): 3e-9 relative, far under float32's 6e-8. Cephes' degree 5 is no more accurate in float32, and
+# each term is one more instruction in every unrolled epilogue that LLVM compiles.
+_Q = (1.3814610043e-3, 8.3687101274e-3, 4.1668387429e-2, 1.6666520687e-1, 4.9999993451e-1)
 # exp(-x) is computed for -x in [-87, 88]: 2^n then stays a normal float (n in [-126, 127]); beyond, the sigmoid
 # is 1 or below 1e-38 and the clamp changes it by less than float32 can show next to 1 (or by under 1e-38).
 _LOWEST, _HIGHEST = -87.0, 88.0
@@ -44,11 +50,11 @@ def lower_sigmoid(call):
         return tirx.const(value, of)
 
     t, n, r = (tirx.Var(name, floats) for name in ("t", "n", "r"))  # let-bound: each is used several times
-    polynomial = const(_POLYNOMIAL[0])
-    for coefficient in _POLYNOMIAL[1:]:
-        polynomial = polynomial * r + const(coefficient)
+    exp_r = const(_Q[0])
+    for coefficient in (*_Q[1:], 1.0, 1.0):  # Horner's rule through 1 + r + r^2 Q(r)
+        exp_r = exp_r * r + const(coefficient)
     exponent = tirx.shift_left(tirx.Cast(ints, n) + const(127, ints), const(23, ints))
-    exp_t = (polynomial * r * r + r + const(1.0)) * tirx.reinterpret(floats, exponent)
+    exp_t = exp_r * tirx.reinterpret(floats, exponent)
     sigmoid = const(1.0) / (const(1.0) + exp_t)
     return tirx.Let(
         t,
@@ -56,7 +62,7 @@ def lower_sigmoid(call):
         tirx.Let(
             n,
             tirx.floor(t * const(_LOG2E) + const(0.5)),
-            tirx.Let(r, t - n * const(_LN2_HIGH) - n * const(_LN2_LOW), sigmoid),
+            tirx.Let(r, t - n * const(_LN2), sigmoid),
         ),
     )
 
