@@ -45,7 +45,7 @@ def lower_sigmoid(call):
     dtype = DataType(str(x.ty.dtype))
     if dtype.type_code != DataTypeCode.FLOAT or dtype.bits != 32 or dtype.lanes < 1:
         return call
-    floats, ints = str(dtype), str(DataType(f"int32x{dtype.lanes}" if dtype.lanes > 1 else "int32"))
+    floats, ints = str(dtype), f"int32x{dtype.lanes}" if dtype.lanes > 1 else "int32"
 
     def const(value, of=floats):
         return tirx.const(value, of)
