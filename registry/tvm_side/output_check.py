@@ -9,6 +9,11 @@ buffer starts from the same seeded values in both runs, so an output element one
 
 A CPU kernel runs in this process, as built for the host: only for the local machine (a kernel built for another
 CPU, measured over RPC, may not run here), and not on a GPU, whose kernels do not run without their device.
+
+Both are compiled without LLVM's optimizations (``opt-level`` 0): what is checked is the schedule's loops and
+indices, which LLVM's passes must not change. Compiled at -O3, the check was a third of a YOLOv8n's tuning time on a
+2-core VM (39 of 122 s, in this process while the measurement workers waited); unoptimized, a tuned convolution's
+check takes half as long and its naive workload's a third (docs/BENCHMARKS.md, "Checking a candidate's outputs").
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class OutputCheck:
     """The outputs of one workload's candidates, each against the unscheduled workload's (computed once)."""
 
     def __init__(self, workload: IRModule, target: Target, seed: int = 0) -> None:
-        self.workload, self.target = workload, target
+        self.workload, self.target = workload, unoptimized(target)
         rng = np.random.default_rng(seed)
         self._initial = [_seeded(rng, a) for a in ArgInfo.from_prim_func(_main(workload))]
         self._want: list[np.ndarray] | None = None
@@ -51,6 +56,11 @@ class OutputCheck:
         tensors = [tvm.runtime.tensor(a.copy()) for a in self._initial]
         built(*tensors)
         return [t.numpy() for t in tensors]
+
+
+def unoptimized(target: Target) -> Target:
+    """``target`` with LLVM's optimizations off: code that computes the same values, sooner compiled."""
+    return Target({**target.export(), "opt-level": 0})
 
 
 def output_check(workload: IRModule, target: Target, measurer) -> OutputCheck | None:
