@@ -73,17 +73,17 @@ def time_model(
 
 
 def before_and_after(
-    measurer: Measurer, before, after, inputs: list[ModelInput], first: Measurement, keep: str | None = None
+    measurer: Measurer, before: ModelJob, after, inputs: list[ModelInput], first: Measurement, keep: str | None = None
 ) -> tuple[Measurement, Measurement]:
-    """Two builds of one model (``before``: the untuned one, already timed once as ``first``; ``after``: the final
-    one, exported to ``keep`` if given): ``after`` is timed, then ``before`` again, and ``before``'s two timings are
-    pooled. Their ratio is what a report claims, and a shared VM drifts by tens of percent within a minute: timed a
-    compile apart, once each, an empty registry's final model came out 1.56x slower than the identical untuned one.
-    Timing ``before`` on both sides of ``after`` makes a drift hit both alike, for one timing more."""
+    """Two builds of one model (``before``: the untuned one's library, already timed once as ``first``; ``after``: the
+    final executable, exported to ``keep`` if given): ``after`` is timed, then ``before`` again, and ``before``'s two
+    timings are pooled. Their ratio is what a report claims, and a shared VM drifts by tens of percent within a
+    minute: timed a compile apart, once each, an empty registry's final model came out 1.56x slower than the identical
+    untuned one. Timing ``before`` on both sides of ``after`` makes a drift hit both alike, for one timing more."""
     final = time_model(measurer, after, inputs, keep)
     if not first.ok:
         return first, final
-    return _pooled(first, time_model(measurer, before, inputs, settings=UNTUNED)), final
+    return _pooled(first, measurer.model(before, UNTUNED)), final
 
 
 def _pooled(a: Measurement, b: Measurement) -> Measurement:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,10 +19,10 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError
-from registry.measure.jobs import before_and_after, kernel_arguments, time_model
+from registry.measure.jobs import before_and_after, kernel_arguments
 from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
-from registry.measure.types import UNTUNED, Measurement
+from registry.measure.types import UNTUNED, Measurement, ModelJob
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
@@ -219,19 +220,25 @@ class Untuned:
     time budget keeps that much back)."""
 
     measurement: Measurement
-    seconds: float  # what ``finish`` will spend: one compile, two timings (see ``before_and_after``)
-    executable: object  # timed again beside the final model, so that their ratio is taken in one run
+    seconds: float  # what ``finish`` will spend: one compile and export, two timings (see ``before_and_after``)
+    # Its library, exported once and timed again beside the final model, so that their ratio is taken in one run.
+    # (Exported again for that, a YOLOv8n's naive loops took 12 s more of LLVM code generation on a 2-core VM.)
+    job: ModelJob
+    folder: tempfile.TemporaryDirectory  # holds the library until ``finish`` (or the garbage collector) removes it
 
 
 def untuned_model(run: ModelRun) -> Untuned:
     start = time.perf_counter()
+    folder = tempfile.TemporaryDirectory(prefix="registry-untuned-")
+    library = os.path.join(folder.name, "model.so")
     with run.clock("compile"):
-        exe = _compile(run, ms.database.MemoryDatabase())
+        _compile(run, ms.database.MemoryDatabase()).export_library(library)
     compiled = time.perf_counter()
+    job = ModelJob(library, tuple(run.loaded.inputs))
     with run.clock("report"):
-        measured = time_model(run.measurer, exe, run.loaded.inputs, settings=UNTUNED)
+        measured = run.measurer.model(job, UNTUNED)
     timed = time.perf_counter()
-    return Untuned(measured, (compiled - start) + 2 * (timed - compiled), exe)
+    return Untuned(measured, (compiled - start) + 2 * (timed - compiled), job, folder)
 
 
 # What a time budget keeps back for the end, from what compiling and timing the untuned model cost: compiling with
@@ -289,9 +296,8 @@ def finish(
         _writable(output)
     with clock("report"):
         keep = str(output) if output else None
-        before, final = before_and_after(
-            run.measurer, untuned.executable, final_exe, loaded.inputs, untuned.measurement, keep
-        )
+        before, final = before_and_after(run.measurer, untuned.job, final_exe, loaded.inputs, untuned.measurement, keep)
+    untuned.folder.cleanup()
     errors = [f"{what}: {m.error}" for what, m in (("untuned model", before), ("final model", final)) if not m.ok]
     return ModelReport(
         model=loaded.name,
