@@ -43,6 +43,7 @@ def test_a_schedule_is_its_workload_and_one_that_skips_the_padding_is_not():
 
     workload = tvm.IRModule({"main": _workload()})
     check = OutputCheck(workload, host_target())
+    assert int(check.target.attrs["opt-level"]) == 0  # compiled without LLVM's passes: half the time, same values
     assert check.problem(workload) is None
 
     sch = Schedule(workload)
