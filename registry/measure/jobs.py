@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from registry.measure.inputs import argument_bounds
-from registry.measure.types import MODEL, UNTUNED, KernelJob, Measurement, ModelJob, Settings
+from registry.measure.types import MODEL, UNTUNED, KernelJob, Measurement, ModelJob
 from registry.tvm_side.compile import scheduled_arguments
 from registry.tvm_side.onnx_inputs import Bound, ModelInput
 
@@ -64,12 +64,10 @@ def model_job(executable, inputs: list[ModelInput], keep: str | None = None) -> 
         yield ModelJob(path, tuple(inputs))
 
 
-def time_model(
-    measurer: Measurer, executable, inputs: list[ModelInput], keep: str | None = None, settings: Settings = MODEL
-) -> Measurement:
+def time_model(measurer: Measurer, executable, inputs: list[ModelInput], keep: str | None = None) -> Measurement:
     """A compiled model's end-to-end latency, measured by ``measurer``'s workers (see ``model_job``)."""
     with model_job(executable, inputs, keep) as job:
-        return measurer.model(job, settings)
+        return measurer.model(job, MODEL)
 
 
 def before_and_after(

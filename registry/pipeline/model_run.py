@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError
-from registry.measure.jobs import before_and_after, kernel_arguments
+from registry.measure.jobs import before_and_after, kernel_arguments, model_job
 from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
 from registry.measure.types import UNTUNED, Measurement, ModelJob
@@ -224,21 +223,19 @@ class Untuned:
     # Its library, exported once and timed again beside the final model, so that their ratio is taken in one run.
     # (Exported again for that, a YOLOv8n's naive loops took 12 s more of LLVM code generation on a 2-core VM.)
     job: ModelJob
-    folder: tempfile.TemporaryDirectory  # holds the library until ``finish`` (or the garbage collector) removes it
+    library: contextlib.ExitStack  # holds the library (``model_job``'s) until ``finish`` closes it
 
 
 def untuned_model(run: ModelRun) -> Untuned:
     start = time.perf_counter()
-    folder = tempfile.TemporaryDirectory(prefix="registry-untuned-")
-    library = os.path.join(folder.name, "model.so")
+    library = contextlib.ExitStack()
     with run.clock("compile"):
-        _compile(run, ms.database.MemoryDatabase()).export_library(library)
+        job = library.enter_context(model_job(_compile(run, ms.database.MemoryDatabase()), run.loaded.inputs))
     compiled = time.perf_counter()
-    job = ModelJob(library, tuple(run.loaded.inputs))
     with run.clock("report"):
         measured = run.measurer.model(job, UNTUNED)
     timed = time.perf_counter()
-    return Untuned(measured, TUNED_BUILD * (compiled - start) + 2 * (timed - compiled), job, folder)
+    return Untuned(measured, TUNED_BUILD * (compiled - start) + 2 * (timed - compiled), job, library)
 
 
 # What a time budget keeps back for the end, from what compiling, exporting and timing the untuned model cost. The
@@ -297,10 +294,9 @@ def finish(
         final_exe = _compile(run, run.db)
     if output is not None:
         _writable(output)
-    with clock("report"):
+    with clock("report"), untuned.library:
         keep = str(output) if output else None
         before, final = before_and_after(run.measurer, untuned.job, final_exe, loaded.inputs, untuned.measurement, keep)
-    untuned.folder.cleanup()
     errors = [f"{what}: {m.error}" for what, m in (("untuned model", before), ("final model", final)) if not m.ok]
     return ModelReport(
         model=loaded.name,
