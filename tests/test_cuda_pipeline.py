@@ -163,7 +163,9 @@ def test_tune_and_transfer_on_the_gpu_present_measure_kernels_and_models_there(t
     for report in (tuned, transferred):
         assert report["untuned_ms"] and report["final_ms"] and not report.get("errors"), report
         assert all(t["before_us"] for t in report["tasks"])  # every default schedule ran on the GPU
-    assert any(t["source"] == "tuned" for t in tuned["tasks"])
+    # Every trial measured on the GPU. Not that a task beat DLight: this model's kernels run 4-6 µs, the launch floor
+    # of an H200, where 24 trials beat DLight in one run and in none in the next.
+    assert sum(t["measurements"] for t in tuned["tasks"]) == tuned["tuning"]["trials"]["measured"] == 24
     [device] = json.loads(_cli("--db", db, "devices", "--json"))["rows"]
     assert device["threads"] == 0 and "NVIDIA" in device["host_model"] and "stand-in" not in device["host_model"]
     checked = json.loads(_cli("--db", db, "check", "--dry-run", "--json"))

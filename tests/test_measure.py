@@ -435,3 +435,25 @@ def test_a_gpu_measurer_builds_the_kernels_it_is_given_on_every_core_first():
         assert results[0].ok and results[2].ok and results[0].run_secs == results[2].run_secs
         assert not results[1].ok and results[1].error.startswith("its trace does not apply")
         assert StandInGpuMeasurer.builds - timed == 2  # the one that did not build was never timed
+
+
+def test_torch_kept_out_leaves_libraries_that_look_for_it_working():
+    """A process that keeps torch out (the CLI, workers, the zygote) still imports what reads ``sys.modules["torch"]``
+    to recognise tensors: SciPy's ``scipy.stats`` (which xgboost imports through scikit-learn) failed on the old
+    ``None`` entry, and so did every ``registry tune`` on the GPU machine. ``import torch`` itself still fails, as
+    tvm_ffi expects where torch is absent."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from registry.measure.gpu_state import keep_torch_out
+        keep_torch_out()
+        import scipy.stats, tvm
+        try:
+            import torch
+        except ImportError:
+            print("torch refused", "torch" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["torch", "refused", "False"]

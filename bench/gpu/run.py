@@ -169,7 +169,7 @@ class Bench:
             except RegistryError as e:  # too few records to train on: tuning goes on without it
                 metrics = {"not trained": str(e)}
             train_s = time.perf_counter() - t0
-        loaded = load(model, self.target)
+        loaded = load(model)
         from registry.pipeline.model_run import extract
 
         n_tasks = len(extract(store, loaded, self.target))
@@ -201,7 +201,7 @@ class Bench:
         copy_sqlite(self.work / "tune-h128.db", db)
         t0 = time.perf_counter()
         options = TransferOptions(tune_trials=0)
-        report = transfer(Store(f"sqlite:///{db}"), load(BIG, self.target), self.target, None, options)
+        report = transfer(Store(f"sqlite:///{db}"), load(BIG), self.target, None, options)
         return {"seconds": time.perf_counter() - t0, "db": str(db), "report": report.as_json(),
                 "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
 
@@ -229,14 +229,14 @@ class Bench:
         out: dict = {}
         with self.measurer() as measurer:
             for model in MODELS:
-                loaded = load(model, self.target)
+                loaded = load(model)
                 dbs = {"dlight": ms.database.MemoryDatabase()}
                 dbs.update({step: _database(path, self.target) for step, path in self.written(model).items()})
                 exes = {k: compile_model(db, loaded.mod, self.target) for k, db in dbs.items()}
                 out[model] = {"ms": interleaved_model_ms(measurer, exes, loaded.inputs, rounds=3)}
             # each task's default schedule, the start of the tuning curves of gpu-bert-l2-h192
             with Store(f"sqlite:///{self.work / 'defaults.db'}") as store:  # a scratch registry: tasks by name
-                tasks = extract(store, load(BIG, self.target), self.target)
+                tasks = extract(store, load(BIG), self.target)
                 timed = measurer.kernels([module_job(default_schedule(t.mod, self.target), self.target, t.arguments)
                                           for t in tasks])  # fmt: skip
             out["defaults_us"] = {t.name: m.median_us for t, m in zip(tasks, timed, strict=True)}
@@ -259,7 +259,7 @@ class Bench:
         from registry.measure.jobs import model_job
         from registry.tvm_side.compile import compile_model
 
-        loaded = load(SMALL, self.target)
+        loaded = load(SMALL)
         exe = compile_model(_database(self.work / REGISTRIES["tune-h128"][1], self.target), loaded.mod, self.target)
         loads = []
         with self.measurer() as measurer:
@@ -295,7 +295,7 @@ def output_error(model: str, db, target, dev) -> float:
     graph = onnx.load(str(path))
     feeds = make_inputs(input_specs(graph, fixed_input_shapes(graph, BY_NAME[model].shapes)), seed=0)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    loaded = load(model, target)
+    loaded = load(model)
     exe = compile_model(db if db is not None else ms.database.MemoryDatabase(), loaded.mod, target)
     got = relax.VirtualMachine(exe, dev)["main"](*(tvm.runtime.tensor(feeds[i.name], dev) for i in loaded.inputs))
     got = [got.numpy()] if hasattr(got, "numpy") else [g.numpy() for g in got]  # one output, or a tuple
@@ -331,9 +331,9 @@ def _curve(bench: Bench, db: str, started: str, defaults_us: dict[str, float]) -
     from registry.store.sql.store import Store
 
     with Store(f"sqlite:///{bench.work / db}") as store:
-        tasks = extract(store, load(BIG, bench.target), bench.target)
+        tasks = extract(store, load(BIG), bench.target)
         defaults = {t.workload_id: defaults_us.get(t.name) or float("inf") for t in tasks}
-        return curve(store, load(BIG, bench.target), bench.target, store.all_devices()[0].id, started, defaults)
+        return curve(store, load(BIG), bench.target, store.all_devices()[0].id, started, defaults)
 
 
 def assemble(bench: Bench) -> dict:

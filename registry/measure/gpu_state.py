@@ -12,6 +12,7 @@ No TVM here.
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import sys
 
@@ -22,8 +23,24 @@ _GPU_FILES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/")
 
 def keep_torch_out() -> None:
     """Make ``import torch`` fail in this process, unless torch is imported already (a user's process: leave it).
-    Call before TVM is imported."""
-    sys.modules.setdefault("torch", None)  # a None entry makes the import raise ImportError, which tvm_ffi expects
+    Call before TVM is imported.
+
+    Not by a ``None`` entry in ``sys.modules``: libraries read ``sys.modules["torch"]`` to ask whether a value is a
+    torch tensor without importing torch, and SciPy's (1.17, under ``scipy.stats``, which xgboost imports with
+    scikit-learn) then took ``None.Tensor``: every ``registry tune`` on a machine with torch, SciPy and scikit-learn
+    failed at its first prediction (found on the GPU machine, 2026-11-28). A finder that refuses torch leaves it out of
+    ``sys.modules``, as on a machine without it."""
+    if "torch" not in sys.modules and not any(isinstance(f, _NoTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoTorch())
+
+
+class _NoTorch(importlib.abc.MetaPathFinder):
+    """Refuses ``torch`` and its submodules with the ImportError that tvm_ffi expects where torch is not installed."""
+
+    def find_spec(self, name, path, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r} (kept out: registry.measure.gpu_state)")
+        return None
 
 
 def gpu_files_open(fd_dir: str = "/proc/self/fd") -> list[str]:
