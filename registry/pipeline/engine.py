@@ -51,6 +51,7 @@ from registry.store.rows import FAILED_RUN_SECS
 from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import META_SCHEDULE_LOGGER, TVM_ERRORS, error_line, last_line, prepare_tuning
 from registry.tvm_side.compile import scheduled_arguments
+from registry.tvm_side.gemm_schedules import matrix_product_seeds
 from registry.tvm_side.output_check import output_check
 from registry.verbosity import meta_schedule_level
 
@@ -364,6 +365,9 @@ class Engine:
     def _start(self, t: EngineTask, state: TaskState, planner: Planner) -> _TaskTuner:
         tuner = _TaskTuner(self, t.task, self._stored_traces[t.task.workload_id])
         seeds = t.seed_schedules or (self.donors.seeds(t.task) if self.donors is not None else [])
+        # A 1x1 convolution's matrix-product schedules first: nearer MLAS's speed than its donors' or a search's
+        # first batches reach in minutes (tvm_side/gemm_schedules.py).
+        seeds = matrix_product_seeds(t.task.mod, self.target) + seeds
         if seeds:
             seeds = seeds[: self.opts.seeds]
             left = planner.trials_left()

@@ -51,7 +51,9 @@ def _postprocs(mod: IRModule, target: Target) -> list[Postproc]:
     return list(context.space_generator.postprocs)
 
 
-def _finish(sch: Schedule, mod: IRModule, target: Target) -> Schedule | None:
+def finished(sch: Schedule, mod: IRModule, target: Target) -> Schedule | None:
+    """``sch`` (a schedule of ``mod``) after the target's postprocessors, as a search's candidates are; None where one
+    refuses it."""
     sch.enter_postproc()
     for postproc in _postprocs(mod, target):
         if not postproc.apply(sch):
@@ -69,7 +71,7 @@ def replay(
     sch = Schedule(mod, seed=seed)
     try:
         Trace.apply_json_to_schedule([insts, [] if resample else decisions], sch)
-        return _finish(sch, mod, target)
+        return finished(sch, mod, target)
     except TVM_ERRORS:
         return None
 
@@ -83,7 +85,7 @@ def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[A
         Trace.apply_json_to_schedule(without_postproc(trace), donor)
         sch = Schedule(mod, seed=seed)
         schedule_using_anchor_trace(sch, donor.trace, target)
-        return _finish(sch, mod, target)
+        return finished(sch, mod, target)
     except TVM_ERRORS:
         return None
 
