@@ -6,7 +6,7 @@ micro-kernel: a tile of a few rows by two vectors of output channels held in reg
 streams through them. MetaSchedule's search rarely reaches that in a budget of minutes: YOLOv8n's 1x1
 convolutions after 10 minutes of ``registry tune`` ran at 2.75x onnxruntime's, and plain MetaSchedule on its
 10x10x384 -> 256 one reached 561 µs in 64 trials, where onnxruntime takes 275 µs. Written by hand as below, that
-convolution runs in 287-304 µs, and YOLOv8n's six largest 1x1 convolutions at 0.83-1.00x onnxruntime's
+convolution runs in 249-304 µs, and YOLOv8n's eight largest 1x1 convolutions at 0.77-0.98x onnxruntime's
 (``bench/gemm_schedule_bench.py``, docs/BENCHMARKS.md "1x1 convolutions as matrix products").
 
 The schedule: the pixels fused into one axis and split by ``rows`` (4-7: with two vectors per row, 8-14 registers
