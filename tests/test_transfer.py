@@ -234,7 +234,9 @@ def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
 @pytest.mark.tvm
 def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_path):
     """A stored best that measures slower than the task's default (the default given here: 1 ns, or 1 s) is not what
-    compiling should apply: the default is filed as the task's record and the task reported as "default"."""
+    compiling should apply: the default is filed as the task's record and the task reported as "default". Where the
+    tuning's 4 candidates all lost to the default, the tuning filed it already (a record is stored once): it is then
+    the best as it was, at the time the tuning measured."""
     from registry.measure.types import Measurement
     from registry.pipeline.model_run import model_run
     from registry.pipeline.transfer import TransferOptions, _Resolver
@@ -249,13 +251,20 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     store = Store(sqlite_url)
     with model_run(store, load_onnx(path, name="mlp"), host_target(), 1, "transferred", None) as run:
         [task] = run.tasks
+        default_was_filed = any(_is_default(r) for r in store.top_k(task.workload_id, run.db.device_id, 100))
         resolver = _Resolver(run, SimilarityIndex(store), TransferOptions())
         slow_default = resolver.resolve(task, Measurement((1.0, 1.0, 1.0)))
         fast_default = resolver.resolve(task, Measurement((1e-9, 1e-9, 1e-9)))
         best = store.top_k(task.workload_id, run.db.device_id, 1)[0]
     assert slow_default.source == "exact" and slow_default.after_us < 1e6
     assert fast_default.source == "default" and fast_default.after_us == pytest.approx(1e-3)
-    assert [i[0] for i in json.loads(best.trace_json)[0]] == ["GetSBlock"] and best.mean_s == pytest.approx(1e-9)
+    assert _is_default(best)
+    assert default_was_filed or best.mean_s == pytest.approx(1e-9)
+
+
+def _is_default(record) -> bool:
+    """Whether a stored record is a task's default schedule (its trace only looks up the block)."""
+    return [i[0] for i in json.loads(record.trace_json)[0]] == ["GetSBlock"]
 
 
 def test_a_first_transfer_says_what_it_will_tune_and_keeps_to_its_time_budget(sqlite_url, tmp_path):
