@@ -68,6 +68,7 @@ def tune(name: str, budget: str | None, start: str, work: Path) -> dict:
         "tasks": len(report.get("tasks", [])),
         "report_ms": {k: report.get(k) for k in ("untuned_ms", "final_ms")},
         "sources": report.get("sources"),
+        "timings": report.get("timings"),  # where the wall time went: import, donors, measure, report, compile
     }
     summary.write_text(json.dumps(tuned))
     return {**tuned, "db": db}

@@ -457,3 +457,47 @@ def test_torch_kept_out_leaves_libraries_that_look_for_it_working():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["torch", "refused", "False"]
+
+
+def test_a_cpu_measurer_builds_a_batch_timed_one_at_a_time_on_every_core_first():
+    """Timed one at a time (a transfer's candidates, each task's default), N kernels built in the worker that times
+    them are N builds in a row on one core while the others idle. They are built first, side by side, on every core.
+    A stored trace is still applied where it is timed (its layout rewrites change the arguments the worker makes), and
+    kernels timed side by side build their own."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to build beside")
+    from registry.measure.jobs import kernel_arguments, traced_job
+    from registry.measure.types import QUICK
+    from registry.tvm_side.defaults import default_schedule
+
+    target = host_target()
+    workload = tvm.IRModule({"main": take})
+    good = module_job(default_schedule(workload, target), target)
+    nowhere = [[["GetSBlock", [], ["no_such_block", "main"], ["b0"]]], []]
+    unbuilt = traced_job(tvm.ir.save_json(workload), nowhere, target, kernel_arguments(workload))
+    with Measurer(target, threads=1) as measurer:
+        assert all(m.ok for m in measurer.kernels([good, good], QUICK, at_once=2))
+        assert measurer._builders is None
+        results = measurer.kernels([good, unbuilt, good])
+        assert measurer._builders is not None and measurer._builders.size == len(os.sched_getaffinity(0))
+    assert results[0].ok and results[2].ok and len(results[0].run_secs) == PRECISE.repeat
+    assert not results[1].ok and results[1].error.startswith("its trace does not apply"), results[1].error
+
+
+@pytest.mark.parametrize("enough_s, samples", [(None, 3), (60.0, 3), (1e-9, 1)])
+def test_a_model_slower_than_enough_is_sampled_once(enough_s, samples):
+    """An untuned detector runs seconds a call: three samples a side of the final model were 24 s of a first
+    transfer, for a ratio a percent of noise does not change. A model whose first sample says ``repeat`` samples
+    would take more than ``enough_s`` keeps that one; the others are timed in full."""
+    from tvm import relax
+
+    from registry.measure.jobs import model_job
+    from registry.measure.types import Settings
+    from tests.tvm_env import tiny_model
+
+    model = tiny_model()
+    executable = relax.build(model.mod, target=host_target())
+    settings = Settings(number=1, repeat=3, min_repeat_ms=1, enough_s=enough_s)
+    with Measurer(host_target(), threads=1) as measurer, model_job(executable, model.inputs) as job:
+        timing = measurer.model(job, settings)
+    assert timing.ok and len(timing.run_secs) == samples, timing

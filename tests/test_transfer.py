@@ -294,3 +294,37 @@ def test_a_first_transfer_says_what_it_will_tune_and_keeps_to_its_time_budget(sq
 def test_transfer_without_time_to_tune_names_what_it_leaves(sqlite_url, sibling, budget, cause):
     result = transfer(sqlite_url, str(sibling), "--tune-budget", budget)
     assert "1 left untuned (1 without a usable donor): " + cause in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("seconds_left, later", [(None, 3), (1e6, 3), (-1.0, 1)])
+def test_tasks_are_resolved_heaviest_first_with_fewer_candidates_as_the_budget_ends(seconds_left, later):
+    """A first transfer of a detector at 416x416 measured every donor candidate of its 49 tasks before its time
+    budget was looked at, and ran past it. The heaviest tasks (default time a call) go first; each task gets as many
+    candidates as what is left allows at the cost of one so far, and never none: a task left on its default can cost
+    a model more than the whole budget. (A stand-in resolver: what is tested is the order and the counts.)"""
+    from types import SimpleNamespace
+
+    from registry.measure.types import Measurement
+    from registry.pipeline.transfer import _resolve_all
+    from registry.report.model_report import TaskResult
+
+    times = {1: 0.5, 2: 4.0, 3: 0.001, 4: 2.0}  # workload id -> its default's seconds; weights 1 but id 4's: 3
+    tasks = [SimpleNamespace(name=f"t{w}", workload_id=w, weight=3 if w == 4 else 1) for w in times]
+    asked = []
+
+    class Resolver:
+        opts = SimpleNamespace(candidates=3)
+
+        def resolve(self, task, default, candidates):
+            asked.append((task.workload_id, candidates))
+            time.sleep(0.01)
+            return TaskResult(task.name, task.weight, task.workload_id, "transferred", default.median_us, 1.0,
+                              candidates=candidates)  # fmt: skip
+
+    defaults = {w: Measurement((s,)) for w, s in times.items()}
+    deadline = None if seconds_left is None else time.perf_counter() + seconds_left
+    run = SimpleNamespace(tasks=tasks)
+    results = _resolve_all(run, Resolver(), defaults, deadline, lambda *_: None)
+    assert [w for w, _ in asked] == [4, 2, 1, 3]  # 3 x 2.0 s, then 4.0 s, 0.5 s, 1 ms
+    assert [c for _, c in asked] == [3] + [later] * 3
+    assert [r.workload_id for r in results] == [1, 2, 3, 4]  # the model's order, as the caller zips them

@@ -77,10 +77,12 @@ class Measurer:
             raise BadInputError(f"cannot measure for target kind {kind!r}: the registry measures llvm and cuda")
         self.target, self.rpc = target, rpc
         self.device_type = _DEVICE_TYPES[kind]
-        # A GPU here times one kernel at a time: the kernels it is given to build are built first, on every core.
-        self._builds_apart = uses_gpu(self.device_type) and rpc is None
-        self._builders: WorkerPool | None = None  # started on the first such batch
         self._cores = cpus.usable()
+        # A GPU here times one kernel at a time, and so does a CPU's precise timing: the kernels it is given to build
+        # are built first, on every core, then timed alone (a ddddocr-det's first transfer built its 196 defaults
+        # and donor candidates one after the other in the one worker that timed them, a core idle).
+        self._builds_apart = rpc is None and (uses_gpu(self.device_type) or len(self._cores) > 1)
+        self._builders: WorkerPool | None = None  # started on the first such batch
         self.calibration: Calibration | None = None
         self.kind = "rpc" if rpc is not None else "local"
         servers = 0
@@ -92,6 +94,7 @@ class Measurer:
         env = {"TVM_BIND_THREADS": "0", **({hostinfo.THREADS_ENV: str(threads)} if threads else {})}
         if self.device_type == "cpu" and rpc is None:
             env[MEMORY_ENV] = str(_worker_memory_mb())
+        self._env = env  # the builders' too: the memory limit holds for a build
         self.pool = WorkerPool(1, env, verbose=verbose, gpu=uses_gpu(self.device_type))
         if rpc is None and self.device_type == "cpu" and threads and len(self._cores) // threads > 1:
             # Measurements will run side by side: both workers start now (forked by the zygote, which may still be
@@ -152,7 +155,7 @@ class Measurer:
         # cold cache, which read as 5-10% noise here.
         slots = [self._cores[k * per_slot : (k + 1) * per_slot] for k in range(at_once)]
         local_cpu = self.rpc is None and self.device_type == "cpu"
-        built = self._built_apart(jobs)
+        built = self._built_apart(jobs) if at_once == 1 else {}  # side by side, each worker builds its own
         results: list[Measurement | None] = [None] * len(jobs)
         requests, timed = [], []
         for i, job in enumerate(jobs):
@@ -178,14 +181,16 @@ class Measurer:
         return self.pool.run(requests, at_once=at_once, timeout=KERNEL_TIMEOUT_S, slots=slots)
 
     def _built_apart(self, jobs: Sequence[KernelJob]) -> dict[int, str | Measurement]:
-        """For a GPU here, given two or more kernels to build: each built into a library on every CPU core at once
-        (by index: its library, or why it did not build), instead of one after the other in the worker that holds
-        the GPU. Otherwise nothing: each worker builds what it times."""
-        todo = [i for i, job in enumerate(jobs) if job.artifact is None]
+        """Given two or more kernels to build and time one at a time here: each built into a library on every CPU
+        core at once (by index: its library, or why it did not build), instead of one after the other in the worker
+        that times them. Otherwise nothing: each worker builds what it times. On a CPU, a stored trace is applied
+        where it is timed: its layout rewrites change the arguments the worker makes (``scheduled_arguments``)."""
+        gpu = uses_gpu(self.device_type)
+        todo = [i for i, job in enumerate(jobs) if job.artifact is None and (gpu or job.trace is None)]
         if not self._builds_apart or len(todo) < 2:
             return {}
         if self._builders is None:
-            self._builders = WorkerPool(len(self._cores), gpu=True, max_uses=256)
+            self._builders = WorkerPool(len(self._cores), self._env, gpu=gpu, max_uses=256)
         requests = [{"op": "build", "module": jobs[i].module, "target": jobs[i].target, "trace": jobs[i].trace}
                     for i in todo]  # fmt: skip
         replies = self._builders.run(requests, at_once=self._builders.size, timeout=KERNEL_TIMEOUT_S)
