@@ -43,9 +43,9 @@ MODELS = ["nudenet-yolov8n-320", "ppocr-v4-det", "mobilenetv2-0.35", "ddddocr-de
 REGISTRY = str(Path(sys.executable).with_name("registry"))
 
 
-def tune(name: str, budget: str | None, start: str, work: Path) -> dict:
+def tune(name: str, budget: str | None, start: str, work: Path, transfer_budget: str | None = None) -> dict:
     """``registry tune`` into a fresh registry (after ``registry pull`` for the starter), as a user runs it; with no
-    budget, ``registry transfer``."""
+    budget, ``registry transfer`` (``--tune-budget transfer_budget`` where given)."""
     db, summary = work / f"{name}.db", work / f"{name}.tune.json"
     if summary.exists() and db.exists():  # tuned by an earlier run of this benchmark: measured again, not re-tuned
         return {**json.loads(summary.read_text()), "db": db}
@@ -57,6 +57,8 @@ def tune(name: str, budget: str | None, start: str, work: Path) -> dict:
     model = BY_NAME[name]
     began = time.perf_counter()
     command = ["tune", "--budget", budget] if budget else ["transfer"]
+    if not budget and transfer_budget:
+        command += ["--tune-budget", transfer_budget]
     out = subprocess.run(
         [*base, command[0], str(materialize(model)), *shape_args(model), *command[1:], "--json"],
         check=True, capture_output=True, text=True,
@@ -160,6 +162,8 @@ def table(row: dict) -> str:
     r, tuned, e2e = row, row["tune"], row["e2e_us"]
     scale = e2e["onnxruntime"] / r["ort_profiled_model_run_us"]
     command = "tune --budget " + row["budget"] if row.get("budget") else "transfer"
+    if row.get("tune_budget"):
+        command += " --tune-budget " + row["tune_budget"]
     lines = [
         f"**{row['model']}** ({command}, from {row['start']}): {tuned['wall_s'] or 0:.0f} s, {tuned['trials']} "
         f"trials over {tuned['tasks']} tasks; TVM {e2e['tvm'] / 1e3:.2f} ms, onnxruntime {e2e['onnxruntime'] / 1e3:.2f}"
@@ -188,6 +192,7 @@ def main() -> None:
     parser.add_argument("--budget", default="10m", help="registry tune --budget, per model")
     parser.add_argument("--start", choices=("empty", "starter"), default="empty")
     parser.add_argument("--transfer", action="store_true", help="registry transfer (its defaults) instead of tune")
+    parser.add_argument("--tune-budget", help="with --transfer: registry transfer --tune-budget (default: its own)")
     parser.add_argument("--runs", type=int, default=100, help="profiled onnxruntime calls")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "cnn")
     parser.add_argument("--out", type=Path)
@@ -210,12 +215,12 @@ def main() -> None:
     for name in args.names:
         if name in done:
             continue
-        tuned = tune(name, budget, args.start, work)
+        tuned = tune(name, budget, args.start, work, args.tune_budget)
         path = materialize(BY_NAME[name])
         r = gap.compare(name, tuned["db"], target, args.runs, task_kind, node_kind_of(path))
         tuned["db"] = str(tuned["db"].relative_to(ROOT) if tuned["db"].is_relative_to(ROOT) else tuned["db"])
         rows = [x for x in rows if x["model"] != name] + [
-            {"model": name, "budget": budget, "start": args.start, "tune": tuned, **r}
+            {"model": name, "budget": budget, "start": args.start, "tune_budget": args.tune_budget, "tune": tuned, **r}
         ]
         out.write_text(json.dumps(stamped({"rows": rows}), indent=1))
         print(table(rows[-1]), "\n", flush=True)
