@@ -34,10 +34,11 @@ from registry.errors import BadInputError
 @click.option(
     "--tune-budget",
     type=Duration(allow_zero=True),
-    default="5m",
+    default="3m",
     show_default=True,
     help="Wall time for the whole command (90s, 5m, ...; 0: tune nothing): those tasks are tuned in what the "
-    "transfers leave of it, and the compile at the end is provided for. Transfer says before tuning how many tasks "
+    "transfers leave of it, and the compile at the end is provided for; as it ends, each task's donors get fewer "
+    "candidates measured (at least one). Transfer says before tuning how many tasks "
     "it will tune and for how long; those the budget does not reach keep their best transfer or TVM's default, and "
     "`registry tune` goes on from there.",
 )

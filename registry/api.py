@@ -142,7 +142,7 @@ def transfer(
     candidates: int = 3,
     neighbours: int = 5,
     tune_trials: int = 32,
-    tune_budget: float | None = 300.0,
+    tune_budget: float | None = 180.0,
     retune_below: float = 0.5,
     team: str | None = None,
     rpc: str | None = None,

@@ -77,8 +77,10 @@ class TransferOptions:
     tune_trials: int = 32
     # ... within what is left of this many seconds of the whole command's wall time, once the transfers are measured
     # and the compile is provided for (None: no limit, 0: no tuning): a user who asked to transfer did not ask for
-    # half an hour of tuning.
-    tune_seconds: float | None = 300.0
+    # half an hour of tuning. The transfers themselves take fewer candidates a task as it ends. Three minutes: a
+    # detector's first transfer after `registry pull` (49 tasks at 416x416) reached the same latency in 3 minutes as
+    # in 5 (docs/BENCHMARKS.md, "A new user's first transfer of a YOLO").
+    tune_seconds: float | None = 180.0
     # A transferred task whose schedule reached less than this share of its donors' best FLOP rate is tuned too (0:
     # never).
     retune_below: float = 0.5
@@ -109,7 +111,9 @@ def transfer(
         # compiled and timed before tuning, as `registry tune` does: what that costs is what the end needs again, so
         # the time budget keeps it back and the whole command ends within --tune-budget
         untuned = untuned_model(run)
-        results = _resolve_all(run, resolver, defaults, _deadline(opts, started, untuned), progress)
+        # a budget of 0 tunes nothing; it does not stint the transfers
+        deadline = _deadline(opts, started, untuned) if opts.tune_seconds else None
+        results = _resolve_all(run, resolver, defaults, deadline, progress)
         tuning, history = None, None
         fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
         seconds = _tuning_seconds(opts, started, untuned)
