@@ -33,11 +33,12 @@ sys.path.insert(0, str(ROOT))
 from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
 from bench.machine_speed import stamped  # noqa: E402
 
-GRID = [(mi, fi, ko) for mi in (4, 5, 6, 7, 8) for fi in (16, 32) for ko in (64, 128, None)]  # None: all of Ci
+# the tile's rows, its vectors' width, the reduction's split (None: all of Ci)
+GRID = [(mi, fi, ko) for mi in (4, 5, 6, 7, 8) for fi in (4, 8, 16, 32) for ko in (64, 128, None)]
 
 
 def one_by_one_tasks(name: str, count: int):
-    """The model's 1x1 NHWC convolution tasks, largest (FLOPs x calls) first: (task, pixels, Ci, Co, silu)."""
+    """The model's 1x1 convolution tasks, largest (FLOPs x calls) first: (task, its ``MatrixProduct``, silu)."""
     from tvm.s_tir import meta_schedule as ms
 
     from registry import api
@@ -50,8 +51,8 @@ def one_by_one_tasks(name: str, count: int):
     for task in ms.relax_integration.extract_tasks(api.task_module(loaded.mod, target), target):
         shape = matrix_product_shape(task.dispatched[0])
         if shape is not None:
-            tasks.append((task, *shape, "sigmoid" in task.task_name))
-    tasks.sort(key=lambda t: -t[1] * t[2] * t[3] * t[0].weight)
+            tasks.append((task, shape, "sigmoid" in task.task_name))
+    tasks.sort(key=lambda t: -t[1].pixels * t[1].ci * t[1].co * t[0].weight)
     return tasks[:count], target
 
 
@@ -60,7 +61,7 @@ def timed_us(func, args, dev) -> float:
     return statistics.median(evaluator(*args).results) * 1e6
 
 
-def tvm_best(task, pixels: int, ci: int, co: int, target) -> dict:
+def tvm_best(task, shape, target) -> dict:
     import numpy as np
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -79,11 +80,12 @@ def tvm_best(task, pixels: int, ci: int, co: int, target) -> dict:
     want = reference[-1].numpy()
     tried = []
     for mi, fi, ko in GRID:
-        ko = ko or ci
-        if pixels % mi or co % fi or ci % ko:
+        ko = ko or shape.ci
+        row_extent, vector_extent = shape.extents(fi)
+        if row_extent % mi or vector_extent % fi or shape.ci % ko:
             continue
         try:
-            sch = matrix_product_schedule(workload, target, mi, fi, ko)
+            sch = matrix_product_schedule(workload, target, shape, mi, fi, ko)
         except tvm.TVMError:
             continue
         if sch is None:
@@ -141,14 +143,16 @@ def main() -> None:
     args = parser.parse_args()
     tasks, target = one_by_one_tasks(args.model, args.tasks)
     rows = []
-    for task, pixels, ci, co, silu in tasks:
-        h = int(round(pixels**0.5))
-        tvm_side = tvm_best(task, pixels, ci, co, target)
+    for task, shape, silu in tasks:
+        pixels, ci, co = shape.pixels, shape.ci, shape.co
+        h = pixels // shape.width
+        tvm_side = tvm_best(task, shape, target)
         ort_us = onnxruntime_us(pixels, ci, co, silu, h)
         best = tvm_side["best"]
         flops = 2 * pixels * ci * co
         row = {
             "task": task.task_name,
+            "layout": shape.layout,
             "calls": task.weight,
             "pixels": pixels,
             "ci": ci,

@@ -19,23 +19,58 @@ then starts from whichever is faster.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-from tvm.target import Target
+from tvm.target import Target, codegen
 
 from registry.tvm_side.apply_trace import finished
 from registry.tvm_side.compat import TVM_ERRORS
 
-CONVOLUTION = "conv2d_nhwc"  # TOPI's block name for a channels-last convolution
-ROWS = (5, 4, 6, 7, 3, 2)  # pixels per tile, by preference: the first that divides the pixels
-LANES = 16  # output channels per tile: two AVX2 vectors of float32 (32, four, measured slower on AVX2)
+NHWC, NCHW = "conv2d_nhwc", "conv2d_nchw"  # TOPI's block names for a convolution in each layout
+ROWS = (5, 4, 6, 7, 3, 2)  # the tile's rows, by preference: the first that divides what they run over
+VECTORS = 2  # a tile's vectors per row: with 5 rows, 10 accumulators (four, measured slower on AVX2)
 STEP = 64  # the reduction's other split: within 10-15% of the whole of Ci, either way round, on YOLOv8n
 
 
-def matrix_product_shape(mod: IRModule) -> tuple[int, int, int] | None:
-    """(pixels, Ci, Co) where ``mod`` is a float32 1x1 convolution at stride 1 in NHWC, with or without a fused
-    epilogue; else None."""
+@dataclass(frozen=True)
+class MatrixProduct:
+    """A 1x1 convolution as a matrix product: ``pixels`` x ``ci`` times ``ci`` x ``co``, in ``layout``; ``width``: its
+    maps' width. A tile's pixels stay within one row of the map: across rows, TVM's region analysis gives the register
+    tile's write-back loops dynamic extents, which MetaSchedule's postprocessors refuse."""
+
+    layout: str  # NHWC or NCHW, as the block is named
+    pixels: int
+    ci: int
+    co: int
+    width: int
+
+    def pixel_vectors(self, lanes: int) -> bool:
+        """Whether a tile's vectors (``lanes`` wide) run over pixels (NCHW, where a row of the input is contiguous and
+        the weight is broadcast) rather than output channels (channels-last; and NCHW maps whose rows the vectors do
+        not divide, where the weight's layout rewrite makes the channels contiguous and only the tile's stores
+        stride)."""
+        return self.layout == NCHW and self.width % lanes == 0
+
+    def extents(self, lanes: int) -> tuple[int, int]:
+        """What a tile's rows must divide (the output channels, or a row of the map), and what its vectors must."""
+        return (self.co, self.width) if self.pixel_vectors(lanes) else (self.width, self.co)
+
+
+def vector_floats(target: Target) -> int:
+    """float32 lanes in one of the target's vectors: 8 with AVX2, 16 with AVX-512. On a Zen 5 with AVX-512, tiles of
+    two 8-lane vectors ran YOLOv8n's 1x1 convolutions at 1.36-1.66x onnxruntime's, of two 16-lane ones at 0.95-1.23x."""
+    try:  # (TVM's llvm_get_vector_width answers 512 for an AVX2 CPU too)
+        return 16 if codegen.target_has_features("avx512f", target) else 8
+    except TVM_ERRORS:
+        return 8
+
+
+def matrix_product_shape(mod: IRModule) -> MatrixProduct | None:
+    """What ``mod`` multiplies where it is a float32 1x1 convolution at stride 1, batch 1, in NHWC (OHWI weights) or
+    NCHW (OIHW), with or without a fused epilogue; else None."""
     func = next(iter(mod.functions.values()))
     try:
         args = ArgInfo.from_prim_func(func)
@@ -46,31 +81,51 @@ def matrix_product_shape(mod: IRModule) -> tuple[int, int, int] | None:
     data, weight, out = ([int(d) for d in a.shape] for a in (args[0], args[1], args[-1]))
     if len(data) != 4 or len(weight) != 4 or len(out) != 4 or data[0] != 1:
         return None
-    if weight[1:3] != [1, 1] or data[1:3] != out[1:3] or weight[3] != data[3] or weight[0] != out[3]:
-        return None
-    return data[1] * data[2], data[3], out[3]
+    if weight[1:3] == [1, 1] and data[1:3] == out[1:3] and weight[3] == data[3] and weight[0] == out[3]:
+        if _has_block(mod, NHWC):
+            return MatrixProduct(NHWC, data[1] * data[2], data[3], out[3], data[2])
+    if weight[2:4] == [1, 1] and data[2:4] == out[2:4] and weight[1] == data[1] and weight[0] == out[1]:
+        if _has_block(mod, NCHW):
+            return MatrixProduct(NCHW, data[2] * data[3], data[1], out[1], data[3])
+    return None
 
 
-def matrix_product_schedule(mod: IRModule, target: Target, rows: int, lanes: int, step: int) -> Schedule | None:
-    """``mod`` (see ``matrix_product_shape``) scheduled as a GEMM micro-kernel and postprocessed; None where it does
-    not apply."""
+def _has_block(mod: IRModule, name: str) -> bool:
+    try:
+        Schedule(mod).get_sblock(name)
+    except TVM_ERRORS:
+        return False
+    return True
+
+
+def matrix_product_schedule(
+    mod: IRModule, target: Target, shape: MatrixProduct, rows: int, lanes: int, step: int
+) -> Schedule | None:
+    """``mod`` (its ``matrix_product_shape``: ``shape``) scheduled as a GEMM micro-kernel and postprocessed: a tile
+    of ``rows`` by ``lanes`` (``MatrixProduct.pixel_vectors`` says of what), the reduction split by ``step``; None
+    where it does not apply."""
     sch = Schedule(mod)
     try:
         root = sch.get_sblock("root")
-        conv = sch.get_sblock(CONVOLUTION)
+        conv = sch.get_sblock(shape.layout)
         output = sch.get(sch.get_child_blocks(root)[-1]).name_hint
         for block in list(sch.get_child_blocks(root)):  # padding copies, bias, activation: into their consumers
-            if sch.get(block).name_hint not in (CONVOLUTION, output):
+            if sch.get(block).name_hint not in (shape.layout, output):
                 sch.compute_inline(block)
-        n, y, x, f, ry, rx, rc = sch.get_loops(conv)
-        pixel_tiles, pixels = sch.split(sch.fuse(n, y, x), [None, rows])
-        channel_tiles, channels = sch.split(f, [None, lanes])
+        if shape.layout == NHWC:
+            n, y, x, f, ry, rx, rc = sch.get_loops(conv)
+        else:
+            n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+        pixels = sch.fuse(y, x)
+        by_rows, by_vectors = (f, pixels) if shape.pixel_vectors(lanes) else (pixels, f)
+        row_tiles, in_row = sch.split(by_rows, [None, rows])
+        vector_tiles, in_vector = sch.split(by_vectors, [None, lanes])
         steps, within = sch.split(rc, [None, step])
-        sch.reorder(channel_tiles, pixel_tiles, steps, ry, rx, within, pixels, channels)
+        sch.reorder(n, vector_tiles, row_tiles, steps, ry, rx, within, in_row, in_vector)  # n: the batch of 1
         accumulators = sch.cache_write(conv, 0, "local")
-        sch.reverse_compute_at(accumulators, pixel_tiles)
-        sch.reverse_compute_at(sch.get_sblock(output), pixel_tiles)  # the epilogue on each tile
-        # Vectorize the output channels only: a wider limit fuses the rows into the vector too, 10x slower.
+        sch.reverse_compute_at(accumulators, row_tiles)
+        sch.reverse_compute_at(sch.get_sblock(output), row_tiles)  # the epilogue on each tile
+        # Vectorize the innermost axis only: a wider limit fuses the rows into the vector too, 10x slower.
         sch.annotate(root, "meta_schedule.vectorize", lanes)
         sch.annotate(root, "meta_schedule.unroll_explicit", 16)
     except TVM_ERRORS:
@@ -80,15 +135,19 @@ def matrix_product_schedule(mod: IRModule, target: Target, rows: int, lanes: int
 
 def matrix_product_seeds(mod: IRModule, target: Target) -> list[Schedule]:
     """Schedules of ``mod`` to measure before searching: for a 1x1 convolution on a CPU, one with the reduction
-    split by ``STEP`` and one with it whole; none for anything else."""
+    split by ``STEP`` and one with it whole, in tiles of two of the target's vectors (or one, where two do not
+    divide); none for anything else."""
     shape = matrix_product_shape(mod) if target.kind.name == "llvm" else None
     if shape is None:
         return []
-    pixels, ci, co = shape
-    rows = next((r for r in ROWS if pixels % r == 0), None)
-    lanes = next((v for v in (LANES, LANES // 2) if co % v == 0), None)
-    if rows is None or lanes is None:
+    vector = vector_floats(target)
+    for lanes in (VECTORS * vector, vector):
+        row_extent, vector_extent = shape.extents(lanes)
+        rows = next((r for r in ROWS if row_extent % r == 0), None)
+        if rows is not None and vector_extent % lanes == 0:
+            break
+    else:
         return []
-    steps = [ci] + ([STEP] if ci % STEP == 0 and ci > STEP else [])
-    seeds = (matrix_product_schedule(mod, target, rows, lanes, step) for step in steps)
+    steps = [shape.ci] + ([STEP] if shape.ci % STEP == 0 and shape.ci > STEP else [])
+    seeds = (matrix_product_schedule(mod, target, shape, rows, lanes, step) for step in steps)
     return [s for s in seeds if s is not None]
