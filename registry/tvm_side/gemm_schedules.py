@@ -10,11 +10,14 @@ convolution runs in 249-304 µs, and YOLOv8n's eight largest 1x1 convolutions at
 (``bench/gemm_schedule_bench.py``, docs/BENCHMARKS.md "1x1 convolutions as matrix products").
 
 The schedule: the pixels fused into one axis and split by ``rows`` (4-7: with two vectors per row, 8-14 registers
-of accumulators), the output channels by ``lanes`` (vectorized), the reduction over Ci by ``step``; the epilogue
-computed on each tile as it leaves the registers; MetaSchedule's postprocessors as for any candidate (the weight
-rewritten into the tile's order, ``layout_free_buffers``). Its trace has only fixed splits, so it replays like any
-record. The tuning engine measures these schedules first, as it does donors' (``engine._TaskTuner``); the search
-then starts from whichever is faster.
+of accumulators), the output channels by ``lanes`` (vectorized: two of the target's vectors, 16 floats with AVX2,
+32 with AVX-512), the reduction over Ci by ``step``; the epilogue computed on each tile as it leaves the registers;
+MetaSchedule's postprocessors as for any candidate (the weight rewritten into the tile's order,
+``layout_free_buffers``). A convolution that stays NCHW (PaddleOCR det, MobileNetV2) swaps the roles where a vector
+divides a row of its map: output channels by rows, pixels in vectors (a row of the input is contiguous there, and
+each weight is broadcast). Its trace has only fixed splits, so it replays like any record. The tuning engine
+measures these schedules first, as it does donors' (``engine._TaskTuner``); the search then starts from whichever is
+faster.
 """
 
 from __future__ import annotations
