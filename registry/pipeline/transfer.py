@@ -130,11 +130,11 @@ def transfer(
 def _resolve_all(
     run: ModelRun, resolver: _Resolver, defaults: dict[int, Measurement], deadline: float | None, progress: Progress
 ) -> list[TaskResult]:
-    """Each task resolved (in the model's order), the heaviest first: the most default time a call first, so that
-    when ``deadline`` (``time.perf_counter``'s) nears, the tasks left with fewer candidates are the light ones. Each
-    task gets as many candidates (up to ``TransferOptions.candidates``) as what is left of the time allows at the
-    cost of a candidate so far, and at least one: a task left on its default can cost the model more than the whole
-    budget (a ddddocr-det's 416x416 convolution runs 230 ms unscheduled, 3.4 ms transferred)."""
+    """Each task's result, in the model's order. The tasks are resolved heaviest first (the most default time a
+    call), so that when ``deadline`` (``time.perf_counter``'s) nears, the tasks left with fewer candidates are the
+    light ones. Each task gets as many candidates (up to ``TransferOptions.candidates``) as what is left of the time
+    allows at the cost of a candidate so far, and at least one: a task left on its default can cost the model more
+    than the whole budget (a ddddocr-det's 416x416 convolution runs 230 ms unscheduled, 3.4 ms transferred)."""
     order = sorted(range(len(run.tasks)), key=lambda k: -_default_cost(run.tasks[k], defaults))
     results: dict[int, TaskResult] = {}
     spent, measured = 0.0, 0
