@@ -63,8 +63,9 @@ class MatrixProduct:
 
 
 def vector_floats(target: Target) -> int:
-    """float32 lanes in one of the target's vectors: 8 with AVX2, 16 with AVX-512. On a Zen 5 with AVX-512, tiles of
-    two 8-lane vectors ran YOLOv8n's 1x1 convolutions at 1.36-1.66x onnxruntime's, of two 16-lane ones at 0.95-1.23x."""
+    """float32 lanes in one of the target's vectors: 8 with AVX2, 16 with AVX-512. On a Zen 5 with AVX-512, YOLOv8n's
+    three largest 1x1 convolutions ran at 1.36-1.66x onnxruntime's in 16-float tiles, 0.94-1.20x in 32-float ones
+    (docs/BENCHMARKS.md, "1x1 convolutions as matrix products")."""
     try:  # (TVM's llvm_get_vector_width answers 512 for an AVX2 CPU too)
         return 16 if codegen.target_has_features("avx512f", target) else 8
     except TVM_ERRORS:
