@@ -207,8 +207,10 @@ def test_only_a_transpose_that_moves_unit_axes_becomes_a_reshape():
 def _detector(path, activation: str) -> None:
     """x (1x3x32x32) -> a 3x3 convolution -> activation -> a strided 3x3 one -> activation -> two heads, one per scale
     (a 1x1 convolution each, the second after a strided one), each reshaped to (1, 6, pixels) and concatenated: a
-    YOLO's shape. ``activation``: "silu" (sigmoid times input: elementwise, follows any layout) or "clip" (ONNX's
-    Clip with its bounds as inputs, which imports as TOPI kernels that no layout rule sees into)."""
+    YOLO's shape. ``activation``: "silu" (sigmoid times input: elementwise, follows any layout), "clip" (ONNX's
+    Clip with its bounds as inputs, which imports as TOPI kernels, made Relax operators by ``imported_kernels``), or
+    "edge" (SiLU, and the strided convolutions padded by an ONNX ``Pad`` in "edge" mode: a TOPI kernel no Relax
+    operator replaces, so no layout rule sees into it)."""
     rng = np.random.default_rng(0)
 
     def w(name, shape):
@@ -218,20 +220,29 @@ def _detector(path, activation: str) -> None:
     weights = [w("w1", (8, 3, 3, 3)), w("w2", (16, 8, 3, 3)), w("w3", (16, 16, 3, 3)), w("h1", (6, 16, 1, 1)),
                w("h2", (6, 16, 1, 1)), numpy_helper.from_array(np.array([1, 6, -1], "int64"), "flat"),
                numpy_helper.from_array(np.array(0.0, "float32"), "lo"),
-               numpy_helper.from_array(np.array(6.0, "float32"), "hi")]  # fmt: skip
+               numpy_helper.from_array(np.array(6.0, "float32"), "hi"),
+               numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "around")]  # fmt: skip
     nodes = []
 
     def act(x, y):
-        if activation == "silu":
+        if activation in ("silu", "edge"):
             nodes.extend([helper.make_node("Sigmoid", [x], [y + "_s"]), helper.make_node("Mul", [x, y + "_s"], [y])])
         else:
             nodes.append(helper.make_node("Clip", [x, "lo", "hi"], [y]))
 
     nodes.append(helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]))
     act("c1", "a1")
-    nodes.append(helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]))
+
+    def strided(x, w, y):
+        if activation == "edge":
+            nodes.append(helper.make_node("Pad", [x, "around"], [x + "_p"], mode="edge"))
+            nodes.append(helper.make_node("Conv", [x + "_p", w], [y], strides=[2, 2]))
+        else:
+            nodes.append(helper.make_node("Conv", [x, w], [y], pads=[1, 1, 1, 1], strides=[2, 2]))
+
+    strided("a1", "w2", "c2")
     act("c2", "a2")
-    nodes.append(helper.make_node("Conv", ["a2", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]))
+    strided("a2", "w3", "c3")
     act("c3", "a3")
     for head, source in (("h1", "a2"), ("h2", "a3")):
         nodes.append(helper.make_node("Conv", [source, head], [head + "_c"]))
@@ -247,13 +258,13 @@ def _detector(path, activation: str) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-@pytest.mark.parametrize("activation, converts", [("silu", True), ("clip", False)])
+@pytest.mark.parametrize("activation, converts", [("silu", True), ("clip", True), ("edge", False)])
 def test_a_detector_converts_unless_transposes_sit_between_its_convolutions(tmp_path, activation, converts):
-    """With SiLU every operator between the convolutions follows the layout: the transposes left are the input's and
-    one per head, before the reshapes (more than the model's inputs and outputs, which an earlier rule counted, but a
-    small share of what the convolutions write), and the model converts. With a Clip of input bounds each
-    activation sits between two transposes of a whole feature map, and the model stays NCHW. Either way it computes
-    what it computed."""
+    """With SiLU or a Clip every operator between the convolutions follows the layout: the transposes left are the
+    input's and one per head, before the reshapes (more than the model's inputs and outputs, which an earlier rule
+    counted, but a small share of what the convolutions write), and the model converts. With an edge-mode Pad before
+    each strided convolution, each pad sits between two transposes of a whole feature map, and the model stays NCHW.
+    Either way it computes what it computed."""
     from tvm.s_tir import meta_schedule as ms
 
     from registry.tvm_side.compile import _channels_last, compile_model

@@ -44,6 +44,7 @@ from tvm.target import Target
 from registry.tvm_side import sigmoid  # noqa: F401  (the vectorizable sigmoid: sigmoid.py)
 from registry.tvm_side.batch_norms import batch_norms_into_convolutions
 from registry.tvm_side.compat import TVM_ERRORS
+from registry.tvm_side.imported_kernels import as_relax_operators
 from registry.tvm_side.transposed_convolutions import transposed_convolutions_as_matmuls
 from registry.tvm_side.transposes import (
     convolutions_nhwc,
@@ -208,8 +209,9 @@ def _fusion(target: Target) -> list:
 
 # The most a conversion may move through transposes between convolutions, as a share of the elements its
 # convolutions write. Measured on either side: a YOLOv8n at 0.09 (its heads' transposes before the distribution
-# focal loss's 1x1 convolution) converted; PaddleOCR det (1.38), MobileNetV2 (2.1) and a PaddleOCR classifier (1.32:
-# 1.73x onnxruntime converted, 1.04x NCHW) stay NCHW.
+# focal loss's 1x1 convolution) converted; PaddleOCR det (1.38) stays NCHW. MobileNetV2 (2.1), EfficientNet (2.2)
+# and a PaddleOCR classifier (1.32: 1.73x onnxruntime converted, 1.04x NCHW) stayed NCHW for their clip kernels,
+# which ``imported_kernels`` now makes Relax operators: 0 each, and they convert.
 MAX_TRANSPOSED_SHARE = 0.25
 
 
@@ -221,12 +223,13 @@ def _channels_last(mod: IRModule, target: Target) -> IRModule:
 
     ``ConvertLayout`` wraps an operator it has no layout rule for in transposes to NCHW and back, and leaves some
     that need none between two transposes (a ConvNeXt's residual ``add``); ``sink_transposes`` then cancels those it
-    can (ConvNeXt: 10 added, none after). Where transposes stay, around an operator Relax cannot see into (the
-    ``topi.maximum``/``minimum`` kernels of an ONNX ``Clip`` with bound inputs, in a hard-swish or a ReLU6), they
+    can (ConvNeXt: 10 added, none after). Where transposes stay, around an operator Relax cannot see into, they
     cost more than the layout gains: a PaddleOCR classifier went from 1.04x onnxruntime to 1.73x (56 transposes
-    added, 38 after sinking). Rewriting those kernels as Relax's ``maximum``/``minimum`` converted that classifier
-    cleanly (2 transposes), and it tuned to 1.47x, where NCHW had reached 1.03x (another day's run). So those kernels
-    stay as the importer makes them, and keep such a model NCHW.
+    added, 38 after sinking), around the ``topi.maximum``/``minimum`` kernels the importer makes of an ONNX ``Clip``
+    with bound inputs (a hard-swish, a ReLU6). Those kernels and its ``Pad`` ones are now first made the Relax
+    operators they compute (``imported_kernels``), which follow the layout: MobileNetV2-0.35 converts (104
+    transposes before, 2 after) and tuned to 1.28x onnxruntime where NCHW had reached 1.87x (docs/BENCHMARKS.md).
+    Where the model stays NCHW it stays as the importer made it, so its kernels are those tuned before.
 
     A detector's heads are the other case: each reshapes its map to (channels, pixels) in NCHW order, so each keeps a
     transpose, though every operator before it converts. Counting transposes against the model's inputs and outputs
@@ -238,10 +241,11 @@ def _channels_last(mod: IRModule, target: Target) -> IRModule:
     """
     if not _layout_free_here(target):
         return mod
+    relaxed = as_relax_operators(mod)  # the importer's clip and pad kernels, which no layout rule sees into
     try:
-        converted = sink_transposes(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod))
+        converted = sink_transposes(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(relaxed))
     except TVM_ERRORS:
-        converted = unit_transposes_as_reshapes(sink_transposes(convolutions_nhwc(mod)))
+        converted = unit_transposes_as_reshapes(sink_transposes(convolutions_nhwc(relaxed)))
     added = elements_transposed_between_convolutions(converted) - elements_transposed_between_convolutions(mod)
     return converted if added <= MAX_TRANSPOSED_SHARE * convolved_elements(converted) else mod
 

@@ -104,11 +104,16 @@ def sink_transposes(mod: IRModule) -> IRModule:
         pattern = pattern | is_op(name)(left, right) | is_op(name)(left, y) | is_op(name)(x, right)
     for name in _UNARY:
         pattern = pattern | is_op(name)(unary_in, varg_default_wildcard=True)
+    padded_x = wildcard()
+    padded_in = permuted(padded_x)
+    pattern = pattern | is_op("relax.nn.pad")(padded_in)
 
     def rewrite(call, matched):
         name = call.op.name
         if name in _UNARY:
             return _below(call, [matched[unary_x], *call.args[1:]], _axes(matched[unary_in]))
+        if name == "relax.nn.pad":
+            return _padded_below(call, matched[padded_x], _axes(matched[padded_in]))
         if name in _BINARY:
             return _binary(call, matched.get(left), matched.get(right), matched.get(x), matched.get(y))
         axes = _axes(call)
@@ -183,6 +188,17 @@ def _binary(call, left, right, x, y):
     if right is not None and _scalar(a):
         return _below(call, [a, y], _axes(right))
     return call
+
+
+def _padded_below(call, x, axes: list[int]):
+    """``pad(permute(x, axes))`` as ``permute(pad'(x), axes)``, pad' padding each axis of ``x`` as ``call`` pads the
+    axis it becomes."""
+    widths = [int(w) for w in call.attrs.pad_width]
+    moved = [0] * len(widths)
+    for i, a in enumerate(axes):
+        moved[2 * a : 2 * a + 2] = widths[2 * i : 2 * i + 2]
+    a = call.attrs
+    return relax.op.permute_dims(relax.op.nn.pad(x, moved, a.pad_mode, a.pad_value), axes)
 
 
 def _below(call, operands: list, axes: list[int]):
