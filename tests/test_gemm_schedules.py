@@ -8,9 +8,10 @@ import pytest
 pytestmark = pytest.mark.tvm
 
 
-def _task(kernel: int = 1, ci: int = 24, co: int = 32, size: int = 10, layout: str = "NHWC"):
+def _task(kernel: int = 1, ci: int = 24, co: int = 32, size: int = 10, layout: str = "NHWC", pad: bool = False):
     """The fused kernel of a convolution with its bias and SiLU, as the pipeline extracts it: channels-last (OHWI
-    weights), or NCHW (OIHW)."""
+    weights), or NCHW (OIHW); ``pad``: its output padded by one pixel after each row and column, for a next
+    convolution at stride 2 (MobileNetV2's exports pad so)."""
     import numpy as np
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -29,7 +30,10 @@ def _task(kernel: int = 1, ci: int = 24, co: int = 32, size: int = 10, layout: s
                                            kernel_layout="OHWI" if nhwc else "OIHW"))  # fmt: skip
             bias = rng.standard_normal((1, 1, 1, co) if nhwc else (1, co, 1, 1)).astype("float32")
             c = bb.emit(relax.op.add(c, relax.const(bias)))
-            out = bb.emit_output(relax.op.multiply(c, relax.op.sigmoid(c)))
+            c = bb.emit(relax.op.multiply(c, relax.op.sigmoid(c)))
+            if pad:
+                c = bb.emit(relax.op.nn.pad(c, [0, 0, 0, 1, 0, 1, 0, 0] if nhwc else [0, 0, 0, 0, 0, 1, 0, 1]))
+            out = bb.emit_output(c)
         bb.emit_func_output(out)
     target = host_target()
     mod = relax.get_pipeline("zero")(bb.get())
@@ -78,3 +82,20 @@ def test_tiles_are_two_of_the_targets_vectors_wide():
 
     assert vector_floats(Target({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu"})) == 8
     assert vector_floats(Target({"kind": "llvm", "mcpu": "skylake-avx512", "mtriple": "x86_64-linux-gnu"})) == 16
+
+
+@pytest.mark.parametrize("co, pad", [(32, True), (8, False)])
+def test_a_padded_epilogue_or_a_narrow_output_still_gets_matrix_product_schedules(co, pad):
+    """MobileNetV2-0.35 in channels-last: a 1x1 expansion whose epilogue pads its output for the strided depthwise
+    convolution after it (the output is not the product's shape: the pad stays after the tiles), and projections to 8
+    output channels (narrower than two AVX-512 vectors, or one: tiles 8 floats wide)."""
+    from registry.tvm_side.gemm_schedules import MatrixProduct, matrix_product_seeds, matrix_product_shape
+    from registry.tvm_side.output_check import OutputCheck
+
+    workload, target = _task(ci=16, co=co, size=8, pad=pad)
+    assert matrix_product_shape(workload) == MatrixProduct("conv2d_nhwc", 64, 16, co, 8)
+    seeds = matrix_product_seeds(workload, target)
+    assert seeds
+    check = OutputCheck(workload, target)
+    for seed in seeds:
+        assert check.problem(seed.mod) is None

@@ -205,7 +205,7 @@ def test_only_a_transpose_that_moves_unit_axes_becomes_a_reshape():
 
 
 def _detector(path, activation: str) -> None:
-    """x (1x3x32x32) -> a 3x3 convolution -> activation -> a strided 3x3 one -> activation -> two heads, one per scale
+    """x (1x3x24x24) -> a 3x3 convolution -> activation -> a strided 3x3 one -> activation -> two heads, one per scale
     (a 1x1 convolution each, the second after a strided one), each reshaped to (1, 6, pixels) and concatenated: a
     YOLO's shape. ``activation``: "silu" (sigmoid times input: elementwise, follows any layout), "clip" (ONNX's
     Clip with its bounds as inputs, which imports as TOPI kernels, made Relax operators by ``imported_kernels``), or
@@ -217,8 +217,8 @@ def _detector(path, activation: str) -> None:
         scaled = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
         return numpy_helper.from_array(scaled.astype("float32"), name)
 
-    weights = [w("w1", (8, 3, 3, 3)), w("w2", (16, 8, 3, 3)), w("w3", (16, 16, 3, 3)), w("h1", (6, 16, 1, 1)),
-               w("h2", (6, 16, 1, 1)), numpy_helper.from_array(np.array([1, 6, -1], "int64"), "flat"),
+    weights = [w("w1", (16, 3, 3, 3)), w("w2", (32, 16, 3, 3)), w("w3", (32, 32, 3, 3)), w("h1", (6, 32, 1, 1)),
+               w("h2", (6, 32, 1, 1)), numpy_helper.from_array(np.array([1, 6, -1], "int64"), "flat"),
                numpy_helper.from_array(np.array(0.0, "float32"), "lo"),
                numpy_helper.from_array(np.array(6.0, "float32"), "hi"),
                numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "around")]  # fmt: skip
@@ -251,8 +251,8 @@ def _detector(path, activation: str) -> None:
     graph = helper.make_graph(
         nodes,
         "detector",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 320])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 180])],
         weights,
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
@@ -280,7 +280,7 @@ def test_a_detector_converts_unless_transposes_sit_between_its_convolutions(tmp_
     if converts:
         assert count_transposes(converted) == 3  # the input's and one per head: more than the old rule allowed
 
-    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype("float32")
     got = _outputs(compile_model(ms.database.MemoryDatabase(), mod, target), [x])[0]  # TVM's default schedules
     want = _run(mod, [x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

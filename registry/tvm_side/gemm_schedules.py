@@ -36,6 +36,7 @@ NHWC, NCHW = "conv2d_nhwc", "conv2d_nchw"  # TOPI's block names for a convolutio
 ROWS = (5, 4, 6, 7, 3, 2)  # the tile's rows, by preference: the first that divides what they run over
 VECTORS = 2  # a tile's vectors per row: with 5 rows, 10 accumulators (four, measured slower on AVX2)
 STEP = 64  # the reduction's other split: within 10-15% of the whole of Ci, either way round, on YOLOv8n
+HALF_AVX512 = 8  # the last resort for a tile's width: MobileNetV2-0.35's 8, 24 and 56 output channels
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def vector_floats(target: Target) -> int:
 
 def matrix_product_shape(mod: IRModule) -> MatrixProduct | None:
     """What ``mod`` multiplies where it is a float32 1x1 convolution at stride 1, batch 1, in NHWC (OHWI weights) or
-    NCHW (OIHW), with or without a fused epilogue; else None."""
+    NCHW (OIHW), with or without a fused epilogue (which may pad its output for the next convolution); else None."""
     func = next(iter(mod.functions.values()))
     try:
         args = ArgInfo.from_prim_func(func)
@@ -82,24 +83,26 @@ def matrix_product_shape(mod: IRModule) -> MatrixProduct | None:
         return None
     if len(args) < 3 or any(a.dtype != "float32" for a in args):
         return None
-    data, weight, out = ([int(d) for d in a.shape] for a in (args[0], args[1], args[-1]))
-    if len(data) != 4 or len(weight) != 4 or len(out) != 4 or data[0] != 1:
+    data, weight = ([int(d) for d in a.shape] for a in (args[0], args[1]))
+    if len(data) != 4 or len(weight) != 4 or data[0] != 1:
         return None
-    if weight[1:3] == [1, 1] and data[1:3] == out[1:3] and weight[3] == data[3] and weight[0] == out[3]:
-        if _has_block(mod, NHWC):
-            return MatrixProduct(NHWC, data[1] * data[2], data[3], out[3], data[2])
-    if weight[2:4] == [1, 1] and data[2:4] == out[2:4] and weight[1] == data[1] and weight[0] == out[1]:
-        if _has_block(mod, NCHW):
-            return MatrixProduct(NCHW, data[2] * data[3], data[1], out[1], data[3])
+    out = _written(mod, NHWC)
+    if out and weight[1:3] == [1, 1] and data[1:3] == out[1:3] and weight[3] == data[3] and weight[0] == out[3]:
+        return MatrixProduct(NHWC, data[1] * data[2], data[3], out[3], data[2])
+    out = _written(mod, NCHW)
+    if out and weight[2:4] == [1, 1] and data[2:4] == out[2:4] and weight[1] == data[1] and weight[0] == out[1]:
+        return MatrixProduct(NCHW, data[2] * data[3], data[1], out[1], data[3])
     return None
 
 
-def _has_block(mod: IRModule, name: str) -> bool:
+def _written(mod: IRModule, block: str) -> list[int] | None:
+    """The shape of what ``block`` writes, where ``mod`` has such a block; else None."""
+    sch = Schedule(mod)
     try:
-        Schedule(mod).get_sblock(name)
+        written = sch.get(sch.get_sblock(block)).writes[0].source.shape
     except TVM_ERRORS:
-        return False
-    return True
+        return None
+    return [int(d) for d in written]
 
 
 def matrix_product_schedule(
@@ -128,7 +131,8 @@ def matrix_product_schedule(
         sch.reorder(n, vector_tiles, row_tiles, steps, ry, rx, within, in_row, in_vector)  # n: the batch of 1
         accumulators = sch.cache_write(conv, 0, "local")
         sch.reverse_compute_at(accumulators, row_tiles)
-        sch.reverse_compute_at(sch.get_sblock(output), row_tiles)  # the epilogue on each tile
+        if _written(mod, output) == _written(mod, shape.layout):  # the epilogue on each tile, unless it pads
+            sch.reverse_compute_at(sch.get_sblock(output), row_tiles)
         # Vectorize the innermost axis only: a wider limit fuses the rows into the vector too, 10x slower.
         sch.annotate(root, "meta_schedule.vectorize", lanes)
         sch.annotate(root, "meta_schedule.unroll_explicit", 16)
@@ -139,13 +143,13 @@ def matrix_product_schedule(
 
 def matrix_product_seeds(mod: IRModule, target: Target) -> list[Schedule]:
     """Schedules of ``mod`` to measure before searching: for a 1x1 convolution on a CPU, one with the reduction
-    split by ``STEP`` and one with it whole, in tiles of two of the target's vectors (or one, where two do not
-    divide); none for anything else."""
+    split by ``STEP`` and one with it whole, in tiles of two of the target's vectors (or one, or 8 floats, where
+    those do not divide); none for anything else."""
     shape = matrix_product_shape(mod) if target.kind.name == "llvm" else None
     if shape is None:
         return []
     vector = vector_floats(target)
-    for lanes in (VECTORS * vector, vector):
+    for lanes in dict.fromkeys((VECTORS * vector, vector, HALF_AVX512)):
         row_extent, vector_extent = shape.extents(lanes)
         rows = next((r for r in ROWS if row_extent % r == 0), None)
         if rows is not None and vector_extent % lanes == 0:
