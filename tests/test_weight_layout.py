@@ -41,22 +41,23 @@ def _conv_then_dense(path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def _conv_clip_conv(path) -> None:
-    """Two convolutions with a clip between them, which has no layout rule in Relax (a hard-swish's, in MobileNets)."""
+def _conv_pad_conv(path) -> None:
+    """Two convolutions with an edge-mode pad between them, which has no layout rule in Relax (TVM's importer writes it
+    as a TOPI kernel no Relax operator replaces: ``imported_kernels``)."""
     rng = np.random.default_rng(0)
     w1, w2 = (numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype("float32"), n) for n in "uv")
-    low, high = (numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("low", 0.0), ("high", 6.0)))
+    around = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "around")
     nodes = [
         helper.make_node("Conv", ["x", "u"], ["a"], pads=[1, 1, 1, 1]),
-        helper.make_node("Clip", ["a", "low", "high"], ["c"]),
-        helper.make_node("Conv", ["c", "v"], ["y"], pads=[1, 1, 1, 1]),
+        helper.make_node("Pad", ["a", "around"], ["p"], mode="edge"),
+        helper.make_node("Conv", ["p", "v"], ["y"]),
     ]
     graph = helper.make_graph(
         nodes,
-        "conv-clip-conv",
+        "conv-pad-conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
-        [w1, w2, low, high],
+        [w1, w2, around],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
@@ -94,9 +95,9 @@ def test_only_convolutions_are_layout_free_and_channels_last_and_only_on_a_cpu(t
     assert [1, 8, 8, 16] in conv_args and [1, 16, 8, 8] not in conv_args  # channels last on a CPU
 
     # ... but not where an operator between two convolutions would need transposes around it
-    _conv_clip_conv(tmp_path / "clip.onnx")
-    clipped = load_onnx(tmp_path / "clip.onnx").mod
-    kept = ms.relax_integration.extract_tasks(task_module(clipped, host_target()), host_target())
+    _conv_pad_conv(tmp_path / "pad.onnx")
+    padded = load_onnx(tmp_path / "pad.onnx").mod
+    kept = ms.relax_integration.extract_tasks(task_module(padded, host_target()), host_target())
     kept_args = [list(shape) for t in kept if "conv" in t.task_name for shape in _buffers(t.dispatched[0]["main"])]
     assert [1, 8, 6, 6] in kept_args and not any("transpose" in t.task_name for t in kept)
     assert [name for name, free in on_cpu.items() if free] == [n for n in on_cpu if "conv" in n] != []
@@ -161,8 +162,8 @@ def run_main(executable, x: np.ndarray) -> np.ndarray:
 
 
 def conv_then_transposed(path, kernel: int = 3) -> None:
-    """x (1x8x8x8) -> 3x3 convolution -> clip (bounds as inputs, which keeps the model NCHW, as PaddleOCR det's
-    hard-swish does) -> transposed convolution with bias, stride 2, to 4 channels, 1x16x16 -> sigmoid: a PaddleOCR det
+    """x (1x8x8x8) -> 3x3 convolution -> clip (bounds as inputs; 8 channels fill no more of a vector than 8-pixel
+    rows, so the model stays NCHW, as PaddleOCR det does) -> transposed convolution with bias, stride 2, to 4 channels, 1x16x16 -> sigmoid: a PaddleOCR det
     head's shape. Its kernel 2x2 (PaddleOCR's) is written as a matmul (``transposed_convolutions``); 3x3, padded,
     stays a transposed convolution."""
     rng = np.random.default_rng(0)
