@@ -163,9 +163,9 @@ def run_main(executable, x: np.ndarray) -> np.ndarray:
 
 def conv_then_transposed(path, kernel: int = 3) -> None:
     """x (1x8x8x8) -> 3x3 convolution -> clip (bounds as inputs; 8 channels fill no more of a vector than 8-pixel
-    rows, so the model stays NCHW, as PaddleOCR det does) -> transposed convolution with bias, stride 2, to 4 channels, 1x16x16 -> sigmoid: a PaddleOCR det
-    head's shape. Its kernel 2x2 (PaddleOCR's) is written as a matmul (``transposed_convolutions``); 3x3, padded,
-    stays a transposed convolution."""
+    rows, so the model stays NCHW, as PaddleOCR det does) -> transposed convolution with bias, stride 2, to 4
+    channels, 1x16x16 -> sigmoid: a PaddleOCR det head's shape. Its kernel 2x2 (PaddleOCR's) is written as a matmul
+    (``transposed_convolutions``); 3x3, padded, stays a transposed convolution."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype("float32"), "w")
     t = numpy_helper.from_array((rng.standard_normal((8, 4, kernel, kernel)) / 4).astype("float32"), "t")
