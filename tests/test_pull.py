@@ -17,7 +17,7 @@ pytestmark = pytest.mark.tvm
 def run_json(*args: str) -> dict:
     result = CliRunner().invoke(cli, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{") :])
+    return json.loads(result.stdout[result.stdout.index("{") :])  # progress and warnings go to stderr
 
 
 def test_the_starter_bundle_is_shipped_and_listed():

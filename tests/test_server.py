@@ -36,7 +36,7 @@ pytestmark = pytest.mark.tvm
 def ok(*args: str, env: dict | None = None) -> dict:
     result = CliRunner(env=env).invoke(cli, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{") :])
+    return json.loads(result.stdout[result.stdout.index("{") :])  # progress and warnings go to stderr
 
 
 def refused(*args: str, env: dict | None = None) -> str:

@@ -29,7 +29,7 @@ def run(*args: str):
 def ok(*args: str) -> dict:
     result = run(*args, "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{") :])
+    return json.loads(result.stdout[result.stdout.index("{") :])  # progress and warnings go to stderr
 
 
 def refused(*args: str) -> str:
