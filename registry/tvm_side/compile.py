@@ -277,7 +277,7 @@ def _channels_fill_vectors(mod: IRModule, target: Target) -> bool:
         macs = math.prod(out) * math.prod(weight[1:])
         by_rows += macs * _filled(out[3], lanes)
         by_channels += macs * _filled(out[1], lanes)
-    return by_channels > by_rows
+    return by_channels > by_rows or not by_rows  # no NCHW convolution: the conversion goes on as it did
 
 
 def _filled(extent: int, lanes: int) -> float:
