@@ -54,6 +54,7 @@ from registry.tvm_side.transposes import (
     convolved_elements,
     elements_transposed_between_convolutions,
     rewrite_calls,
+    run_time_calls,
     sink_transposes,
     static_shape,
     unit_transposes_as_reshapes,
@@ -266,10 +267,9 @@ def _channels_fill_vectors(mod: IRModule, target: Target) -> bool:
     ConvNeXt, magika (docs/BENCHMARKS.md, "Channels-last convolutions")."""
     lanes = vector_floats(target)
     by_rows = by_channels = 0.0
-    conv = tvm.ir.Op.get("relax.nn.conv2d")
-    for binding in (b for block in mod["main"].body.blocks for b in block.bindings):
+    for binding in run_time_calls(mod, "relax.nn.conv2d"):
         call = binding.value
-        if getattr(call, "op", None) != conv or call.attrs.data_layout != "NCHW":
+        if call.attrs.data_layout != "NCHW":
             continue
         out, weight = static_shape(binding.var), static_shape(call.args[1])
         if out is None or weight is None:

@@ -86,18 +86,18 @@ def matrix_product_shape(mod: IRModule) -> MatrixProduct | None:
     data, weight = ([int(d) for d in a.shape] for a in (args[0], args[1]))
     if len(data) != 4 or len(weight) != 4 or data[0] != 1:
         return None
-    out = _written(mod, NHWC)
+    sch = Schedule(mod)
+    out = _written(sch, NHWC)
     if out and weight[1:3] == [1, 1] and data[1:3] == out[1:3] and weight[3] == data[3] and weight[0] == out[3]:
         return MatrixProduct(NHWC, data[1] * data[2], data[3], out[3], data[2])
-    out = _written(mod, NCHW)
+    out = _written(sch, NCHW)
     if out and weight[2:4] == [1, 1] and data[2:4] == out[2:4] and weight[1] == data[1] and weight[0] == out[1]:
         return MatrixProduct(NCHW, data[2] * data[3], data[1], out[1], data[3])
     return None
 
 
-def _written(mod: IRModule, block: str) -> list[int] | None:
-    """The shape of what ``block`` writes, where ``mod`` has such a block; else None."""
-    sch = Schedule(mod)
+def _written(sch: Schedule, block: str) -> list[int] | None:
+    """The shape of what ``block`` writes, where ``sch`` has such a block; else None."""
     try:
         written = sch.get(sch.get_sblock(block)).writes[0].source.shape
     except TVM_ERRORS:
@@ -116,6 +116,7 @@ def matrix_product_schedule(
         root = sch.get_sblock("root")
         conv = sch.get_sblock(shape.layout)
         output = sch.get(sch.get_child_blocks(root)[-1]).name_hint
+        pads = _written(sch, output) != _written(sch, shape.layout)  # an epilogue that pads for the next convolution
         for block in list(sch.get_child_blocks(root)):  # padding copies, bias, activation: into their consumers
             if sch.get(block).name_hint not in (shape.layout, output):
                 sch.compute_inline(block)
@@ -131,7 +132,7 @@ def matrix_product_schedule(
         sch.reorder(n, vector_tiles, row_tiles, steps, ry, rx, within, in_row, in_vector)  # n: the batch of 1
         accumulators = sch.cache_write(conv, 0, "local")
         sch.reverse_compute_at(accumulators, row_tiles)
-        if _written(mod, output) == _written(mod, shape.layout):  # the epilogue on each tile, unless it pads
+        if not pads:  # the epilogue on each tile
             sch.reverse_compute_at(sch.get_sblock(output), row_tiles)
         # Vectorize the innermost axis only: a wider limit fuses the rows into the vector too, 10x slower.
         sch.annotate(root, "meta_schedule.vectorize", lanes)

@@ -26,7 +26,7 @@ def count_transposes(mod: IRModule) -> int:
     """Transposes of values computed at run time, from the model's inputs: those of constants fold away at compile
     time. Traced through the bindings, not by folding the model to count what is left: folding a large model takes
     seconds (4.4 s for PaddleOCR det), and this runs at every extraction and compile."""
-    return len(_run_time_calls(mod, "relax.permute_dims"))
+    return len(run_time_calls(mod, "relax.permute_dims"))
 
 
 def elements_transposed_between_convolutions(mod: IRModule) -> int:
@@ -44,15 +44,15 @@ def elements_transposed_between_convolutions(mod: IRModule) -> int:
         if getattr(b.value, "op", None) == conv or b.var in feeds_conv:
             feeds_conv.update(relax.analysis.free_vars(b.value))
     between = after_conv & feeds_conv
-    return sum(_elements(b.var) for b in _run_time_calls(mod, "relax.permute_dims") if b.var in between)
+    return sum(_elements(b.var) for b in run_time_calls(mod, "relax.permute_dims") if b.var in between)
 
 
 def convolved_elements(mod: IRModule) -> int:
     """The elements that run-time 2-d convolutions write in one call of the model."""
-    return sum(_elements(b.var) for b in _run_time_calls(mod, "relax.nn.conv2d"))
+    return sum(_elements(b.var) for b in run_time_calls(mod, "relax.nn.conv2d"))
 
 
-def _run_time_calls(mod: IRModule, op_name: str) -> list:
+def run_time_calls(mod: IRModule, op_name: str) -> list:
     """The bindings of ``main`` that call ``op_name`` on values computed at run time (from the model's inputs)."""
     op = tvm.ir.Op.get(op_name)
     main = mod["main"]
@@ -195,10 +195,10 @@ def _padded_below(call, x, axes: list[int]):
     axis it becomes."""
     widths = [int(w) for w in call.attrs.pad_width]
     moved = [0] * len(widths)
-    for i, a in enumerate(axes):
-        moved[2 * a : 2 * a + 2] = widths[2 * i : 2 * i + 2]
-    a = call.attrs
-    return relax.op.permute_dims(relax.op.nn.pad(x, moved, a.pad_mode, a.pad_value), axes)
+    for i, axis in enumerate(axes):
+        moved[2 * axis : 2 * axis + 2] = widths[2 * i : 2 * i + 2]
+    attrs = call.attrs
+    return relax.op.permute_dims(relax.op.nn.pad(x, moved, attrs.pad_mode, attrs.pad_value), axes)
 
 
 def _below(call, operands: list, axes: list[int]):
