@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -260,6 +261,34 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     assert fast_default.source == "default" and fast_default.after_us == pytest.approx(1e-3)
     assert _is_default(best)
     assert default_was_filed or best.mean_s == pytest.approx(1e-9)
+
+
+@pytest.mark.tvm
+def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqlite_url, tmp_path):
+    """No donor in the registry, no tuning: a 1x1 convolution's matrix-product schedules (gemm_schedules.py) are its
+    candidates; the fastest that computes it beats TVM's default loops and is filed as ``tuned``, with no donor."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 128, 1, 1)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "pointwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 14, 14])],
+        initializer=[weight],
+    )
+    path = tmp_path / "pointwise.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = transfer(sqlite_url, str(path), "--tune-trials", "0", "--json")
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    [conv] = [t for t in report["tasks"] if "conv2d" in t["name"]]
+    assert conv["source"] == "tuned" and conv["donor"] is None and conv["candidates"] >= 1, conv
+    assert conv["after_us"] < conv["before_us"] / 2, conv  # naive loops against a register-tiled product
+    assert "1 scheduled as matrix products" in result.stderr, result.stderr
+    with Store(sqlite_url).read() as s:
+        record = s.execute(select(TuningRecord).where(TuningRecord.workload_id == conv["workload_id"])).scalar_one()
+    assert record.source == "tuned" and record.donor_record_id is None and record.ok
 
 
 def _is_default(record) -> bool:

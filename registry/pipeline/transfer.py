@@ -6,7 +6,8 @@ For each task of the model, in order of preference:
 2. **transferred**: the nearest stored workloads of the same operator kind (FAISS over signature embeddings) donate
    their best traces; each is applied to the task (replayed, or through its anchor block for a fused variant), the
    candidates are built and timed here, and the fastest is committed as a ``transferred`` record naming its donor,
-   but only if it beats the task's default schedule.
+   but only if it beats the task's default schedule. A 1x1 convolution's matrix-product schedules
+   (``tvm_side/gemm_schedules.py``) are measured with its donors' candidates; one that wins is committed as ``tuned``.
 3. **default**: no donor helped. The task keeps TVM's default schedule until it is tuned (``registry tune``).
 4. **failed**: neither the default schedule nor any candidate could be built or run (the reason is reported).
 
@@ -62,6 +63,7 @@ from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
 from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.gemm_schedules import matrix_product_seeds
 from registry.tvm_side.output_check import output_check
 
 
@@ -177,8 +179,10 @@ def _tuning_seconds(opts: TransferOptions, started: float, untuned: Untuned) -> 
 
 def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool, seconds: float | None) -> str:
     """What transfer found and is about to do, in one line, before any tuning starts."""
-    count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred")}
+    count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred", "tuned")}
     found = f"{len(results)} task(s): {count['exact']} exact, {count['transferred']} transferred"
+    if count["tuned"]:
+        found += f", {count['tuned']} scheduled as matrix products"
     if not fallback:
         return f"{found}; nothing left to tune"
     poor = sum(1 for _, r in fallback if r.source == "transferred")
@@ -298,6 +302,9 @@ class _Resolver:
             )
             return result
         self.index.add(task.workload_id, embed(task.signature))  # a donor for the model's later tasks
+        if donor is None:  # a matrix-product schedule, built here
+            result.source, result.after_us = "tuned", timing.median_us
+            return result
         result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
@@ -321,10 +328,14 @@ class _Resolver:
         return best.mean_s * 1e6 if best is not None and best.mean_s is not None else None
 
     def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult, candidates: int):
-        """Up to ``candidates`` distinct candidate programs from the donors, timed together (built on every core at
-        once), and the fastest that ran: (donor, schedule, timing), or None."""
+        """Up to ``candidates`` distinct programs from the donors, and a 1x1 convolution's matrix-product schedules
+        (donor None) beside them, timed together (built on every core at once); the fastest that ran and computes the
+        task: (donor, schedule, timing), or None. On a YOLOX's first transfer neither kind won every 1x1 convolution:
+        the best of both took them from 13.1 ms (donors alone) to 9.6 (docs/BENCHMARKS.md, "A new user's first
+        transfer of a YOLO")."""
         with self.clock("donors"):
-            picked = self.schedules.distinct(task.mod, donors, candidates, resample=candidates)
+            picked: list = [(None, sch) for sch in matrix_product_seeds(task.mod, self.target)]
+            picked += self.schedules.distinct(task.mod, donors, candidates, resample=candidates)
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)
@@ -338,16 +349,17 @@ class _Resolver:
                 return donor, sch, timings[k]
         return None
 
-    def _commit(self, task: Task, donor: Donor, sch, timing: Measurement) -> str | None:
-        """Store the winner through the registry's one check; why it was refused, if it was."""
+    def _commit(self, task: Task, donor: Donor | None, sch, timing: Measurement) -> str | None:
+        """Store the winner through the registry's one check (a schedule built here, with no donor, as ``tuned``); why
+        it was refused, if it was."""
         record = RecordIn(
             workload=task.ident,
             device=self.db.device,
             trace=apply_trace.trace_json(sch),
             run_secs=timing.run_secs,
-            source="transferred",
+            source="transferred" if donor is not None else "tuned",
             tool_version=hostinfo.tool_version(),
-            donor_record_id=donor.record.id,
+            donor_record_id=donor.record.id if donor is not None else None,
             team=self.opts.team,
             model=self.model,
             host=hostinfo.hostname(),
