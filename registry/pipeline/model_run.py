@@ -241,10 +241,11 @@ def untuned_model(run: ModelRun) -> Untuned:
 # What a time budget keeps back for the end, from what compiling, exporting and timing the untuned model cost. The
 # tuned model takes longer to build: its kernels are unrolled and vectorized (a YOLOv8n with 33 tuned tasks: 54 s
 # against the untuned model's 32 s on a 2-core VM, where the reserve of 1.25x the untuned model's compile had the
-# command end 11 s past a 3-minute budget). The report, closing the workers and the exit take a moment more.
+# command end 11 s past a 3-minute budget). The report, closing the workers and the exit take a few seconds more: a
+# YOLOX's first transfer (ddddocr-det, 3 minutes) ended 4.6 s past its budget with 1 s kept for them.
 TUNED_BUILD = 1.7
 FINISH_MARGIN = 1.15
-FINISH_SLACK_S = 1.0
+FINISH_SLACK_S = 5.0
 
 
 def finishing_s(untuned: list[Untuned]) -> float:
