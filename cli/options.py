@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,6 +37,15 @@ class Context:
         self._store = None
         self._new_file: Path | None = None  # an SQLite registry this command created (see undo_new_registry)
         self.db_given = False  # --db on the command line (not from the environment)
+        self.started = time.perf_counter()  # when this command began: its time budgets count from here
+
+    def left_of(self, budget: float | None) -> float | None:
+        """What is left now of a time budget for the whole command (``--budget``, ``--tune-budget``), for the API,
+        whose budget counts from its own call: parsing, opening the registry and starting the workers come out of
+        it (a 3-minute transfer ended 2 s past). None (no limit) and 0 (none) as given."""
+        if not budget:
+            return budget
+        return max(budget - (time.perf_counter() - self.started), 1e-3)
 
     @property
     def store(self):

@@ -109,7 +109,7 @@ def transfer(
         report = api.transfer(
             model_path, input_shapes=list(input_shapes), name=name, target=target, threads=threads, db=ctx.store,
             output=output, candidates=candidates, neighbours=neighbours, tune_trials=tune_trials,
-            tune_budget=tune_budget, retune_below=retune_below, team=team, rpc=rpc, dop=dop,
+            tune_budget=ctx.left_of(tune_budget), retune_below=retune_below, team=team, rpc=rpc, dop=dop,
             verbose=ctx.verbosity >= 2, exact_math=exact_math, progress=progress, measure=not no_measure,
             device=device,
         )  # fmt: skip

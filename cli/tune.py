@@ -155,10 +155,10 @@ def tune(
 
     with Progress("tune", seconds=seconds) as progress:
         reports = api.tune_models(
-            specs, target=target, threads=threads, db=ctx.store, output=output, trials=trials, seconds=seconds,
-            predictor=predictor, keep=keep, min_gain=min_gain, min_share=min_share, floor=floor, batch=batch,
-            plateau=plateau, retune=retune, lease=lease, team=team, rpc=rpc, dop=dop, verbose=ctx.verbosity >= 2,
-            exact_math=exact_math, progress=progress,
+            specs, target=target, threads=threads, db=ctx.store, output=output, trials=trials,
+            seconds=ctx.left_of(seconds), predictor=predictor, keep=keep, min_gain=min_gain, min_share=min_share,
+            floor=floor, batch=batch, plateau=plateau, retune=retune, lease=lease, team=team, rpc=rpc, dop=dop,
+            verbose=ctx.verbosity >= 2, exact_math=exact_math, progress=progress,
         )  # fmt: skip
     print_reports(reports, fmt)
     write_run_report(ctx, report_path, reports[0])

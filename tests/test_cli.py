@@ -113,3 +113,15 @@ def test_progress_on_a_log_is_never_silent_for_long(capsys):
     assert lines[0] == "about to do 10 things"
     beats = [line for line in lines if "a long first step" in line]
     assert len(beats) >= 3, lines
+
+
+def test_a_time_budget_is_the_whole_commands():
+    """``--budget`` and ``--tune-budget`` count from the command's start: the API, whose budget counts from its own
+    call, gets what is left of them. No limit (None) and no tuning (0) pass as given."""
+    from registry.cli.options import Context
+
+    ctx = Context()
+    ctx.started -= 12.0  # parsing, opening the registry and starting the workers took 12 s
+    assert 167.0 < ctx.left_of(180.0) <= 168.0
+    assert ctx.left_of(None) is None and ctx.left_of(0) == 0
+    assert 0 < ctx.left_of(5.0) < 0.01  # spent already: the least budget there is, not none and not no limit
