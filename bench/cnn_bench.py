@@ -43,9 +43,12 @@ MODELS = ["nudenet-yolov8n-320", "ppocr-v4-det", "mobilenetv2-0.35", "ddddocr-de
 REGISTRY = str(Path(sys.executable).with_name("registry"))
 
 
-def tune(name: str, budget: str | None, start: str, work: Path, transfer_budget: str | None = None) -> dict:
-    """``registry tune`` into a fresh registry (after ``registry pull`` for the starter), as a user runs it; with no
-    budget, ``registry transfer`` (``--tune-budget transfer_budget`` where given)."""
+def tune(
+    name: str, budget: str | None, start: str, work: Path, transfer_budget: str | None = None, predictor: bool = True
+) -> dict:
+    """``registry tune`` into a fresh registry (after ``registry pull`` for the starter), as a user runs it
+    (``--no-predictor`` where ``predictor`` is False); with no budget, ``registry transfer`` (``--tune-budget
+    transfer_budget`` where given)."""
     db, summary = work / f"{name}.db", work / f"{name}.tune.json"
     if summary.exists() and db.exists():  # tuned by an earlier run of this benchmark: measured again, not re-tuned
         return {**json.loads(summary.read_text()), "db": db}
@@ -59,6 +62,8 @@ def tune(name: str, budget: str | None, start: str, work: Path, transfer_budget:
     command = ["tune", "--budget", budget] if budget else ["transfer"]
     if not budget and transfer_budget:
         command += ["--tune-budget", transfer_budget]
+    if budget and not predictor:
+        command += ["--no-predictor"]
     out = subprocess.run(
         [*base, command[0], str(materialize(model)), *shape_args(model), *command[1:], "--json"],
         check=True, capture_output=True, text=True,
@@ -193,6 +198,7 @@ def main() -> None:
     parser.add_argument("--start", choices=("empty", "starter"), default="empty")
     parser.add_argument("--transfer", action="store_true", help="registry transfer (its defaults) instead of tune")
     parser.add_argument("--tune-budget", help="with --transfer: registry transfer --tune-budget (default: its own)")
+    parser.add_argument("--no-predictor", action="store_true", help="registry tune --no-predictor")
     parser.add_argument("--runs", type=int, default=100, help="profiled onnxruntime calls")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "cnn")
     parser.add_argument("--out", type=Path)
@@ -215,7 +221,7 @@ def main() -> None:
     for name in args.names:
         if name in done:
             continue
-        tuned = tune(name, budget, args.start, work, args.tune_budget)
+        tuned = tune(name, budget, args.start, work, args.tune_budget, predictor=not args.no_predictor)
         path = materialize(BY_NAME[name])
         r = gap.compare(name, tuned["db"], target, args.runs, task_kind, node_kind_of(path))
         tuned["db"] = str(tuned["db"].relative_to(ROOT) if tuned["db"].is_relative_to(ROOT) else tuned["db"])
