@@ -263,10 +263,8 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     assert default_was_filed or best.mean_s == pytest.approx(1e-9)
 
 
-@pytest.mark.tvm
-def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqlite_url, tmp_path):
-    """No donor in the registry, no tuning: a 1x1 convolution's matrix-product schedules (gemm_schedules.py) are its
-    candidates; the fastest that computes it beats TVM's default loops and is filed as ``tuned``, with no donor."""
+def _pointwise(path: Path) -> Path:
+    """A 1x1 convolution, 128 to 64 channels on 14x14 maps, and its ReLU."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -278,8 +276,15 @@ def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqli
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 14, 14])],
         initializer=[weight],
     )
-    path = tmp_path / "pointwise.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.tvm
+def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqlite_url, tmp_path):
+    """No donor in the registry, no tuning: a 1x1 convolution's matrix-product schedules (gemm_schedules.py) are its
+    candidates; the fastest that computes it beats TVM's default loops and is filed as ``tuned``, with no donor."""
+    path = _pointwise(tmp_path / "pointwise.onnx")
     result = transfer(sqlite_url, str(path), "--tune-trials", "0", "--json")
     report = json.loads(result.stdout[result.stdout.index("{") :])
     [conv] = [t for t in report["tasks"] if "conv2d" in t["name"]]
@@ -289,6 +294,28 @@ def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqli
     with Store(sqlite_url).read() as s:
         record = s.execute(select(TuningRecord).where(TuningRecord.workload_id == conv["workload_id"])).scalar_one()
     assert record.source == "tuned" and record.donor_record_id is None and record.ok
+
+
+@pytest.mark.tvm
+def test_matrix_product_schedules_that_lost_are_not_handed_to_tuning_as_donors(sqlite_url, tmp_path):
+    """Where the default beats every candidate, the task is tuned with the donor schedules transfer tried as seeds;
+    the tuning engine adds a 1x1 convolution's matrix-product seeds itself, so transfer hands on no copies of them
+    (given twice, they filled the seed places the donors' schedules should have had)."""
+    from registry.measure.types import Measurement
+    from registry.pipeline.model_run import model_run
+    from registry.pipeline.transfer import TransferOptions, _Resolver
+    from registry.similarity.index import SimilarityIndex
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    path = _pointwise(tmp_path / "pointwise.onnx")
+    store = Store(sqlite_url)
+    with model_run(store, load_onnx(path, name="pointwise"), host_target(), 1, "transferred", None) as run:
+        [task] = [t for t in run.tasks if "conv2d" in t.name]
+        resolver = _Resolver(run, SimilarityIndex(store), TransferOptions())
+        result = resolver.resolve(task, Measurement((1e-9, 1e-9, 1e-9)))  # a default no schedule beats
+    assert result.source == "default" and result.candidates >= 1, result
+    assert resolver.tried.get(task.workload_id, []) == []
 
 
 def _is_default(record) -> bool:

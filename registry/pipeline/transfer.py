@@ -302,10 +302,9 @@ class _Resolver:
             )
             return result
         self.index.add(task.workload_id, embed(task.signature))  # a donor for the model's later tasks
-        if donor is None:  # a matrix-product schedule, built here
-            result.source, result.after_us = "tuned", timing.median_us
+        result.source, result.after_us = ("transferred" if donor is not None else "tuned"), timing.median_us
+        if donor is None:  # a matrix-product schedule, built here: no donor to name
             return result
-        result.source, result.after_us = "transferred", timing.median_us
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
         if reference and task.signature.flops > 0:
@@ -339,8 +338,9 @@ class _Resolver:
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)
-        for (_, sch), timing in zip(picked, timings, strict=True):
-            if timing.ok:
+        for (donor, sch), timing in zip(picked, timings, strict=True):
+            # the tuning engine adds the matrix-product seeds itself: given again, they took donors' seed places
+            if timing.ok and donor is not None:
                 self.tried.setdefault(task.workload_id, []).append(sch)
         check = output_check(task.mod, self.target, self.run.measurer)  # the fastest that computes the task
         for k in sorted((k for k, t in enumerate(timings) if t.ok), key=lambda k: timings[k].median_s):
