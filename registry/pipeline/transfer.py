@@ -293,17 +293,18 @@ class _Resolver:
         reference = best_rate(donors)
         if default.ok and timing.median_s >= default.median_s:
             return result  # the default schedule is at least as fast: keep it, commit nothing
-        refused = self._commit(task, donor, sch, timing)
+        source = "transferred" if donor is not None else "tuned"  # no donor: a matrix-product schedule, built here
+        refused = self._commit(task, donor, sch, timing, source)
         if refused is not None:  # the registry's one check refused it: the task keeps its default
             warnings.warn(
-                f"{task.name}: the transferred schedule was refused, not stored: {refused}",
+                f"{task.name}: the {source} schedule was refused, not stored: {refused}",
                 RegistryWarning,
                 stacklevel=2,
             )
             return result
         self.index.add(task.workload_id, embed(task.signature))  # a donor for the model's later tasks
-        result.source, result.after_us = ("transferred" if donor is not None else "tuned"), timing.median_us
-        if donor is None:  # a matrix-product schedule, built here: no donor to name
+        result.source, result.after_us = source, timing.median_us
+        if donor is None:
             return result
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
@@ -349,15 +350,14 @@ class _Resolver:
                 return donor, sch, timings[k]
         return None
 
-    def _commit(self, task: Task, donor: Donor | None, sch, timing: Measurement) -> str | None:
-        """Store the winner through the registry's one check (a schedule built here, with no donor, as ``tuned``); why
-        it was refused, if it was."""
+    def _commit(self, task: Task, donor: Donor | None, sch, timing: Measurement, source: str) -> str | None:
+        """Store the winner as ``source`` through the registry's one check; why it was refused, if it was."""
         record = RecordIn(
             workload=task.ident,
             device=self.db.device,
             trace=apply_trace.trace_json(sch),
             run_secs=timing.run_secs,
-            source="transferred" if donor is not None else "tuned",
+            source=source,
             tool_version=hostinfo.tool_version(),
             donor_record_id=donor.record.id if donor is not None else None,
             team=self.opts.team,
