@@ -501,37 +501,3 @@ def test_a_task_starts_from_the_schedules_of_a_task_tuned_before_it_in_the_same_
     assert first_batch[searched][0] == 16 and 1 <= seeded <= 4, first_batch
     default_us = next(t["before_us"] for t in report["tasks"] if t["name"] == second)
     assert best_us < default_us, (best_us, default_us)
-
-
-@pytest.mark.parametrize("fresh", [0, 1, 2, 4])
-def test_eps_greedy_has_metaschedule_pick_that_many_fresh_samples(fresh):
-    from registry.pipeline.engine import eps_greedy
-
-    # MetaSchedule's PickWithEpsGreedy: `int num_rands = num * eps_greedy` (0.05 at a batch of 16 picked none)
-    for batch in range(1, 129):
-        assert int(batch * eps_greedy(fresh, batch)) == min(fresh, batch), batch
-
-
-def test_trimming_drops_the_predicted_worst_evolved_candidates_and_measures_every_fresh_one():
-    """The trim rule alone: a stand-in cost model scores 16 proposed candidates, the last 2 of them fresh samples."""
-    import contextlib
-    from types import SimpleNamespace
-
-    from registry.pipeline.engine import TuneOptions, _TaskTuner
-
-    scores = [float(i % 7) for i in range(16)]  # the fresh ones (14, 15) score 0 and 1: among the worst
-    model = SimpleNamespace(booster=object(), predict=lambda _ctx, cands: [scores[c] for c in cands])
-    engine = SimpleNamespace(
-        opts=TuneOptions(fresh=2, trim=TrimOptions(keep=0.5)),
-        cost_model=model,
-        clock=lambda _: contextlib.nullcontext(),
-    )
-    tuner = SimpleNamespace(engine=engine, ctx=None)
-    kept, dropped = _TaskTuner._trim(tuner, list(range(16)))
-    assert len(kept) == 8 and sorted(kept + dropped) == list(range(16))
-    assert kept[-2:] == [14, 15]
-    evolved_kept = kept[:-2]
-    assert min(scores[c] for c in evolved_kept) >= max(scores[c] for c in dropped)
-    # before the cost model has learned anything, nothing is dropped
-    model.booster = None
-    assert _TaskTuner._trim(tuner, list(range(16))) == (list(range(16)), [])

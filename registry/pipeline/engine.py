@@ -67,11 +67,10 @@ class TuneOptions:
     batch: int = 16  # candidates proposed per batch
     population: int = 128  # EvolutionarySearch population (MetaSchedule's default is 512)
     genetic_iters: int = 2  # EvolutionarySearch generations per batch (default 4)
-    # Candidates of each batch drawn from fresh samples of the design spaces rather than evolved, and measured
-    # whatever the cost model predicts of them: a cost model trained near a task's seeds ranks the rest of its space
-    # poorly, and MobileNetV2's depthwise searches after pull stayed there for whole budgets. MetaSchedule's
-    # eps_greedy of 0.05 picked none at this batch (it truncates batch x eps_greedy).
-    fresh: int = 2
+    # MetaSchedule's share of each batch picked from fresh design-space samples rather than evolved: it truncates
+    # batch x eps_greedy, so at the batch of 16 this picks none (every candidate is evolved), as in every benchmark so
+    # far. A search stuck near its seeds' schedules (docs/BENCHMARKS.md, MobileNetV2 after pull) may want some.
+    eps_greedy: float = 0.05
     trim: TrimOptions = field(default_factory=TrimOptions)
     use_predictor: bool = True  # start from the device's stored predictor, if it has one
     seeds: int = 4  # donor schedules measured per task before its first batch
@@ -382,12 +381,6 @@ class Engine:
         return tuner
 
 
-def eps_greedy(fresh: int, batch: int) -> float:
-    """MetaSchedule's ``eps_greedy`` that picks ``fresh`` of a ``batch`` from fresh samples: it takes
-    ``int(batch * eps_greedy)`` of them, so the share is rounded up half a candidate against float error."""
-    return min(1.0, (fresh + 0.5) / batch)
-
-
 def _faster(us: float | None, than: float | None) -> bool:
     """Whether a latency is known and beats another (any, where that is unknown)."""
     return us is not None and (than is None or us < than)
@@ -441,7 +434,7 @@ class _TaskTuner:
             search_strategy=ms.search_strategy.EvolutionarySearch(
                 population_size=opts.population,
                 genetic_num_iters=opts.genetic_iters,
-                eps_greedy=eps_greedy(opts.fresh, opts.batch),
+                eps_greedy=opts.eps_greedy,
                 init_min_unmeasured=min(50, opts.population // 4),
                 init_measured_ratio=0.2 if self.from_database else 0.0,
             ),
@@ -474,18 +467,15 @@ class _TaskTuner:
         return True
 
     def _trim(self, proposed: list[MeasureCandidate]) -> tuple[list[MeasureCandidate], list[MeasureCandidate]]:
-        """Drop the predicted-worst share of a batch, once the cost model has been trained on anything; the fresh
-        samples are measured whatever it predicts (MetaSchedule puts them last)."""
+        """Drop the predicted-worst share of a batch, once the cost model has been trained on anything."""
         model = self.engine.cost_model
-        split = max(0, len(proposed) - self.engine.opts.fresh)
-        evolved, fresh = proposed[:split], proposed[split:]
-        keep = max(0, max(1, round(len(proposed) * self.engine.opts.trim.keep)) - len(fresh))
-        if keep >= len(evolved) or getattr(model, "booster", None) is None:
+        keep = max(1, round(len(proposed) * self.engine.opts.trim.keep))
+        if keep >= len(proposed) or getattr(model, "booster", None) is None:
             return proposed, []
         with self.engine.clock("search"):
-            scores = model.predict(self.ctx, evolved)
-        order = sorted(range(len(evolved)), key=lambda i: -scores[i])
-        return [evolved[i] for i in order[:keep]] + fresh, [evolved[i] for i in order[keep:]]
+            scores = model.predict(self.ctx, proposed)
+        order = sorted(range(len(proposed)), key=lambda i: -scores[i])
+        return [proposed[i] for i in order[:keep]], [proposed[i] for i in order[keep:]]
 
     def measure_and_commit(self, state: TaskState, cands: list[MeasureCandidate]) -> list[RunnerResult]:
         """Results for ``cands`` in order: stored ones from the registry, the others built, measured, committed."""
