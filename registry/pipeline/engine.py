@@ -68,8 +68,9 @@ class TuneOptions:
     population: int = 128  # EvolutionarySearch population (MetaSchedule's default is 512)
     genetic_iters: int = 2  # EvolutionarySearch generations per batch (default 4)
     # MetaSchedule's share of each batch picked from fresh design-space samples rather than evolved: it truncates
-    # batch x eps_greedy, so at the batch of 16 this picks none (every candidate is evolved), as in every benchmark so
-    # far. A search stuck near its seeds' schedules (docs/BENCHMARKS.md, MobileNetV2 after pull) may want some.
+    # batch x eps_greedy, so at the batch of 16 this picks none (every candidate is evolved). Two fresh samples per
+    # batch, measured whatever the cost model predicts, did not free MobileNetV2's depthwise searches after pull
+    # (docs/BENCHMARKS.md, "Fresh samples in each batch"): not kept.
     eps_greedy: float = 0.05
     trim: TrimOptions = field(default_factory=TrimOptions)
     use_predictor: bool = True  # start from the device's stored predictor, if it has one
