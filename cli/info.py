@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from registry.cli.options import Context, common_options, output_options, pass_ctx
-from registry.cli.output import echo_model, echo_rows
+from registry.cli.output import echo_line, echo_model, echo_rows
 
 
 @click.command()
@@ -37,18 +37,18 @@ def stats(ctx: Context, fmt: str) -> None:
     if fmt == "csv":
         echo_rows(fmt, *per_device)
         return
-    click.echo(f"database   {redact(store.url)}")
+    echo_line(f"database   {redact(store.url)}")
     click.echo(f"devices    {s['devices']}")
     click.echo(f"workloads  {s['workloads']}")
     click.echo(f"records    {s['records']} ({s['records_ok']} ok)")
     click.echo(f"models     {s['models']}")
     if s["records_by_source"]:
-        click.echo("by source  " + ", ".join(f"{k} {v}" for k, v in sorted(s["records_by_source"].items())))
+        echo_line("by source  " + ", ".join(f"{k} {v}" for k, v in sorted(s["records_by_source"].items())))
     if s["workloads_by_op"]:
-        click.echo("by op      " + ", ".join(f"{k} {v}" for k, v in s["workloads_by_op"].items()))
+        echo_line("by op      " + ", ".join(f"{k} {v}" for k, v in s["workloads_by_op"].items()))
     if s["by_team"]:
         teams = (f"{t['team'] or '(none)'} {t['records']} (last {t['last_at'][:10]})" for t in s["by_team"][:5])
-        click.echo("by team    " + ", ".join(teams))
+        echo_line("by team    " + ", ".join(teams))
     if s["per_device"]:
         click.echo("")
         echo_rows(fmt, *per_device, right=("tuned workloads", "ok records"))

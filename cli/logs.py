@@ -9,7 +9,7 @@ import click
 
 from registry import hostinfo
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
-from registry.cli.output import Progress, echo_model
+from registry.cli.output import Progress, echo_line, echo_model
 
 
 @click.command("import")
@@ -143,7 +143,7 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
 
         echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
         return
-    click.echo(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
+    echo_line(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
     if r.plain_kernels:
         click.echo(
             f"plain TVM: {r.plain_records} of the {r.plain_kernels} kernels it extracts otherwise than the registry "

@@ -9,6 +9,7 @@ import warnings
 import click
 
 from registry.cli.options import Context, configure_logging, db_option, pass_ctx, quiet_option, verbose_option
+from registry.cli.output import printable
 from registry.errors import RegistryError, RegistryWarning
 
 
@@ -17,7 +18,7 @@ class OneLineUsageError(click.UsageError):
 
     def show(self, file=None) -> None:
         hint = f" (see `{self.ctx.command_path} --help`)" if self.ctx is not None else ""
-        click.echo(f"Error: {self.message}{hint}", err=True)
+        click.echo(f"Error: {printable(self.message)}{hint}", err=True)
 
 
 def _one_line(e: click.UsageError) -> click.UsageError:
@@ -50,8 +51,8 @@ class RegistryGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as e:
             raise _one_line(e) from None
-        except RegistryError as e:
-            raise click.ClickException(str(e)) from e
+        except RegistryError as e:  # its message may quote a registry's text: escaped, so that it stays one line
+            raise click.ClickException(printable(e)) from e
         except KeyboardInterrupt:
             raise click.ClickException("interrupted; what was committed before stays in the registry") from None
 
@@ -97,7 +98,7 @@ def _one_line_warnings() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, RegistryWarning):
-            click.echo(f"Warning: {message}", err=True)
+            click.echo(f"Warning: {printable(message)}", err=True)
         else:
             default(message, category, filename, lineno, file, line)
 
@@ -159,7 +160,10 @@ def main() -> None:
     except Exception as e:  # a bug, not bad input: still one line, with the way to the traceback
         if os.environ.get("REGISTRY_DEBUG"):
             raise
-        click.echo(f"Error: internal error: {type(e).__name__}: {e} (set REGISTRY_DEBUG=1 for the traceback)", err=True)
+        click.echo(
+            printable(f"Error: internal error: {type(e).__name__}: {e} (set REGISTRY_DEBUG=1 for the traceback)"),
+            err=True,
+        )
         sys.exit(2)
 
 

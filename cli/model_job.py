@@ -11,7 +11,7 @@ import click
 
 from registry import hostinfo
 from registry.cli.options import NAME, common_options, output_options, overlay_option, trust_option
-from registry.cli.output import Progress, echo_model, echo_table
+from registry.cli.output import Progress, echo_line, echo_model, echo_table
 
 
 def model_options(command=None, *, many: bool = False):
@@ -95,7 +95,7 @@ def print_reports(reports: list, fmt: str) -> None:
         if i:
             click.echo()
         if len(reports) > 1:
-            click.echo(f"== {report.model}")
+            echo_line(f"== {report.model}")
         print_report(report, fmt)
 
 
@@ -112,7 +112,7 @@ def print_report(report, fmt: str) -> None:
     echo_table(headers, rows, right=numbers)
     click.echo()
     for line in summary_lines(report):
-        click.echo(line)
+        echo_line(line)
 
 
 __all__ = ["Progress", "model_options", "print_report", "print_reports", "before_tvm"]

@@ -105,14 +105,16 @@ class Context:
 
     def refuse_own_files(self, *outputs: tuple[str, Path | str | None]) -> None:
         """Before a command writes files, given as (option, path) pairs: none may be one of the files of this
-        registry or of the --overlay (the database, its journal and side files, the similarity index)."""
+        registry or of the --overlay (the database, its journal and side files, the similarity index), nor those of
+        any other registry (an SQLite database and the files beside it): a careless path would destroy it."""
         from registry.config import resolve_database_url
-        from registry.store.own_files import refuse_own_file
+        from registry.store.own_files import refuse_own_file, refuse_registry_file
 
         urls = [resolve_database_url(self.url), *([resolve_database_url(self.overlay)] if self.overlay else [])]
         for option, path in outputs:
             if path is not None:
                 refuse_own_file(path, urls, option)
+                refuse_registry_file(path, option)
 
     @property
     def quiet(self) -> bool:
@@ -150,12 +152,13 @@ _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.
 
 
 class Duration(click.ParamType):
-    """``90s``, ``20m``, ``1h30m`` or plain seconds, as seconds; ``allow_zero``: 0 too (a step it turns off)."""
+    """``90s``, ``20m``, ``1h30m`` or plain seconds, as seconds; ``allow_zero``: 0 too (a step it turns off);
+    ``most``: the longest accepted, in seconds."""
 
     name = "DURATION"
 
-    def __init__(self, allow_zero: bool = False) -> None:
-        self.allow_zero = allow_zero
+    def __init__(self, allow_zero: bool = False, most: float | None = None) -> None:
+        self.allow_zero, self.most = allow_zero, most
 
     def convert(self, value, param, ctx) -> float:
         if isinstance(value, float):
@@ -167,6 +170,8 @@ class Duration(click.ParamType):
         total = hours * 3600 + minutes * 60 + seconds
         if total < 0 or (total == 0 and not self.allow_zero):
             self.fail("the budget must be positive", param, ctx)
+        if self.most is not None and total > self.most:
+            self.fail(f"{str(value)[:20]} is longer than the most it may be, {self.most / 3600:g}h", param, ctx)
         return total
 
 
@@ -183,7 +188,10 @@ class Bytes(click.ParamType):
         unit = match and self.UNITS.get(match.group(2).upper())
         if not unit:
             self.fail(f"{value!r} is not a size; examples: 256MB, 1GB, 65536", param, ctx)
-        size = int(float(match.group(1)) * unit)
+        size = float(match.group(1)) * unit
+        if not math.isfinite(size):  # 400 digits: past any float, and int() of an infinity raises
+            self.fail(f"{str(value)[:20]}... is larger than any size", param, ctx)
+        size = int(size)
         if size < 1:
             self.fail("the size must be at least one byte", param, ctx)
         return size

@@ -1,5 +1,12 @@
 """Printing: aligned tables for people, JSON (pydantic models, see registry/schemas.py) and CSV for programs; status
-lines and progress with an ETA on a terminal, plain lines elsewhere."""
+lines and progress with an ETA on a terminal, plain lines elsewhere.
+
+Text from a registry's rows (a device's host model, a model, team or task name) is anyone's: a shared registry or an
+imported bundle may hold an ANSI escape that clears the reader's terminal or sets its title, a carriage return or
+newline that forges a line, or a bidi override that reorders one. Every table cell and every line built from such text
+goes through ``printable`` (``echo_line`` does it), which shows each such character escaped as Python's repr does
+(``\\x1b``, ``\\n``, ``\\u202e``). JSON escapes them by itself.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+
+from registry.errors import printable
+
+
+def echo_line(text: str, *, err: bool = False) -> None:
+    """One line, on stdout or stderr, with every control or format character in it escaped (see ``printable``): for
+    lines that quote a registry's text."""
+    click.echo(printable(text), err=err)
 
 
 def echo_json(obj: Any) -> None:
@@ -31,7 +46,7 @@ def echo_rows(fmt: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], *
         buf = io.StringIO()
         out = csv.writer(buf, lineterminator="\n")
         out.writerow(headers)
-        out.writerows([["" if c is None else c for c in row] for row in rows])
+        out.writerows([["" if c is None else printable(c) for c in row] for row in rows])
         click.echo(buf.getvalue(), nl=False)
         return
     echo_table(headers, rows, right=right)
@@ -57,7 +72,7 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
-    return str(value)
+    return printable(value)
 
 
 def _quiet() -> bool:
@@ -76,7 +91,7 @@ class StatusLine:
 
     def __call__(self, msg: str) -> None:
         if self.enabled:
-            click.echo(f"\r{msg[:79]:79}", nl=False, err=True)
+            click.echo(f"\r{printable(msg)[:79]:79}", nl=False, err=True)
 
     def __exit__(self, *exc) -> None:
         if self.enabled:
@@ -136,7 +151,7 @@ class Progress:
             if self.tty and self.width:
                 click.echo("\r" + " " * self.width + "\r", nl=False, err=True)
                 self.width = 0
-            click.echo(text, err=True)
+            click.echo(printable(text), err=True)
             self.last_plain = time.monotonic()
 
     def line(self, done: int, total: int, what: str) -> str:
@@ -164,7 +179,7 @@ class Progress:
         if etas and share:
             parts.append(f"ETA {_clock(min(etas))}")
         if what:
-            parts.append(what)
+            parts.append(printable(what))
         return "  ".join(parts)
 
     def __call__(self, done: int, total: int, what: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
-from registry.cli.output import echo_model
+from registry.cli.output import echo_line, echo_model
 
 report_option = click.option(
     "--report",
@@ -39,7 +39,7 @@ def write_run_report(ctx: Context, report_path: Path | None, run_report) -> None
     from registry.report.html import write_report
 
     write_report(ctx.store, run_report.model, report_path, run=run_report, sha256=run_report.sha256)
-    click.echo(f"report written to {report_path}", err=True)
+    echo_line(f"report written to {report_path}", err=True)
 
 
 @click.command()
@@ -84,4 +84,4 @@ def report(ctx: Context, model: str, output: Path | None, device: str | None, fm
                          tasks_with_records=tuned)
         )  # fmt: skip
         return
-    click.echo(f"report on {data.model} ({len(data.tasks)} tasks, {tuned} with records) written to {path}")
+    echo_line(f"report on {data.model} ({len(data.tasks)} tasks, {tuned} with records) written to {path}")

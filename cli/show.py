@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
-from registry.cli.output import echo_model
+from registry.cli.output import echo_line, echo_model
 from registry.errors import BadInputError, UnknownDeviceError
 
 
@@ -87,7 +87,7 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
         ("tvm", prov.tvm_version),
         ("time", prov.created_at),
     ):
-        click.echo(f"# {key:9} {value}")
+        echo_line(f"# {key:9} {value}")
     click.echo("")
     click.echo(script.rstrip())
     if not no_trace:

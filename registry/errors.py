@@ -43,3 +43,16 @@ class UnknownDeviceError(RegistryError):
 
 class RegistryWarning(UserWarning):
     """Something the user should know that does not stop the command (the CLI prints it as one ``Warning:`` line)."""
+
+
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (ESC of an ANSI sequence, an OSC
+    title's BEL, a newline that forges a line, a bidi override, a lone surrogate) written as ``ascii`` writes it
+    (``\\x1b``, ``\\n``, ``\\u202e``), and at most ``limit`` characters. For text from outside (a server's
+    answer, a registry's rows) that a message or a table shows."""
+    text = str(text)
+    if not text.isprintable():  # the usual case, checked in C
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text

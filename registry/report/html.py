@@ -12,6 +12,7 @@ Everything taken from the database is escaped: a shared registry is written by o
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -363,20 +364,44 @@ def _history(history: list[dict]) -> list[str]:
 # -- files -----------------------------------------------------------------------------------------------------------
 
 
+MAX_NAME = 100  # characters of a model's name kept in its report's default file name: far below a file name's 255
+
+
 def default_path(model: str) -> Path:
-    """``MODEL.report.html`` here, with every character but ``A-Za-z0-9._-`` of the (untrusted) name replaced."""
-    return Path((re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model") + ".report.html")
+    """``MODEL.report.html`` here, with every character but ``A-Za-z0-9._-`` of the (untrusted) name replaced. A
+    longer name than MAX_NAME is cut there, and a digest of the whole name keeps two such names' reports apart."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model"
+    if len(name) > MAX_NAME:
+        digest = hashlib.sha256(model.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"{name[:MAX_NAME].rstrip('._')}-{digest}"
+    return Path(f"{name}.report.html")
 
 
 def check_writable(path: Path) -> None:
     """Fail early, in one line, when the report cannot be written there (before a long run, not after)."""
+    try:
+        problem = _write_problem(path)
+    except OSError as err:  # a name the OS refuses: too long, or a loop of links
+        problem = err.strerror or type(err).__name__
+    if problem:
+        raise BadInputError(f"cannot write the report to {_shown(path)}: {problem}")
+
+
+def _write_problem(path: Path) -> str | None:
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: it is a directory")
+        return "it is a directory"
     if not parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: no directory {parent}")
+        return f"no directory {_shown(parent)}"
     if not os.access(path if path.exists() else parent, os.W_OK):
-        raise BadInputError(f"cannot write the report to {path}: permission denied")
+        return "permission denied"
+    return None
+
+
+def _shown(path: Path) -> str:
+    """A path as an error line quotes it: one of thousands of characters is cut to its ends."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:100]}...{text[-40:]} ({len(text)} characters)"
 
 
 def write(path: Path, page: str) -> None:
