@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import BYTES, Context, common_options, output_options, pass_ctx
+from registry.cli.options import BYTES, Context, FiniteRange, common_options, output_options, pass_ctx
+
+MAX_RATE = 1_000_000  # requests a second: beyond it a limit limits nothing
+HEADER_RANGE = (1 << 10, 1 << 20)  # bytes of a request's header block: a browser's needs a few KiB
+
+
+def _header_size(ctx, param, value: int) -> int:
+    low, high = HEADER_RANGE
+    if not low <= value <= high:
+        raise click.BadParameter(f"{value:,} bytes is not from {low:,} to {high:,}", ctx, param)
+    return value
 
 
 @click.command()
@@ -29,14 +39,31 @@ from registry.cli.options import BYTES, Context, common_options, output_options,
     "--rate-limit",
     default=50.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteRange(0, MAX_RATE),
     help="Requests a second one client address may make (bursts of 4x that); 0: no limit.",
+)
+@click.option(
+    "--max-header",
+    default="32KiB",
+    show_default=True,
+    type=BYTES,
+    callback=_header_size,
+    help="The largest header block (request line and headers) a request may send, 1KiB to 1MiB; a larger one gets "
+    "431 and is read no further.",
 )
 @output_options()
 @common_options
 @pass_ctx
 def serve(
-    ctx: Context, host: str, port: int, public: bool, workers: int, max_upload: int, rate_limit: float, fmt: str
+    ctx: Context,
+    host: str,
+    port: int,
+    public: bool,
+    workers: int,
+    max_upload: int,
+    rate_limit: float,
+    max_header: int,
+    fmt: str,
 ) -> None:
     """Serve this registry over HTTP: a JSON API under /api/v1 (its OpenAPI schema at /openapi.json), a web view
     for people, and pushes of bundles.
@@ -54,7 +81,7 @@ def serve(
     """
     import uvicorn
 
-    from registry.server.app import ServeConfig, create_app, environment
+    from registry.server.app import ServeConfig, create_app, environment, uvicorn_options
     from registry.store.sql.engine import redact
 
     store = ctx.existing_store  # a registry that exists, at this schema: refused here, in one line, if not
@@ -69,8 +96,9 @@ def serve(
             f"Warning: listening on {host} without TLS; put a TLS reverse proxy in front (docs/SERVER.md)", err=True
         )
     config = ServeConfig(
-        db=store.url, public=public, max_upload=max_upload, rate=rate_limit, burst=max(1, round(4 * rate_limit))
-    )
+        db=store.url, public=public, max_upload=max_upload, rate=rate_limit, burst=max(1, round(4 * rate_limit)),
+        max_header=max_header,
+    )  # fmt: skip
     who = "public, read-only for anyone" if public else "a token needed"
     url = f"http://{host}:{port}/"
     if fmt == "json":  # for a supervisor that starts it: where it listens, before it serves
@@ -79,7 +107,9 @@ def serve(
 
         echo_model(ServeOutput(url=url, database=redact(store.url), public=public, workers=workers))
     click.echo(f"serving {redact(store.url)} at {url} ({who}); Ctrl-C stops", err=True)
-    common = dict(host=host, port=port, log_level="warning", proxy_headers=True, server_header=False)
+    common = dict(
+        host=host, port=port, log_level="warning", proxy_headers=True, server_header=False, **uvicorn_options(config)
+    )
     if workers == 1:
         uvicorn.run(create_app(config, store), **common)
         return

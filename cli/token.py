@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
+
 import click
 
 from registry.cli.options import NAME, Context, common_options, output_options, pass_ctx
@@ -19,31 +22,63 @@ def token() -> None:
     \b
     Examples:
       registry token create --role reader --name ci-readers > reader.token
+      registry token create --role admin --name alice --expires 30d > alice.token
       registry token list
       registry token revoke ci-readers
     """
 
 
+class Lifetime(click.ParamType):
+    """How long a token is admitted: a whole number of minutes, hours, days or weeks (``90m``, ``12h``, ``30d``,
+    ``2w``), at most ``MAX_DAYS`` days."""
+
+    name = "DURATION"
+    UNITS = {"m": dt.timedelta(minutes=1), "h": dt.timedelta(hours=1), "d": dt.timedelta(days=1),
+             "w": dt.timedelta(weeks=1)}  # fmt: skip
+    MAX_DAYS = 3650
+
+    def convert(self, value, param, ctx) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        match = re.fullmatch(r"(\d{1,7})\s*([mhdw])", str(value).strip().lower())
+        if not match:
+            self.fail(f"{value!r} is not a duration; examples: 90m, 12h, 30d, 2w", param, ctx)
+        span = int(match.group(1)) * self.UNITS[match.group(2)]
+        if not dt.timedelta(0) < span <= dt.timedelta(days=self.MAX_DAYS):
+            self.fail(f"{value!r}: a token lives from a minute to {self.MAX_DAYS} days", param, ctx)
+        return span
+
+
 @token.command()
 @click.option("--role", type=click.Choice(["reader", "writer", "admin"]), required=True, help="What the token may do.")
 @click.option("--name", type=NAME, required=True, help="A name to list and revoke it by (who or what uses it).")
+@click.option(
+    "--expires",
+    type=Lifetime(),
+    default=None,
+    help="Refuse the token after this long: 90m, 12h, 30d, 2w (at most 3650d). Default: it never expires, so that "
+    "a service's token (CI, a mirror's puller) does not stop working unannounced; give a person's token an expiry, "
+    "and revoke any token that is no longer needed.",
+)
 @output_options()
 @common_options
 @pass_ctx
-def create(ctx: Context, role: str, name: str, fmt: str) -> None:
+def create(ctx: Context, role: str, name: str, expires: dt.timedelta | None, fmt: str) -> None:
     """Make a token and print it, this once (stdout: the token alone; keep it in a file a client reads with
     --token-file, or in $REGISTRY_TOKEN)."""
     from registry.server.auth import digest, new_token
 
     secret = new_token()
-    ctx.store.add_token(name, role, digest(secret))
+    expires_at = None if expires is None else dt.datetime.now(dt.UTC).replace(microsecond=0) + expires
+    ctx.store.add_token(name, role, digest(secret), expires_at)
     if fmt == "json":
         from registry.schemas import TokenCreateOutput
 
         echo_model(TokenCreateOutput(name=name, role=role, token=secret))
         return
     click.echo(secret)
-    click.echo(f"token {name!r} ({role}) made; it is shown only now", err=True)
+    until = "it never expires" if expires_at is None else f"it expires at {expires_at.isoformat()}"
+    click.echo(f"token {name!r} ({role}) made; {until}; it is shown only now", err=True)
 
 
 @token.command(name="list")
@@ -51,7 +86,7 @@ def create(ctx: Context, role: str, name: str, fmt: str) -> None:
 @common_options
 @pass_ctx
 def list_(ctx: Context, fmt: str) -> None:
-    """The tokens: name, role, when made, when revoked (never the tokens themselves)."""
+    """The tokens: name, role, when made, when they expire, when revoked (never the tokens themselves)."""
     from registry.server.api import token_list
 
     found = token_list(ctx.existing_store)
@@ -63,8 +98,8 @@ def list_(ctx: Context, fmt: str) -> None:
         return
     echo_rows(
         fmt,
-        ["name", "role", "created", "revoked"],
-        [(t.name, t.role, t.created_at or "-", t.revoked_at or "-") for t in found.rows],
+        ["name", "role", "created", "expires", "revoked"],
+        [(t.name, t.role, t.created_at or "-", t.expires_at or "never", t.revoked_at or "-") for t in found.rows],
     )
 
 

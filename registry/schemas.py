@@ -432,7 +432,9 @@ class ModelEntry(BaseModel):
     id: int
     name: str
     sha256: str
-    input_shapes: dict[str, list[int]]
+    input_shapes: dict[str, list[int]] | None = Field(
+        description="Each input's shape (null: the stored shapes are unreadable, a row written around the registry)."
+    )
     created_at: str | None
 
 
@@ -515,6 +517,7 @@ class TokenEntry(BaseModel):
     role: str
     created_at: str | None
     revoked_at: str | None
+    expires_at: str | None = Field(None, description="When the server stops admitting it (null: never).")
 
 
 class TokenListOutput(Output):

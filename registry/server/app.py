@@ -10,6 +10,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import urllib.parse
 from dataclasses import asdict, dataclass
 
 from fastapi import FastAPI, Request
@@ -20,8 +22,8 @@ from starlette.exceptions import HTTPException
 from registry import hostinfo
 from registry.errors import DatabaseError, NotFoundError, RegistryError, UnknownDeviceError
 from registry.server import api, pages, problems
-from registry.server.auth import Gate
-from registry.server.limits import RateLimit
+from registry.server.auth import COOKIE, Gate
+from registry.server.limits import BoundedHeaders, RateLimit
 from registry.server.problems import Problem, one_line
 from registry.store.interface import RegistryStorage, open_storage
 
@@ -37,6 +39,13 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",  # no address leaves the site; a form posted here names its origin
     "X-Frame-Options": "DENY",
 }
+# An answer that depends on the token asked with is kept by no cache (a proxy's or the browser's), and every answer
+# says that the token headers change it, so that a cache never gives a signed-in answer to anyone else.
+PRIVATE = [(b"cache-control", b"no-store")]
+VARY = (b"vary", b"Authorization, Cookie")
+TOKENS_PATH = "/api/v1/tokens"  # the token list: an admin's, whoever asks
+# C0 and C1 controls and DEL: in no name or filter value the registry keeps, and PostgreSQL refuses a NUL in text.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,9 @@ class ServeConfig:
     # cores only contend for the GIL and the database's pool: 32 clients on 2 cores served half the requests a
     # second with 40 threads (FastAPI's default) that they did with 8 (docs/BENCHMARKS.md, "Serving over HTTP").
     threads: int = 8
+    # Bytes of one request's header block (request line and headers); a larger one gets 431, having been read no
+    # further. A browser's cookies and a bearer token take a few KiB; nginx's default is 32 KiB, too.
+    max_header: int = 32 << 10
 
 
 def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> FastAPI:
@@ -85,9 +97,10 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
 
 
 class Guard:
-    """ASGI middleware: the security headers on every answer, and a fault of ours as one line in the log and one
-    problem document to the client, never a traceback (a plain ASGI class: FastAPI's ``@app.middleware`` costs a
-    task and a queue per request, a tenth of a lookup's time)."""
+    """ASGI middleware: the security and cache headers on every answer, text with control characters refused before
+    any handler sees it, and a fault of ours as one line in the log and one problem document to the client, never a
+    traceback (a plain ASGI class: FastAPI's ``@app.middleware`` costs a task and a queue per request, a tenth of a
+    lookup's time)."""
 
     def __init__(self, app, answer) -> None:
         self.app, self.answer = app, answer
@@ -98,15 +111,23 @@ class Guard:
             await self.app(scope, receive, send)
             return
         started = False
+        private = _private(scope)
 
         async def send_guarded(message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                have = {k.lower() for k, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []), *(h for h in self.headers if h[0] not in have)]
+                headers = message.get("headers", [])
+                have = {k.lower() for k, _ in headers}
+                if private or b"set-cookie" in have:
+                    headers = [h for h in headers if h[0].lower() != b"cache-control"] + PRIVATE
+                message["headers"] = [*headers, VARY, *(h for h in self.headers if h[0] not in have)]
             await send(message)
 
+        refusal = _control_character(scope)
+        if refusal is not None:  # before the rate limit and every handler: it costs nothing, and reaches no database
+            await self.answer(Request(scope), 400, refusal)(scope, receive, send_guarded)
+            return
         try:
             await self.app(scope, receive, send_guarded)
         except Exception as e:  # noqa: BLE001 - a fault of ours: one line in the log, one problem document out
@@ -118,6 +139,40 @@ class Guard:
                 await self.answer(request, 500, "internal error: the server's log has its cause")(
                     scope, receive, send_guarded
                 )
+
+
+def _private(scope) -> bool:
+    """Whether the answer depends on a token: the request names one (a bearer token, the sign-in cookie), or asks
+    for the token list."""
+    if scope["path"].startswith(TOKENS_PATH):
+        return True
+    for name, value in scope["headers"]:
+        if name == b"authorization" or (name == b"cookie" and COOKIE.encode() in value):
+            return True
+    return False
+
+
+def _control_character(scope) -> str | None:
+    """Why the request's path or query holds text no name or filter may hold (a control character, a NUL that
+    PostgreSQL refuses in text); None when it holds none. One check for every endpoint and page."""
+    found = CONTROL.search(scope["path"])
+    if found:
+        return f"the path holds a control character (U+{ord(found.group()):04X}): names are printable text"
+    query = scope.get("query_string", b"").decode("latin-1")
+    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        found = CONTROL.search(name) or CONTROL.search(value)
+        if found:
+            return (
+                f"query parameter {name[:40]!r} holds a control character (U+{ord(found.group()):04X}): names and "
+                "filters are printable text"
+            )
+    return None
+
+
+def uvicorn_options(config: ServeConfig) -> dict:
+    """What ``registry serve`` gives uvicorn beyond the app: the header bound, kept by either of its parsers (h11's
+    own setting; httptools, uvicorn's default, through ``BoundedHeaders``)."""
+    return {"http": BoundedHeaders, "h11_max_incomplete_event_size": config.max_header}
 
 
 def _errors(app: FastAPI, gate: Gate):

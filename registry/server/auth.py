@@ -6,12 +6,16 @@ names its token as ``Authorization: Bearer TOKEN``; a browser, which cannot add 
 in once through the sign-in form, which keeps the token in an HttpOnly cookie that only GET requests honour (a write
 needs the header: no page of another site can make a browser push).
 
+A token may expire (``registry token create --expires``): from then on it is refused with a 401 naming its expiry,
+as a revoked one is refused.
+
 Roles nest: a reader reads everything, a writer also pushes bundles, an admin also lists and revokes tokens. A server
 started with ``--public`` lets a request without a token read (a request with a bad token is still refused).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 
@@ -20,6 +24,7 @@ from fastapi import Request
 from registry.errors import RegistryError
 from registry.server.problems import Problem
 from registry.store.interface import RegistryStorage
+from registry.store.rows import utc_text
 from registry.store.values import ROLES, TokenRow
 
 PREFIX = "rgt_"
@@ -63,10 +68,11 @@ class Gate:
         Problem 401 (no token, or not one of ours) or 403 (a role short of ``role``)."""
         token = presented(request)
         found = self._found(request, token)
-        if token is None or found is None:
+        refusal = refusal_of(found) if token is not None else None
+        if token is None or refusal is not None:
             anonymous = token is None or "authorization" not in request.headers
             if self.public and role == "reader" and anonymous:
-                return None  # a revoked sign-in cookie must not lock a browser out of what anyone may read
+                return None  # a revoked or expired sign-in cookie must not lock a browser out of what anyone may read
             if token is None:
                 raise Problem(
                     401,
@@ -74,25 +80,24 @@ class Gate:
                     "one with `registry token create`)",
                     {"WWW-Authenticate": "Bearer"},
                 )
-            raise Problem(401, "the token is not valid here (unknown or revoked)", {"WWW-Authenticate": "Bearer"})
+            raise Problem(401, refusal, {"WWW-Authenticate": "Bearer"})
         if not found.may(role):
             raise Problem(
                 403, f"token {found.name!r} is a {found.role}'s: a {role} token is needed to {NEEDED_FOR[role]}"
             )
         return found
 
-    def valid(self, token: str) -> TokenRow | None:
-        """The stored token of this text, not revoked; None for one unknown, revoked, or too long to be ours."""
-        found = self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
-        return found if found is not None and found.revoked_at is None else None
+    def stored(self, token: str) -> TokenRow | None:
+        """The stored token of this text, revoked, expired or not; None for one unknown or too long to be ours."""
+        return self.store.token(digest(token)) if len(token) <= MAX_TOKEN else None
 
     def _found(self, request: Request, token: str | None) -> TokenRow | None:
-        """``valid(token)``, looked up once per request: the route's check, the handler's and the page's header all
+        """``stored(token)``, looked up once per request: the route's check, the handler's and the page's header all
         ask, and each asking was a query."""
         if token is None:
             return None
         if not hasattr(request.state, "registry_token"):
-            request.state.registry_token = self.valid(token)
+            request.state.registry_token = self.stored(token)
         return request.state.registry_token
 
     def role_of(self, request: Request) -> str | None:
@@ -104,4 +109,16 @@ class Gate:
         return None if found is None else found.role
 
 
-__all__ = ["COOKIE", "Gate", "ROLES", "digest", "new_token", "presented"]
+def refusal_of(found: TokenRow | None) -> str | None:
+    """Why a presented token is not admitted (one line, naming its expiry when that is why); None when it is."""
+    if found is None or found.revoked_at is not None:
+        return "the token is not valid here (unknown or revoked)"
+    if found.expired(dt.datetime.now(dt.UTC)):
+        return (
+            f"token {found.name!r} expired at {utc_text(found.expires_at)}: an admin makes a new one with "
+            "`registry token create --expires DURATION`"
+        )
+    return None
+
+
+__all__ = ["COOKIE", "Gate", "ROLES", "digest", "new_token", "presented", "refusal_of"]

@@ -1,4 +1,5 @@
-"""What guards the server from one client: a request rate per client, and the size of an upload.
+"""What guards the server from one client: a request rate per client, the size of a request's header block, and the
+size of an upload.
 
 The rate is a token bucket per client address (behind a reverse proxy, uvicorn takes the address from
 ``X-Forwarded-For`` when the proxy is trusted: docs/SERVER.md): ``rate`` requests a second, bursts of ``burst``. A
@@ -8,6 +9,7 @@ client over it gets 429 with ``Retry-After``, before any work, and everyone else
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from fastapi import Request
 from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from registry.server import problems
 from registry.server.problems import Problem
@@ -61,6 +64,75 @@ class RateLimit:
         full = [c for c, (t, at) in self.buckets.items() if t + (now - at) * self.rate >= self.burst]
         for c in full:
             del self.buckets[c]
+
+
+class BoundedHeaders(HttpToolsProtocol):
+    """uvicorn's HTTP protocol (httptools, its fast parser) with each request's header block bounded by the config's
+    ``h11_max_incomplete_event_size``, the bound uvicorn applies only to its h11 parser: httptools keeps whatever
+    arrives until the blank line, and 64 MB of header were read, and held, before any token was looked at. A block
+    past the bound gets 431 and its connection is closed: one still arriving as soon as the reads that hold nothing
+    else pass it (at most one read, 256 KiB, more is held), a whole one that came in a read with its end before any
+    handler sees it."""
+
+    def __init__(self, config, *args, **kwargs) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.max_header = config.h11_max_incomplete_event_size or 16 << 10  # h11's own default
+        self.received = 0  # bytes of the reads that fell within the header block being read
+        self.block = 0  # bytes of its request line and headers, as the parser hands them over
+        self.reading_headers = True  # False from the end of a request's headers to the end of its body
+        self.events = 0  # ends of header blocks and of requests on this connection
+        self.too_large = False
+
+    def data_received(self, data: bytes) -> None:
+        if self.too_large:
+            return
+        events = self.events
+        super().data_received(data)
+        # A read that also ends a header block (or a body) cannot be split: only reads wholly within one count.
+        if self.events == events and self.reading_headers:
+            self.received += len(data)
+            self.too_large = self.too_large or self.received > self.max_header
+        if self.too_large and not self.transport.is_closing():
+            self._refuse()
+
+    def on_message_begin(self) -> None:
+        self.block = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self.block += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.block += len(name) + len(value) + 4  # ": " and the line's end
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.events += 1
+        self.reading_headers, self.received = False, 0
+        self.too_large = self.too_large or self.block > self.max_header
+        if not self.too_large:  # else no handler is started: data_received answers 431
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self.too_large:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.events += 1
+        self.reading_headers = True
+        if not self.too_large:
+            super().on_message_complete()
+
+    def _refuse(self) -> None:
+        body = json.dumps(
+            problems.document(431, f"the request's header block passed {self.max_header:,} bytes, the most taken here")
+        ).encode()
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: " + problems.MEDIA_TYPE.encode()
+            + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+        )  # fmt: skip
+        self.transport.close()
 
 
 async def receive_upload(request: Request, limit: int) -> Path:

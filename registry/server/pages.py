@@ -109,16 +109,19 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
 
     @pages.post("/login")
     async def login(request: Request):
-        _same_site(request)
+        _same_origin(request)
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_LOGIN:
                 raise Problem(413, f"a sign-in form is at most {MAX_LOGIN} bytes")
         token = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
-        found = gate.valid(token) if token else None
-        if found is None:
-            return page(request, gate, "login.html", 401, title="Sign in", problem="That token is not valid here.")
+        found = gate.stored(token) if token else None
+        refused = auth.refusal_of(found)
+        if refused is not None:
+            known = found is not None and found.revoked_at is None  # expired: say so, and when
+            problem = f"Not signed in: {refused}." if known else "That token is not valid here."
+            return page(request, gate, "login.html", 401, title="Sign in", problem=problem)
         done = RedirectResponse("/", status_code=303)
         done.set_cookie(
             auth.COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
@@ -127,7 +130,7 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
 
     @pages.post("/logout")
     def logout(request: Request):
-        _same_site(request)
+        _same_origin(request)
         done = RedirectResponse("/", status_code=303)
         done.delete_cookie(auth.COOKIE, path="/")
         return done
@@ -135,17 +138,18 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRoute
     return pages
 
 
-def _same_site(request: Request) -> None:
-    """A form posted from another site's page is refused: it could sign a browser in as someone else, or out. A
-    browser says where a request comes from in ``Sec-Fetch-Site``; an older one only in ``Origin``."""
+def _same_origin(request: Request) -> None:
+    """A form is taken only when the request proves it comes from this site's own pages: a browser's
+    ``Sec-Fetch-Site: same-origin``, or (an older browser, which sends no Sec-Fetch-Site) an ``Origin`` that is this
+    server's own. Anything else could sign a browser in as someone else, or out: another site's form, a sandboxed
+    frame or a redirect (``Origin: null``), a request that names no origin."""
     fetched_from = request.headers.get("sec-fetch-site")
-    origin = request.headers.get("origin")
     if fetched_from is not None:
-        foreign = fetched_from not in ("same-origin", "none")
+        same = fetched_from == "same-origin"
     else:
-        host = request.headers.get("host")
-        foreign = bool(origin) and origin != "null" and urllib.parse.urlsplit(origin).netloc != host
-    if foreign:
+        host = request.headers.get("host", "")
+        same = request.headers.get("origin", "").lower() == f"{request.url.scheme}://{host}".lower()
+    if not same:
         raise Problem(403, "a sign-in form is taken only from this site's own pages")
 
 

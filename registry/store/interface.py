@@ -12,6 +12,7 @@ connection when it can (see ``lookup.connect``), the same code ``RegistryStorage
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -164,8 +165,9 @@ class RegistryStorage(RecordReads, Protocol):
 
     # -- the tokens of `registry serve` (registry.server.auth): their hashes, never the tokens -------------------
 
-    def add_token(self, name: str, role: str, digest: str) -> None:
-        """Store a new token's sha256 ``digest`` under a unique ``name`` with a role of ``ROLES``."""
+    def add_token(self, name: str, role: str, digest: str, expires_at: dt.datetime | None = None) -> None:
+        """Store a new token's sha256 ``digest`` under a unique ``name`` with a role of ``ROLES``, admitted until
+        ``expires_at`` (None: until revoked)."""
 
     def tokens(self) -> list[TokenRow]:
         """Every token, revoked ones included, in the order they were made."""
@@ -226,6 +228,11 @@ class RegistryStorage(RecordReads, Protocol):
         """Add workloads and every batch of records ``batches()`` yields, unchecked, in one transaction, then
         ``extras`` (a bundle's or a sync's models, donor links and progress); ``batches`` may be called again from
         the start, and anything it raises leaves the database as it was."""
+
+    def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
+        """Records measured here (no origin) that ``ingest`` found already stored: where one's measurement is faster
+        (lower mean, or ok where the stored one failed) it replaces the stored latencies and the pair's best record
+        follows; True per record that replaced one (``RecordWriter(..., faster_replaces=True)``)."""
 
     def record_model(
         self,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from registry.store.rows import canonical_json
+from registry.store.rows import canonical_json, utc
 
 # -- records and workloads, as TVM needs them back ------------------------------------------------------------
 
@@ -333,16 +333,22 @@ ROLES = ("reader", "writer", "admin")
 
 @dataclass(frozen=True)
 class TokenRow:
-    """A token as the store keeps it: never the token, only its name, role and times."""
+    """A token as the store keeps it: never the token, only its name, role and times (``expires_at``
+    None: never)."""
 
     name: str
     role: str
     created_at: dt.datetime | None
     revoked_at: dt.datetime | None
+    expires_at: dt.datetime | None = None
 
     def may(self, role: str) -> bool:
         """Whether this token's role includes ``role`` (an admin may all a writer may, a writer all a reader may)."""
         return self.revoked_at is None and ROLES.index(self.role) >= ROLES.index(role)
+
+    def expired(self, now: dt.datetime) -> bool:
+        """Whether the token's time ran out by ``now`` (an aware UTC time)."""
+        return self.expires_at is not None and utc(self.expires_at) <= now
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,8 @@ class Predictor(Base):
 
 class ApiToken(Base):
     """A token ``registry serve`` admits: its sha256 only (the token itself is printed once, by ``registry token
-    create``), its name and role. A revoked token stays, so that its name is not given to another (migration 0006)."""
+    create``), its name and role. A revoked token stays, so that its name is not given to another (migration 0006).
+    ``expires_at``: when the server stops admitting it; NULL never (migration 0009)."""
 
     __tablename__ = "api_token"
     __table_args__ = (CheckConstraint("role IN ('reader', 'writer', 'admin')", name="role"),)
@@ -316,6 +317,7 @@ class ApiToken(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.current_timestamp())
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class TaskEffort(Base):

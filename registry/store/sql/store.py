@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -167,6 +168,13 @@ class Store:
         self.after_bulk_write(result.records_new)
         return result
 
+    def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
+        """Records measured here that are already stored: each one's measurement replaces the stored one where it
+        is faster (``ingest.keep_faster``). True per record that replaced one."""
+        from registry.store.sql import ingest
+
+        return self.transact(lambda conn: ingest.keep_faster(conn, records, ingest.registry_id(conn)))
+
     def after_bulk_write(self, n_records: int) -> None:
         """Refresh the query planner's statistics after a large write.
 
@@ -237,10 +245,10 @@ class Store:
 
     # -- the tokens of `registry serve` -------------------------------------------------------------------------
 
-    def add_token(self, name: str, role: str, digest: str) -> None:
+    def add_token(self, name: str, role: str, digest: str, expires_at: dt.datetime | None = None) -> None:
         from registry.store.sql import tokens
 
-        self.transact(lambda conn: tokens.add(conn, name, role, digest))
+        self.transact(lambda conn: tokens.add(conn, name, role, digest, expires_at))
 
     def tokens(self) -> list[values.TokenRow]:
         from registry.store.sql import tokens
