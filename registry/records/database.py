@@ -3,12 +3,15 @@
 ``tune_relax(..., database=RegistryDatabase(target))`` writes every measured record straight into the registry;
 ``compile_relax(RegistryDatabase(target), ...)`` reads the best record *for that device*. TVM's own databases ignore
 the target when they answer, so logs from two machines silently mix; here the device is part of every query.
+Where it answers otherwise than TVM's ``JSONDatabase`` and ``MemoryDatabase``, the class's docstring lists it
+(``tests/test_tvm_database_contract.py`` runs TVM's own database tests against it).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import warnings
 from typing import Any
 
@@ -23,6 +26,7 @@ from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.records.write import RecordWriter
 from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord, open_storage
+from registry.store.sql.engine import redact
 from registry.store.validation import trace_is_sound
 from registry.tvm_side import tvmlog
 from registry.tvm_side.compat import TVM_ERRORS, error_line
@@ -31,6 +35,16 @@ from registry.tvm_side.target import canonical_target, device_spec
 
 _MODE = "structural"
 SPARE_RECORDS = 2  # read beyond top_k, to stand in for records that cannot be used
+log = logging.getLogger(__name__)
+
+
+@tvm_ffi.register_error
+class RecordRefusedError(BadInputError, ValueError):
+    """A record ``RegistryDatabase.commit_tuning_record`` did not store, and why.
+
+    MetaSchedule calls the database through TVM's FFI, which re-raises an exception of a class it does not know as a
+    bare ``RuntimeError``; registered with the FFI, this one reaches the caller as itself: a ``ValueError`` for code
+    that knows TVM, a ``RegistryError`` (one ``Error:`` line) for the registry's own callers."""
 
 
 @derived_object
@@ -52,6 +66,26 @@ class RegistryDatabase(PyDatabase):
         Provenance written on every committed record.
     task_names:
         Optional structural hash -> task name, from ``extract_tasks``; MetaSchedule does not pass names to databases.
+
+    Where it differs from TVM's ``JSONDatabase`` and ``MemoryDatabase`` (each deliberate; TVM's own database tests,
+    re-expressed in ``tests/test_tvm_database_contract.py``, check these):
+
+    - One record per schedule (trace) and device. A schedule committed again is not appended: the faster
+      measurement (lower mean; any successful one beats a failed one) is kept, and a slower one is logged at INFO
+      on ``registry.records.database`` and dropped. TVM appends every commit and answers with the fastest, so
+      ``get_top_k(wl, 1)`` agrees; ``get_top_k(wl, k)`` never lists a schedule twice, and ``len()`` counts
+      schedules, not commits.
+    - A record the registry cannot accept raises ``RecordRefusedError`` (a ``ValueError``, and a
+      ``RegistryError``), with what was refused and why, and nothing is stored: latencies that are not measurements
+      (0 or below, above 3600 s, not finite, or a failed run's 1e9/1e10 mixed with real times), a trace with no
+      instructions (such as the empty trace of an unscheduled module), a trace that does not replay exactly on its
+      workload, a target other than this database's device's. TVM stores anything.
+    - Records are answered for this database's device only (target, runtime threads, machine, TVM release): a
+      record committed through a database of another device is not returned. TVM ignores the target.
+    - Workloads are keyed by structural hash (``module_equality="structural"``); TVM's ``"ignore-tensor"`` and
+      ``"anchor-block"`` equalities are not offered.
+    - Failed records (latencies of 1e9 s and up, or none) are stored and counted by ``len()``, but ``get_top_k``
+      never returns one, as TVM's ``get_top_k`` does not.
     """
 
     def __init__(
@@ -118,9 +152,10 @@ class RegistryDatabase(PyDatabase):
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store one measured record. It is validated like an imported one (``RecordValidator``): a record whose
         latencies are not measurements, or whose trace TVM does not replay exactly on its workload, raises
-        BadInputError and nothing is stored."""
-        self._check_target(record.target)
+        ``RecordRefusedError`` and nothing is stored. A schedule this device already has keeps the faster of its two
+        measurements (see the class's docstring)."""
         shash = structural_hash(record.workload.mod)
+        self._check_target(record.target, shash)
         if shash not in self._workloads:
             self.commit_workload(record.workload.mod)
         run_secs = tuple(float(s) for s in record.run_secs) if record.run_secs is not None else ()
@@ -134,22 +169,38 @@ class RegistryDatabase(PyDatabase):
             **self.provenance,
         )
         if self._writer is None:
-            self._writer = RecordWriter(self.store)
+            self._writer = RecordWriter(self.store, faster_replaces=True)
         # The trace names the blocks of MetaSchedule's copy of the workload, which may not be the stored copy's.
         incoming = {rec.workload: str(tvm.ir.save_json(record.workload.mod))}
-        refused = self._writer.write([rec], incoming).refused
-        if refused:
-            raise BadInputError(f"1 of 1 records refused: {refused[0][1].reason}")
+        written = self._writer.write([rec], incoming)
+        if written.refused:
+            raise self._refused(shash, written.refused[0][1].reason)
+        if written.result.records_present:
+            # Not silent: a MetaSchedule user expects every commit to count, as it does in TVM's databases.
+            mean = f"mean {rec.mean_s:.3g} s" if rec.mean_s is not None else "a failed run"
+            what = "replaced its stored latencies" if written.replaced else "was not faster than stored: dropped"
+            log.info("%s: a schedule of workload %s measured again (%s) %s", self._where(), shash, mean, what)
 
-    def _check_target(self, target: Target | None) -> None:
+    def _where(self) -> str:
+        return f"the registry at {redact(self.store.url)}, device {self.device.name}"
+
+    def _refused(self, shash: str, reason: str) -> RecordRefusedError:
+        name = self.task_names.get(shash)
+        return RecordRefusedError(
+            f"{self._where()}, refused a tuning record of workload {shash}{f' ({name})' if name else ''}: {reason}; "
+            "nothing was stored"
+        )
+
+    def _check_target(self, target: Target | None, shash: str) -> None:
         """A record measured for another target must not be filed under this device."""
         text = str(target) if target is not None else ""
         if text in self._checked_targets:
             return
         if target is not None and canonical_target(target) != self.device.target:
-            raise RegistryError(
-                f"a record for target {text} was committed to the registry database of device {self.device.name} "
-                f"({self.device.target_json}); tune with the target the database was made for"
+            raise self._refused(
+                shash,
+                f"it was measured for target {text}, and this database files records for "
+                f"{self.device.target_json}; tune with the target the database was made for (its .target)",
             )
         self._checked_targets.add(text)
 

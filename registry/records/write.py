@@ -80,16 +80,26 @@ class Written:
 
     result: IngestResult
     refused: list[tuple[RecordIn, Problem]] = field(default_factory=list)
+    # Of the records already stored (``result.records_present``), those whose faster measurement replaced the stored
+    # one (``faster_replaces``).
+    replaced: int = 0
 
 
 class RecordWriter:
     """Writes records made here (tuning, transfer, a MetaSchedule database commit): those that replay on their
     stored workload are stored, the others are refused and returned with the reason. Keeps what its validator learned
-    for the records that follow."""
+    for the records that follow.
 
-    def __init__(self, store: RegistryStorage, validator: RecordValidator | None = None) -> None:
+    ``faster_replaces``: a record whose schedule this registry already measured on its device replaces the stored
+    latencies where it is faster (``RegistryStorage.keep_faster``), as TVM's own databases, which keep every commit,
+    answer with the fastest; without it, the stored measurement stays and the new one is only counted present."""
+
+    def __init__(
+        self, store: RegistryStorage, validator: RecordValidator | None = None, *, faster_replaces: bool = False
+    ) -> None:
         self.store = store
         self.validator = validator or RecordValidator()
+        self.faster_replaces = faster_replaces
         self._modules = _Modules(store, {})
 
     def write(self, records: Sequence[RecordIn], incoming: dict[Ident, str] | None = None) -> Written:
@@ -108,7 +118,11 @@ class RecordWriter:
                 moved[i] = problem
         good = [m for m in moved if isinstance(m, RecordIn)]
         result = self.store.ingest_batches([], lambda: [good]) if good else IngestResult()
-        return Written(result, [(r, m) for r, m in zip(records, moved, strict=True) if isinstance(m, Problem)])
+        # Validated above like the new ones: the stored row changes only its latencies, to those of the same trace.
+        replaced = sum(self.store.keep_faster(good)) if self.faster_replaces and result.records_present else 0
+        return Written(
+            result, [(r, m) for r, m in zip(records, moved, strict=True) if isinstance(m, Problem)], replaced
+        )
 
 
 def checked_write(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, case, or_, select, tuple_
+from sqlalchemy import Connection, and_, case, or_, select, tuple_, update
 
 from registry.errors import BadInputError, DatabaseError
 from registry.store.embedding import embed
@@ -366,6 +366,51 @@ def merge_best(conn: Connection, rows: list[dict[str, Any]]) -> None:
             ),
         )
         conn.execute(stmt, chunk)
+
+
+def keep_faster(conn: Connection, records: Sequence[RecordIn], here: str) -> list[bool]:
+    """Per record measured here (no origin of its own) whose schedule is already stored as measured here: its
+    measurement replaces the stored one where it is faster (lower mean; an ok one beats a failed one), and
+    ``best_record`` follows. True for each record whose measurement replaced the stored one.
+
+    The faster one, not the newer one, because TVM's JSONDatabase keeps every commit and answers with the lowest
+    mean, and a shared machine's noise only ever slows a run down. The row keeps its id, so donor links and sync
+    marks stay valid; a registry that already pulled the record keeps the measurement it pulled."""
+    idents = sorted({r.workload for r in records})
+    wids = workload_ids(conn, idents) if idents else {}
+    keys = {r.device.key for r in records}
+    dids = dict(conn.execute(select(Device.key, Device.id).where(Device.key.in_(keys))).all()) if keys else {}
+    origin = _origin(here)
+    replaced = []
+    for r in records:
+        wid, did = wids.get(r.workload), dids.get(r.device.key)
+        if r.origin is not None or not r.ok or wid is None or did is None:
+            replaced.append(False)
+            continue
+        stored = conn.execute(
+            select(TuningRecord.id, TuningRecord.mean_s, TuningRecord.trust)
+            .where(
+                TuningRecord.workload_id == wid,
+                TuningRecord.device_id == did,
+                TuningRecord.trace_hash == whole_trace_hash(*split_trace(r)),
+                TuningRecord.origin == origin,
+            )
+            .with_for_update()  # PostgreSQL: a concurrent commit of the same schedule waits, then compares with this
+        ).first()
+        if stored is None or (stored.mean_s is not None and stored.mean_s <= r.mean_s):
+            replaced.append(False)
+            continue
+        conn.execute(
+            update(TuningRecord)
+            .where(TuningRecord.id == stored.id)
+            .values(run_secs_json=orjson.dumps(r.run_secs).decode(), mean_s=r.mean_s, ok=True)
+        )
+        replaced.append(True)
+        tier = TRUST_TIER.get(stored.trust)
+        if tier is not None:  # a failed record becoming ok is one more record the pair's best is chosen from
+            best = dict(workload_id=wid, device_id=did, record_id=stored.id, mean_s=r.mean_s, tier=tier)
+            merge_best(conn, [{**best, "n_records": int(stored.mean_s is None)}])
+    return replaced
 
 
 def recompute_best(conn: Connection, pairs: Iterable[tuple[int, int]]) -> None:
