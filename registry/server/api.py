@@ -12,6 +12,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -32,10 +33,11 @@ from registry.server.problems import Problem
 from registry.store.interface import LookupFilter, RegistryStorage
 from registry.store.rows import utc_text
 from registry.store.sql.lookup import parse_shape, parse_workload
-from registry.store.values import ExchangeFilters
+from registry.store.values import ExchangeFilters, TokenRow
 
 PAGE = 20_000  # records per bundle page of a pull, by default
 MAX_PAGE = 100_000
+MAX_RECORD_ID = 2**62  # record ids are BIGINT: a bundle's last record id beyond it is no record's
 MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
 
 Text = Annotated[str | None, Query(max_length=200)]
@@ -162,21 +164,29 @@ def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_uplo
             headers={"X-Registry-Records": str(info.records)}, background=BackgroundTask(path.unlink, missing_ok=True),
         )  # fmt: skip
 
-    @api.get("/sync-state", response_model=schemas.SyncStateOutput)
-    def sync_state(origin: Annotated[str, Query(max_length=64)], key: Annotated[str, Query(pattern="^[0-9a-f]{64}$")]):
-        """How far pushes from registry ``origin`` with filter set ``key`` have come (`registry push URL`)."""
-        return schemas.SyncStateOutput(last_record_id=store.last_synced(origin, key))
+    @api.get("/sync-state", response_model=schemas.SyncStateOutput, dependencies=[Depends(writer)])
+    def sync_state(
+        request: Request,
+        origin: Annotated[str, Query(max_length=64)],
+        key: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
+    ):
+        """How far pushes from registry ``origin`` with filter set ``key`` *and this token* have come (`registry
+        push URL`): a writer sees and moves only its own marks."""
+        return schemas.SyncStateOutput(
+            last_record_id=store.last_synced(origin, push_key(gate.check(request, "writer"), key))
+        )
 
     @api.post("/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)])
     async def push(request: Request, sync_key: Annotated[str | None, Query(pattern="^[0-9a-f]{64}$")] = None):
         """Import a bundle, checked as `registry import` checks one: every trace replayed on its workload, one bad
         record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
-        ``sync_key``: the pusher's filter key, under which the bundle's origin and last record id are kept, so that
-        its next push sends only what came after."""
+        ``sync_key``: the pusher's filter key, under which (with the token's name) the bundle's origin and last
+        record id are kept, so that its next push sends only what came after."""
+        mark_key = None if sync_key is None else push_key(gate.check(request, "writer"), sync_key)
         path = await receive_upload(request, max_upload)
         try:
             async with pushing:
-                result = await run_in_threadpool(_import, store, path, sync_key)
+                result = await run_in_threadpool(_import, store, path, mark_key)
         finally:
             path.unlink(missing_ok=True)
         return schemas.ImportOutput(**dataclasses.asdict(result))
@@ -213,11 +223,25 @@ def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry
                     id=m.id,
                     name=m.name,
                     sha256=m.sha256,
-                    input_shapes=json.loads(m.input_shapes_json),
+                    input_shapes=_input_shapes(m.input_shapes_json),
                     created_at=utc_text(m.created_at),
                 )  # fmt: skip
             )
     return rows
+
+
+def _input_shapes(text: str | None) -> dict[str, list[int]] | None:
+    """A model's stored input shapes, ``{"x": [8, 64]}``; None (shown as unknown) for a row written around the
+    registry with anything else there: a list, a string, null, text that is no JSON."""
+    try:
+        shapes = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(shapes, dict) and all(
+        isinstance(v, list) and all(type(d) is int for d in v) for v in shapes.values()
+    ):
+        return shapes
+    return None
 
 
 class ReportCache:
@@ -277,7 +301,8 @@ def report_output(data) -> schemas.ModelReportData:
 def token_list(store: RegistryStorage) -> schemas.TokenListOutput:
     return schemas.TokenListOutput(
         rows=[schemas.TokenEntry(name=t.name, role=t.role, created_at=utc_text(t.created_at),
-                                 revoked_at=utc_text(t.revoked_at)) for t in store.tokens()]
+                                 revoked_at=utc_text(t.revoked_at), expires_at=utc_text(t.expires_at))
+              for t in store.tokens()]
     )  # fmt: skip
 
 
@@ -285,6 +310,14 @@ def _filters(store: RegistryStorage, device, team, model, since) -> ExchangeFilt
     from registry.share.export import exchange_filters
 
     return exchange_filters(store, device, team, model, since)
+
+
+def push_key(token: TokenRow | None, sync_key: str) -> str:
+    """The key a push's progress is kept under: the pusher's filter key and the token's name. A bundle's origin is
+    the pusher's claim, so a mark kept under the origin alone would let any writer stop another registry's pushes
+    (a forged last record id of 2^62 withheld all its records until `--full`)."""
+    name = "" if token is None else token.name
+    return hashlib.sha256(f"push\0{name}\0{sync_key}".encode()).hexdigest()
 
 
 def _import(store: RegistryStorage, path: Path, sync_key: str | None):
@@ -297,7 +330,7 @@ def _import(store: RegistryStorage, path: Path, sync_key: str | None):
         exchange, manifest = read_bundle(path)
         mark = None
         last = manifest.get("last_record_id")
-        if sync_key is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
+        if sync_key is not None and type(last) is int and 0 <= last <= MAX_RECORD_ID:
             mark = (exchange.origin, sync_key, last)
         return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
     except BadInputError as e:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import http.client
 import os
 import re
@@ -24,6 +25,7 @@ import urllib.parse
 import urllib.request
 import warnings
 import zipfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,16 +34,53 @@ from typing import Any
 import orjson
 
 from registry import hostinfo
-from registry.errors import BadInputError, RegistryError, RegistryWarning
+from registry.errors import BadInputError, RegistryError, RegistryWarning, printable
 from registry.records.write import Progress
 from registry.store.interface import RegistryStorage
 from registry.store.values import ExchangeFilters
 
 PAGE = 20_000  # records per page: a page's import is one transaction, and what an interruption can cost
-TIMEOUT = 900.0  # seconds one request may take: a page's import on the server included
 TOKEN_VARIABLE = "REGISTRY_TOKEN"
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9_-]{1,200}")
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# A registry's id (a uuid4's hex; any id a registry could hold fits): what a server names as the origin of a pull.
+REGISTRY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_RECORD_ID = 2**62  # record ids are BIGINT; a mark beyond this is no record's
+MAX_DETAIL = 300  # characters of a refusal's detail quoted to the user
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a client waits for and reads from a server, which may be hostile or broken. Each bound has an
+    environment variable (docs/SERVER.md); the defaults fit a healthy server's largest answers many times over."""
+
+    idle_s: float = 120.0  # no byte for this long: the server is gone ($REGISTRY_HTTP_IDLE_S)
+    # one answer, whole: a page's import on the server, or a page's download, takes minutes at most
+    answer_s: float = 900.0  # ($REGISTRY_HTTP_ANSWER_S)
+    json_bytes: int = 16 << 20  # a JSON answer is a few hundred bytes ($REGISTRY_HTTP_MAX_JSON)
+    page_bytes: int = 2 << 30  # a bundle page of 100,000 records is about 100 MB ($REGISTRY_HTTP_MAX_PAGE)
+    # pages in a row that hold fewer records than asked and do not end the pull: a server leaves out only the
+    # rows it cannot read, so a run of short pages is a server stepping through ids one page at a time
+    short_pages: int = 16  # ($REGISTRY_HTTP_SHORT_PAGES)
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        names = {"idle_s": "IDLE_S", "answer_s": "ANSWER_S", "json_bytes": "MAX_JSON", "page_bytes": "MAX_PAGE",
+                 "short_pages": "SHORT_PAGES"}  # fmt: skip
+        values = {}
+        for name, suffix in names.items():
+            text = os.environ.get(f"REGISTRY_HTTP_{suffix}")
+            if text is None:
+                continue
+            kind = type(getattr(cls, name))
+            try:
+                value = kind(text)
+            except ValueError:
+                value = None
+            if value is None or not (0 < value < float("inf")):
+                raise BadInputError(f"$REGISTRY_HTTP_{suffix} is {text!r}, not a positive {kind.__name__}")
+            values[name] = value
+        return cls(**values)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -56,7 +95,7 @@ _opener = urllib.request.build_opener(_NoRedirects)
 
 
 class RemoteError(RegistryError):
-    """The server refused a request, or could not be reached."""
+    """The server refused a request, could not be reached, or answered what no registry server sends."""
 
 
 def is_url(text: str) -> bool:
@@ -117,14 +156,16 @@ class TransferResult:
 
 
 class Remote:
-    """A registry served by ``registry serve`` at ``url``."""
+    """A registry served by ``registry serve`` at ``url``. Everything it answers is a claim: read within ``limits``,
+    and checked before anything is kept."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, limits: Limits | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise BadInputError(f"{url!r} is not an http:// or https:// URL of a registry server")
         self.url = url.rstrip("/")
         self.token = token
+        self.limits = limits or Limits.from_env()
         if token and parts.scheme == "http" and parts.hostname not in LOOPBACK:
             warnings.warn(
                 f"sending a token to {parts.hostname} over plain HTTP: anyone on the way can read it; use https://",
@@ -144,50 +185,101 @@ class Remote:
             request.add_header("Content-Type", "application/zip")
             request.add_header("Content-Length", str(body.stat().st_size))
             data = body.open("rb")
+        # A push's answer comes once the server has imported the page: the idle bound is the whole answer's there.
+        idle = self.limits.answer_s if body is not None else self.limits.idle_s
         try:
-            return _opener.open(request, data=data, timeout=TIMEOUT)
+            return _opener.open(request, data=data, timeout=idle)
         except urllib.error.HTTPError as e:
             detail = e.msg if 300 <= e.code < 400 else _detail(e)
-            raise RemoteError(f"{self.url}: {e.code} {detail}") from None
+            raise RemoteError(f"{self.url}: {e.code} {printable(str(detail), MAX_DETAIL)}") from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise RemoteError(f"cannot reach {self.url}: {reason}") from None
+            if isinstance(reason, TimeoutError):
+                raise RemoteError(f"{self.url}: no answer for {idle:g} s") from None
+            raise RemoteError(f"cannot reach {self.url}: {printable(str(reason), MAX_DETAIL)}") from None
         finally:
             if data is not None:
                 data.close()
 
-    def json(self, method: str, path: str, params: dict | None = None, body: Path | None = None) -> dict:
+    def json(self, method: str, path: str, params: dict | None = None, body: Path | None = None) -> Any:
+        """The answer's JSON, read whole within the limits (its shape is the caller's to check)."""
         with self._open(method, path, params, body) as r, self._reading():
-            try:
-                return orjson.loads(r.read())
-            except orjson.JSONDecodeError:
-                raise RemoteError(f"{self.url}{path}: the answer is not JSON (is this a registry server?)") from None
+            data = b"".join(self._blocks(r, self.limits.json_bytes, path))
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise RemoteError(f"{self.url}{path}: the answer is not JSON (is this a registry server?)") from None
 
     def download(self, path: str, params: dict, dest: Path) -> None:
         with self._open("GET", path, params) as r, self._reading(), dest.open("wb") as f:
-            while block := r.read(1 << 20):
+            for block in self._blocks(r, self.limits.page_bytes, path):
                 f.write(block)
+
+    def _blocks(self, r, limit: int, path: str) -> Iterator[bytes]:
+        """The answer's body in blocks: at most ``limit`` bytes, all of it within ``answer_s`` (a server sending a
+        byte every few seconds never trips the idle bound)."""
+        deadline = time.monotonic() + self.limits.answer_s
+        size = 0
+        while block := r.read1(1 << 16):  # what one read of the socket gives: the deadline is checked often
+            size += len(block)
+            if size > limit:
+                raise RemoteError(
+                    f"{self.url}{path}: the answer is larger than {limit} bytes (a bound: docs/SERVER.md)"
+                )
+            if time.monotonic() > deadline:
+                raise RemoteError(f"{self.url}{path}: the answer took longer than {self.limits.answer_s:g} s")
+            yield block
 
     @contextlib.contextmanager
     def _reading(self):
         """An answer cut off mid-way (the server stopped, the network failed) is one line, like a refused one."""
         try:
             yield
+        except TimeoutError:
+            raise RemoteError(f"{self.url}: the answer stopped for {self.limits.idle_s:g} s") from None
         except (http.client.HTTPException, OSError) as e:
             raise RemoteError(f"{self.url}: the answer broke off ({type(e).__name__}: {e})") from None
 
 
-def _detail(e: urllib.error.HTTPError) -> str:
-    """A problem document's one line, or the status's phrase."""
+def _field(answer: Any, name: str, check, what: str, where: str) -> Any:
+    """``answer[name]``, if ``answer`` is a JSON object and the value passes ``check``; else one RemoteError line."""
+    value = answer.get(name) if isinstance(answer, dict) else None
     try:
-        doc = orjson.loads(e.read()[:65536])
+        ok = value is not None and check(value)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise RemoteError(f"{where}: the answer's {name!r} is not {what} (is this a registry server?)")
+    return value
+
+
+def _is_record_id(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_RECORD_ID
+
+
+def _is_registry_id(value: Any) -> bool:
+    return type(value) is str and REGISTRY_ID.fullmatch(value) is not None
+
+
+def _detail(e: urllib.error.HTTPError) -> str:
+    """A problem document's one line, or the status's phrase (made printable by the caller)."""
+    try:
+        doc = orjson.loads(e.read(65536))
         return str(doc.get("detail") or doc.get("title") or e.reason)
-    except (orjson.JSONDecodeError, AttributeError, OSError):
+    except (orjson.JSONDecodeError, AttributeError, OSError, http.client.HTTPException):
         return str(e.reason)
 
 
 def _params(device: str | None, team: str | None, model: str | None, since: dt.datetime | None) -> dict:
     return {"device": device, "team": team, "model": model, "since": since.isoformat() if since else None}
+
+
+def pull_key(url: str, filters_key: str) -> str:
+    """The key a pull's progress is kept under here: the server's filters key *and its URL*. The origin a server
+    names is its own claim: another server naming the same origin and filters must not move this one's mark."""
+    parts = urllib.parse.urlsplit(url)
+    where = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or ''}{parts.path.rstrip('/')}"
+    return hashlib.sha256(f"pull\0{where}\0{filters_key}".encode()).hexdigest()
 
 
 def pull(
@@ -210,12 +302,15 @@ def pull(
 
     start = time.perf_counter()
     filters = _params(device, team, model, since)
+    where = f"{remote.url}/api/v1/exchange"
     plan = remote.json("GET", "/api/v1/exchange", filters)
-    origin, key = str(plan["origin"]), str(plan["filters_key"])
+    origin = _field(plan, "origin", _is_registry_id, "a registry id", where)
+    key = pull_key(remote.url, _field(plan, "filters_key", lambda v: type(v) is str and len(v) <= 64, "a key", where))
     if origin == store.registry_id():
         raise BadInputError("the server serves this same registry; nothing to pull")
     after = 0 if full else store.last_synced(origin, key)
     result = TransferResult(remote.url, incremental=after > 0)
+    short = 0  # pages in a row with fewer records than asked
     with tempfile.TemporaryDirectory(prefix="registry-pull-") as tmp, ThreadPoolExecutor(1) as ahead:
 
         def fetch(after_id: int, n: int) -> Path:
@@ -230,7 +325,13 @@ def pull(
             if last <= after:  # nothing after the last page: done
                 break
             # A page may hold fewer records than asked (a row the server could not read is left out, with a warning
-            # there): the next one starts after its last id, whatever it held.
+            # there): the next one starts after its last id, whatever it held; but not forever.
+            short = short + 1 if records < page else 0
+            if short > remote.limits.short_pages:
+                raise RemoteError(
+                    f"{remote.url}: {short} pages in a row held fewer records than asked without ending the pull; "
+                    f"stopped (what came before is kept; a bound: docs/SERVER.md)"
+                )
             pending = ahead.submit(fetch, last, result.pages + 1)
             exchange, _ = read_bundle(path)
             counts = import_exchange(
@@ -252,10 +353,13 @@ def _page_counts(path: Path) -> tuple[int, int]:
     """(records, last record id) a downloaded page's manifest states (checked in full when it is read)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            manifest = orjson.loads(zf.read("manifest.json"))
-        return int(manifest["counts"]["records"]), int(manifest.get("last_record_id", 0))
+            manifest = orjson.loads(zf.read("manifest.json")) if zf.getinfo("manifest.json").file_size < 1 << 20 else {}
+        records, last = manifest["counts"]["records"], manifest.get("last_record_id", 0)
     except (zipfile.BadZipFile, KeyError, TypeError, ValueError, orjson.JSONDecodeError) as e:
         raise RemoteError(f"the server sent a page that is not a readable bundle ({e})") from None
+    if not (_is_record_id(records) and _is_record_id(last)):
+        raise RemoteError(f"the server sent a page whose manifest counts {records!r} records up to id {last!r}")
+    return records, last
 
 
 def push(
@@ -267,17 +371,27 @@ def push(
     page: int = PAGE,
 ) -> TransferResult:
     """``store``'s records matching ``filters`` that the server lacks, page by page: the server keeps how far pushes
-    from this registry with these filters have come, so only what was added since goes."""
+    from this registry with these filters and this token have come, so only what was added since goes."""
     from registry.share.bundle import write_bundle
 
     start = time.perf_counter()
     origin, key = store.registry_id(), filters.key()
     info = remote.json("GET", "/api/v1/registry")
-    if info.get("registry_id") == origin:
+    if isinstance(info, dict) and info.get("registry_id") == origin:
         raise BadInputError("the server serves this same registry; nothing to push")
-    after = (
-        0 if full else int(remote.json("GET", "/api/v1/sync-state", {"origin": origin, "key": key})["last_record_id"])
-    )
+    after = 0
+    if not full:
+        state = remote.json("GET", "/api/v1/sync-state", {"origin": origin, "key": key})
+        after = _field(state, "last_record_id", _is_record_id, "a record id", f"{remote.url}/api/v1/sync-state")
+        newest = store.newest_record_id()
+        if after > newest:  # a mark no push from here could have set: the server's, or someone's, error
+            warnings.warn(
+                f"{remote.url} says pushes from this registry reached record {after}, past its newest ({newest}): "
+                "pushing every record again (those the server holds are found present)",
+                RegistryWarning,
+                stacklevel=2,
+            )
+            after = 0
     result = TransferResult(remote.url, incremental=after > 0)
     with tempfile.TemporaryDirectory(prefix="registry-push-") as tmp:
         path = Path(tmp) / "page.bundle"
@@ -290,9 +404,21 @@ def push(
                 result.model_names |= {m.name for m in exchange.models}
                 result.models = len(result.model_names)
             counts = remote.json("POST", "/api/v1/bundles", {"sync_key": key}, body=path)
+            _check_counts(counts, f"{remote.url}/api/v1/bundles")
             result.pages += 1
             result.records_read += info.records
             result.add(counts)
             after = last
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _check_counts(counts: Any, where: str) -> None:
+    """An import's counts as a server answers them: whole numbers, and a first refusal that is text."""
+    for name in ("workloads_new", "workloads_present", "records_new", "records_present", "records_skipped"):
+        _field(counts, name, _is_record_id, "a count", where)
+    skipped = counts.get("first_skipped")
+    if skipped is not None and type(skipped) is not str:
+        raise RemoteError(f"{where}: the answer's 'first_skipped' is not text (is this a registry server?)")
+    if skipped is not None:
+        counts["first_skipped"] = printable(skipped, MAX_DETAIL)
