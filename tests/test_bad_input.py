@@ -444,15 +444,15 @@ def _real_bundle(env: Env) -> Path:
     return _BUNDLES[key]
 
 
-def _bundle(edit_rows=None, edit_manifest=None, *, member: str = "records.jsonl", raw=None):
-    """``registry import`` of the real bundle with one member's rows edited (``edit_rows(rows)``, rows as parsed
-    JSON) and the manifest's checksum of it made to match, or the manifest edited (``edit_manifest(dict)``), or the
-    whole file replaced by ``raw(bytes)``."""
+def _bundle(edit_rows=None, edit_manifest=None, *, member: str = "records.jsonl", raw=None, source=None):
+    """``registry import`` of the real bundle (or ``source(env)``) with one member's rows edited (``edit_rows(rows)``,
+    rows as parsed JSON) and the manifest's checksum and count of it made to match, or the manifest edited
+    (``edit_manifest(dict)``), or the whole file replaced by ``raw(bytes)``."""
     import hashlib
     import zipfile
 
     def setup(env: Env) -> tuple[list[str], str | None]:
-        src, dest = _real_bundle(env), env.tmp / "edited.bundle"
+        src, dest = (source or _real_bundle)(env), env.tmp / "edited.bundle"
         if raw is not None:
             dest.write_bytes(raw(src.read_bytes()))
             return ["import", str(dest)], None
@@ -460,10 +460,12 @@ def _bundle(edit_rows=None, edit_manifest=None, *, member: str = "records.jsonl"
             members = {n: zf.read(n) for n in zf.namelist()}
         manifest = json.loads(members["manifest.json"])
         if edit_rows is not None:
-            rows = [json.loads(line) for line in members[member].splitlines()]
-            data = b"".join(json.dumps(r).encode() + b"\n" for r in edit_rows(rows) or rows)
+            rows = [json.loads(line) for line in members.get(member, b"").splitlines()]
+            rows = edit_rows(rows) or rows
+            data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
             members[member] = data
             manifest["members"][member] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+            manifest["counts"][member.removesuffix(".jsonl")] = len(rows)
         if edit_manifest is not None:
             edit_manifest(manifest)
         members["manifest.json"] = json.dumps(manifest).encode()
@@ -729,7 +731,7 @@ AUDIT2_CASES = {
     "bundle: a record without latencies": Case(_bundle(_each(5, [])), "states no latencies"),
     "bundle: a record measured in 9999": Case(_bundle(_each(12, "9999-01-01T00:00:00+00:00")), "in the future"),
     "bundle: a donor that names no workload of the set": Case(
-        _bundle(_each(13, ["999", "structural", "f" * 64, "0" * 64, "elsewhere"])), "names a donor"
+        _bundle(_each(13, ["999", "structural", "f" * 64, "0" * 64, "e" * 32])), "names a donor"
     ),
     "bundle: a team with a newline and an ANSI escape": Case(
         _bundle(_each(8, "vision\n\x1b[31mred")), "control character"
@@ -772,12 +774,16 @@ def test_every_case_has_a_name_of_its_own():
 @pytest.mark.tvm
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_gets_one_line_and_changes_nothing(name, db_url, tuned_logs, tmp_path):
+    refused_cleanly(CASES[name], db_url, tuned_logs.work_dir, tmp_path)
+
+
+def refused_cleanly(case: Case, db_url: str, logs: Path, tmp_path: Path) -> None:
+    """``case`` run on a registry with some records: one ``Error:`` line, its exit code, and nothing changed."""
     store = Store(db_url)
     dev = testing.device()
     store.ingest([testing.workload(i) for i in range(3)], [testing.record(i, j, dev) for i in range(3) for j in (0, 1)])
     store.close()
-    case = CASES[name]
-    args, url = case.setup(Env(tmp_path, db_url, tuned_logs.work_dir))
+    args, url = case.setup(Env(tmp_path, db_url, logs))
     target = url or db_url
     watched = db_url if case.watch_suite_db else target
     before, before_bytes = rows_of(watched), _file_bytes(watched)

@@ -2,8 +2,9 @@
 
 ``RecordValidator.validate`` is the one validation of records that come from outside: ``registry import``,
 ``RegistryDatabase.commit_tuning_record``, and ``Store.ingest(..., validator=...)`` for anything else. A record is valid
-when its latencies are measurements (or TVM's failed-run stand-in), its trace is what MetaSchedule writes, and TVM
-replays it on its workload exactly: every instruction applies and every decision is kept as written.
+when its latencies are measurements (or TVM's failed-run stand-in) that some device could reach for its workload's
+FLOPs, its trace is what MetaSchedule writes for its device's kind, and TVM replays it on its workload exactly:
+every instruction applies and every decision is kept as written.
 
 Replaying each record would cost milliseconds each; logs hold millions. So, per record, only pure-Python checks run
 (``registry.store.validation``: every decision indexes a sampling instruction, categorical choices index their
@@ -28,7 +29,7 @@ from typing import Any
 
 from registry.records.replay_pool import Job, ReplayPool, shared_pool
 from registry.store.rows import RecordIn, canonical_json
-from registry.store.validation import UNSEEN, Problem, SkeletonCache, read_record, tile_problem
+from registry.store.validation import UNSEEN, Problem, SkeletonCache, rate_problem, read_record, tile_problem
 
 MAX_TRIES = 3  # records of one instruction list replayed before the list is judged not to apply
 
@@ -71,6 +72,9 @@ class RecordValidator:
         self._facts: dict[tuple, _Facts | str] = {}  # a str: why no record of the key applies
         self._applies: dict[tuple, _Applies] = {}
         self._module_keys: dict[str, str] = {}  # module JSON -> its key in the replay workers (see _module_key)
+        # workload -> (its FLOPs, the narrowest element type in bits), learned with its first facts: the fastest
+        # latency any device could measure for it (``rate_problem``)
+        self._work: dict[tuple[str, str], tuple[float, int]] = {}
 
     def validate(self, records: Sequence[tuple[RecordIn, str]]) -> list[Problem | None]:
         """For each (record, its workload's module JSON): None when valid, else why not. Never raises for a bad
@@ -85,6 +89,11 @@ class RecordValidator:
                 todo.append(item)
         while todo:
             todo = self._round(todo, reasons)
+        for i, (record, _) in enumerate(records):
+            work = self._work.get(record.workload) if reasons[i] is None else None
+            problem = work and rate_problem(record.run_secs, *work)
+            if problem:
+                reasons[i] = Problem(problem, trace=False)
         return reasons
 
     def _item(self, i: int, record: RecordIn, mod_json: str) -> _Item | Problem:
@@ -198,6 +207,8 @@ class RecordValidator:
         if role == "representative":
             self._applies[item.applies_key].ok = True
         if job.facts:
+            if "flops" in reply:
+                self._work[item.record.workload] = (reply["flops"], reply["bits"])
             if reply.get("locations_kept"):
                 dependent = frozenset(reply.get("dependent") or ())
                 self._facts[item.facts_key] = _Facts({i: e for i, e in reply.get("extents") or ()}, dependent)

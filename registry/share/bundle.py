@@ -37,6 +37,7 @@ import orjson
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import utc
+from registry.store.validation import REGISTRY_ID
 from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExEffort, ExModel, ExRecord, ExWorkload
 
 FORMAT = "tvm-registry-bundle"
@@ -44,6 +45,17 @@ VERSION = 2
 MEMBERS_V1 = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
 MEMBERS = (*MEMBERS_V1, "efforts.jsonl")  # version 2 added the effort; a version 1 bundle is still read
 MAX_MANIFEST = 16 << 20  # bytes: a manifest is a few KB; one declared larger is not read at all
+# Bytes of one JSON line: a record is a few hundred, a workload's module JSON or an instruction list at most a few
+# MB (the bound TVM logs are read with, tvmlog.MAX_LINE_BYTES). A longer line is refused before it is held whole.
+MAX_LINE = 16 << 20
+# Bytes the members may inflate to, all together: 10^7 records (a large registry's export, a few GB) fit several
+# times. Declared sizes are checked against the manifest and bound what inflating can produce, so a bundle past this
+# is refused before a byte is inflated.
+MAX_INFLATED = 32 << 30
+# How many times its compressed size a bundle may inflate to, past the first MAX_LINE bytes: a registry's members
+# compress 4 to 20 times (hashes, decisions, module graphs); deflate reaches about 1000 on zeros, a zip bomb's ratio.
+MAX_RATIO = 100
+MAX_RECORD_ID = 2**62  # a sender's record id: an autoincrement from 1 (PostgreSQL's BIGINT holds 2^63 - 1)
 
 
 @dataclass
@@ -178,18 +190,21 @@ def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
         members = MEMBERS_V1 if manifest["version"] == 1 else MEMBERS
         _check_member_list(zf, manifest, members, where)
         for name in members:
-            _check_member(zf, name, manifest, where)
+            _check_declared(zf, name, manifest, where)
+        _check_sizes(zf, members, where)
+        for name in members:
+            _check_content(zf, name, manifest, where)
     except (zipfile.BadZipFile, EOFError, OSError) as e:
         raise BadInputError(f"{where}: not a readable bundle (truncated or not a registry bundle: {e})") from None
     workloads = [ExWorkload(**_fields(w, ExWorkload, where)) for w in _lines(zf, "workloads.jsonl", where)]
     idents = [w.ident for w in workloads]
     devices = [ExDevice(**_fields(d, ExDevice, where)) for d in _lines(zf, "devices.jsonl", where)]
     keys = [d.key for d in devices]
-    out = ExchangeSet(origin=str(manifest.get("origin", "")), devices=devices, workloads=workloads)
-    try:
-        out.skeletons = {str(s["hash"]): str(s["insts"]) for s in _lines(zf, "skeletons.jsonl", where)}
-    except (KeyError, TypeError) as e:
-        raise BadInputError(f"{where}: malformed skeleton entry ({type(e).__name__}: {e})") from None
+    out = ExchangeSet(origin=manifest["origin"], devices=devices, workloads=workloads)
+    for s in _lines(zf, "skeletons.jsonl", where):
+        if not (isinstance(s, dict) and type(s.get("hash")) is str and type(s.get("insts")) is str):
+            raise BadInputError(f"{where}: malformed skeleton entry (expected its hash and instructions as text)")
+        out.skeletons[s["hash"]] = s["insts"]
     try:
         out.models = [
             ExModel(m["name"], m["sha256"], m["input_shapes"],
@@ -246,6 +261,11 @@ def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     for name in ("devices", "workloads", "skeletons", "models", "records"):
         if not _count(counts.get(name)):
             raise BadInputError(f"{where}: its manifest's count of {name} is {counts.get(name)!r}, not a count")
+    origin, last = manifest.get("origin"), manifest.get("last_record_id", 0)
+    if not (type(origin) is str and REGISTRY_ID.fullmatch(origin)):  # where a push's sync progress is filed
+        raise BadInputError(f"{where}: its manifest's origin {origin!r:.60} is not a registry id (32 hex digits)")
+    if not (_count(last) and last <= MAX_RECORD_ID):
+        raise BadInputError(f"{where}: its manifest's last record id {last!r:.60} is not a record id")
     return manifest
 
 
@@ -269,7 +289,9 @@ def _check_member_list(zf: zipfile.ZipFile, manifest: dict, members: tuple[str, 
         raise BadInputError(f"{where}: its manifest lists {unknown[0]!r}, which is no member of a registry bundle")
 
 
-def _check_member(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:
+def _check_declared(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:
+    """The member's size in the zip's directory is the manifest's: inflating it then yields at most that many bytes
+    (zipfile stops there), which ``_check_sizes`` bounds before any is inflated."""
     expected = manifest["members"].get(name)
     if not isinstance(expected, dict):
         raise BadInputError(f"{where}: {name} is not listed in the manifest")
@@ -277,25 +299,51 @@ def _check_member(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) ->
         declared = zf.getinfo(name).file_size
     except KeyError:
         raise BadInputError(f"{where}: {name} is missing (truncated or altered bundle)") from None
-    if declared != expected.get("bytes"):  # checked before a byte of it is inflated
+    if declared != expected.get("bytes"):
         raise BadInputError(
             f"{where}: {name} declares {declared} bytes, its manifest {expected.get('bytes')!r} (truncated or altered "
             "bundle)"
         )
-    digest = hashlib.sha256()
+
+
+def _check_sizes(zf: zipfile.ZipFile, members: tuple[str, ...], where: str) -> None:
+    """What the members inflate to, all together: at most MAX_INFLATED, and at most MAX_RATIO times what they take
+    in the file (a zip bomb's 1 MB inflating to 1 GB of zeros took a server 2 GB and 12 s to refuse)."""
+    inflated = sum(zf.getinfo(n).file_size for n in members)
+    compressed = sum(zf.getinfo(n).compress_size for n in members)
+    if inflated > MAX_INFLATED:
+        raise BadInputError(f"{where}: its members declare {inflated} bytes, more than the {MAX_INFLATED} read")
+    if inflated > MAX_LINE and inflated > MAX_RATIO * compressed:
+        raise BadInputError(
+            f"{where}: its members declare {inflated} bytes, {inflated // max(compressed, 1)} times the "
+            f"{compressed} they take (a registry's compress at most {MAX_RATIO} times: altered bundle)"
+        )
+
+
+def _check_content(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -> None:
+    """The member's checksum, and its rows (lines) against the manifest's count of them."""
+    digest, rows = hashlib.sha256(), 0
     try:
         with zf.open(name) as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
+                rows += block.count(b"\n")
     except KeyError:
         raise BadInputError(f"{where}: {name} is missing (truncated or altered bundle)") from None
-    if digest.hexdigest() != expected.get("sha256"):
+    if digest.hexdigest() != manifest["members"][name].get("sha256"):
         raise BadInputError(f"{where}: {name} does not match its checksum (truncated or altered bundle)")
+    what = name.removesuffix(".jsonl")
+    counted = manifest["counts"].get(what, rows)  # efforts.jsonl has no count of its own
+    if rows != counted:
+        raise BadInputError(f"{where}: its manifest counts {counted} {what}, but {name} holds {rows} (altered bundle)")
 
 
 def _lines(zf: zipfile.ZipFile, name: str, where: str) -> Iterator[Any]:
-    with zf.open(name) as f:
-        for line_no, line in enumerate(f, start=1):
+    """Each line of the member as JSON; a line longer than MAX_LINE is refused, never read whole."""
+    with zf.open(name) as raw, io.BufferedReader(raw, 1 << 20) as f:
+        for line_no, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), start=1):
+            if len(line) > MAX_LINE:
+                raise BadInputError(f"{where}: {name}:{line_no}: a line longer than {MAX_LINE} bytes (altered bundle)")
             try:
                 yield orjson.loads(line)
             except orjson.JSONDecodeError as e:
@@ -309,20 +357,43 @@ def _at(items: list, index: Any, what: str) -> Any:
     return items[index]
 
 
+# Each field of a device or workload entry, of exactly this JSON type (a bool is no whole number); their values are
+# checked where the set is imported (``exchange_import``).
+_TYPES: dict[type, dict[str, type]] = {
+    ExDevice: {"key": str, "target": dict, "num_threads": int, "host_model": str, "tvm_version": str},
+    ExWorkload: {"shash": str, "module_equality": str, "mod_json": str},
+}
+_TYPE_NAMES = {str: "text", dict: "an object", int: "a whole number"}
+
+
 def _fields(row: Any, cls, where: str) -> dict[str, Any]:
-    names = list(cls.__dataclass_fields__)
-    if not isinstance(row, dict) or set(row) != set(names):
-        raise BadInputError(f"{where}: malformed {cls.__name__[2:].lower()} entry (expected keys {', '.join(names)})")
+    types, what = _TYPES[cls], cls.__name__[2:].lower()
+    if not isinstance(row, dict) or set(row) != set(types):
+        raise BadInputError(f"{where}: malformed {what} entry (expected keys {', '.join(types)})")
+    for name, kind in types.items():
+        if type(row[name]) is not kind:
+            raise BadInputError(f"{where}: a {what}'s {name} {row[name]!r:.60} is not {_TYPE_NAMES[kind]}")
     return row
 
 
 def _record(row: Any, idents: list, keys: list, where: str) -> ExRecord:
+    """A record row as sent, every field of its JSON type; its values are checked where it is imported."""
     try:
         (rid, w, d, skeleton, decisions, secs, source, origin, team, model, host, tool, created, donor) = row
+        # Exact type tests, in one pass each: every record of an import comes here.
+        if type(rid) is not int or not 1 <= rid <= MAX_RECORD_ID:
+            raise ValueError(f"its id {rid!r:.60} is not a whole number from 1 to 2^62")
+        # JSON numbers only: float("2e-6") and float(True) would make a latency of a string or a bool
+        run_secs = [float(s) for s in secs if type(s) is float or type(s) is int] if type(secs) is list else None
+        if run_secs is None or len(run_secs) != len(secs):
+            raise ValueError(f"its latencies {secs!r:.60} are not a list of numbers")
+        if not type(skeleton) is type(decisions) is type(source) is type(tool) is type(created) is str:
+            raise ValueError("its instruction hash, decisions, source, tool version or time is not text")
+        if donor is not None and not (type(donor) is list and len(donor) == 5 and all(type(v) is str for v in donor)):
+            raise ValueError("its donor is not [shash, module_equality, device key, trace hash, origin]")
         return ExRecord(
-            int(rid), _at(idents, w, "workload"), _at(keys, d, "device"), str(skeleton), str(decisions),
-            [float(s) for s in secs], str(source),
-            str(origin), team, model, host, str(tool), dt.datetime.fromisoformat(created),
+            rid, _at(idents, w, "workload"), _at(keys, d, "device"), skeleton, decisions, run_secs, source, origin,
+            team, model, host, tool, dt.datetime.fromisoformat(created),
             ((donor[0], donor[1]), donor[2], donor[3], donor[4]) if donor else None,
         )  # fmt: skip
     except (TypeError, ValueError, IndexError) as e:

@@ -20,7 +20,15 @@ from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
 from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
-from registry.store.validation import Problem, effort_problem, name_problem, weight_problem
+from registry.store.rows import GPU_KINDS
+from registry.store.validation import (
+    Problem,
+    effort_problem,
+    model_problem,
+    name_problem,
+    origin_problem,
+    weight_problem,
+)
 from registry.store.values import ExchangeSet, ExRecord
 from registry.tvm_side.target import canonical_target
 
@@ -44,16 +52,22 @@ def import_exchange(
     devices = {d.key: _device(d, where) for d in exchange.devices}
     insts = {h: (text, _json(text, f"{where}: skeleton {h}")) for h, text in exchange.skeletons.items()}
     for m in exchange.models:
-        problem = name_problem(m.name, "model name") or next(
-            (p for _, task, weight in m.tasks for p in (name_problem(task, "task name"), weight_problem(weight)) if p),
-            None,
+        tasks = (p for _, task, weight in m.tasks for p in (name_problem(task, "task name"), weight_problem(weight)))
+        problem = (
+            name_problem(m.name, "model name")
+            or model_problem(m.sha256, m.input_shapes)
+            or next((p for p in tasks if p), None)
         )
         if problem:
-            raise BadInputError(f"{where}: model {m.name!r}: {problem}")
+            raise BadInputError(f"{where}: model {m.name!r:.60}: {problem}")
+    seen = set()
     for e in exchange.efforts:
         problem = effort_problem(e.trials, e.seconds, e.curve, e.plateau)
         if problem:
             raise BadInputError(f"{where}: the effort on workload {e.workload[0]}: {problem}")
+        if (e.workload, e.device_key) in seen:  # one task's effort per device: which of two would be true?
+            raise BadInputError(f"{where}: two efforts on workload {e.workload[0]} on one device")
+        seen.add((e.workload, e.device_key))
     extras = IngestExtras(
         local={sent: w.ident for sent, w in workloads.items()},
         models=[(m.name, m.sha256, m.input_shapes, m.tasks) for m in exchange.models],
@@ -98,13 +112,26 @@ def _json(text: str, where: str):
 
 
 def _device(d, where: str) -> DeviceSpec:
+    """The device as sent, rebuilt here: its target canonical, its runtime threads what ``DeviceSpec.of`` gives (a
+    GPU's 0, a CPU's 1 to hostinfo.MAX_THREADS: an INTEGER column), its hardware a name fit to print."""
+    if not (isinstance(d.target, dict) and type(d.tvm_version) is str and type(d.key) is str):
+        raise BadInputError(f"{where}: a device's target, TVM version or key is of the wrong type")
     ours = hostinfo.tvm_version()
     if hostinfo.release(d.tvm_version) != ours:
         raise BadInputError(
-            f"{where}: records measured with TVM {d.tvm_version}, but this registry runs TVM {ours}; schedules and "
-            "hashes do not carry across TVM releases"
+            f"{where}: records measured with TVM {d.tvm_version!r:.40}, but this registry runs TVM {ours}; schedules "
+            "and hashes do not carry across TVM releases"
         )
-    spec = DeviceSpec(canonical_target(d.target), int(d.num_threads), str(d.host_model), ours)
+    target = canonical_target(d.target)
+    gpu = target.get("kind") in GPU_KINDS
+    threads = d.num_threads
+    if type(threads) is not int or not (threads == 0 if gpu else 1 <= threads <= hostinfo.MAX_THREADS):
+        expected = "0 (a GPU's)" if gpu else f"a whole number from 1 to {hostinfo.MAX_THREADS}"
+        raise BadInputError(f"{where}: device {d.key[:12]} runs {threads!r:.40} threads, not {expected}")
+    problem = name_problem(d.host_model, "host model") if d.host_model is not None else "host model is not text"
+    if problem:
+        raise BadInputError(f"{where}: device {d.key[:12]}: {problem}")
+    spec = DeviceSpec(target, threads, d.host_model, ours)
     if spec.key != d.key:  # the sender's description and identity disagree: a tampered or foreign device
         raise BadInputError(f"{where}: device {d.key[:12]} does not match its own description")
     return spec
@@ -119,8 +146,13 @@ def _record(
     workload, device, skeleton = workloads.get(r.workload), devices.get(r.device_key), insts.get(r.skeleton)
     if workload is None or device is None or skeleton is None:
         return Problem("refers to a workload, device or instruction list the set does not hold", trace=False)
-    if not isinstance(r.origin, str) or not r.origin:  # a record that travels says which registry measured it
-        return Problem("it does not name the registry that measured it (no origin)", trace=False)
+    problem = (
+        origin_problem(r.origin)
+        or (r.donor and origin_problem(r.donor[3]))
+        or name_problem(r.tool_version, "tool version")
+    )
+    if problem:  # a record that travels says which registry measured it, and its donor which measured that
+        return Problem(problem, trace=False)
     if not r.run_secs:  # a registry writes a failed run's stand-in, never nothing
         return Problem("it states no latencies", trace=False)
     if r.donor is not None and (r.donor[0] not in workloads or r.donor[1] not in devices):

@@ -19,19 +19,27 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from registry.store.rows import FAILED_RUN_SECS, RecordIn, canonical_json
+from registry.store.rows import FAILED_RUN_SECS, LOG_ORIGIN, RecordIn, canonical_json
 
 # MetaSchedule's stand-ins for a run that failed to build or run: this registry and TVM's validate_database write
 # 1e9, TVM's AddToDatabase callback writes 1e10 (kMaxMeanTime). Such a record is kept, as a failed one.
 FAILED_STAND_INS = (FAILED_RUN_SECS, 1e10)
 # No kernel worth tuning runs for an hour; a latency above it is a corrupt or forged value, not a measurement.
 MAX_RUN_SECS = 3600.0
+# Nor for under a nanosecond: a call through TVM's packed-function interface alone takes several (a one-element add
+# measures 16 ns on a 2-core Xeon VM), a GPU launch microseconds. A forged 1 ps would be any workload's best record.
+MIN_RUN_SECS = 1e-9
+# FLOP/s no device reaches, by the narrowest element type (bits) a workload's buffers hold: a few times the fastest
+# accelerators' dense peaks of 2025 (NVIDIA B300: about 15 PFLOP/s at 4 bits, 5 at 8, 2.5 at 16, 1.2 at 32 as TF32;
+# AMD MI300X: 0.16 at 64). A record that claims more for its workload's FLOPs measured nothing.
+MAX_FLOP_RATES = ((8, 50e15), (16, 10e15), (32, 5e15), (64, 1e15))
 MAX_RUNS = 1000  # MetaSchedule's evaluator repeats a handful of times; thousands of samples is not a log line
 MAX_INSTS = 10_000  # real traces have tens to a few hundred instructions
 MAX_INT = 2**31 - 1  # TVM keeps decisions and loop extents in 32 bits in places
@@ -39,10 +47,18 @@ MAX_NAME = 200  # characters of a team, model, host or task name: a label, not a
 MAX_WEIGHT = MAX_INT  # how often a task runs in its model: an INTEGER column on both dialects
 # A record measured later than this after now is a forged or broken clock's: a day covers time zones and clock skew.
 FUTURE_SLACK = dt.timedelta(days=1)
+# Nor was anything measured with TVM before its repository began (2016): an earlier time is forged or a broken clock's.
+MEASURED_SINCE = dt.datetime(2016, 1, 1, tzinfo=dt.timezone.utc)
+# A registry's id is uuid4().hex (migration 0003 writes it); a model's, the sha256 of its file (or, for a Relax
+# module, of its structural hash and shapes): lowercase hex either way.
+REGISTRY_ID = re.compile(r"[0-9a-f]{32}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_SHAPES_JSON = 1000  # characters of a model's input shapes as JSON: the model table's column
 
 TILE, PARTITIONED_TILE = "SamplePerfectTile", "SamplePartitionedTile"
 CATEGORICAL, LOCATION = "SampleCategorical", "SampleComputeLocation"
 POSTPROC = "EnterPostproc"
+BIND, GPU_THREADS = "Bind", ("blockIdx.", "threadIdx.", "vthread")
 
 
 class TraceProblem(ValueError):
@@ -102,47 +118,122 @@ def weight_problem(value: Any) -> str | None:
 
 
 MAX_CURVE = 1024  # points of an effort's curve (a run keeps at most 256)
+# A trial builds a candidate (an LLVM compile, tens of milliseconds of a core) and runs it (a warm-up and repeats):
+# even a machine of hundreds of cores building and measuring at once does not measure a thousand a second. An effort
+# claiming more trials than its seconds allow at that rate did not measure them.
+MIN_TRIAL_S = 1e-3
+# No kernel call returns in under a nanosecond (a call and its return alone take a few cycles): a best below it is
+# not a measurement.
+MIN_EFFORT_US = 1e-3
+MAX_EFFORT_S = 1e9
+# A tuning run's lease on a task must outlive one batch of it (the run renews its leases after every batch and while
+# it waits), and batches take seconds to minutes; a killed run's tasks wait for its leases to expire. A day covers any
+# batch and bounds that wait: `registry tune --lease` refuses more, and a stored lease past it counts as expired.
+MAX_LEASE_S = 24 * 3600.0
 
 
 def effort_problem(trials: Any, seconds: Any, curve: Any, plateau: Any) -> str | None:
-    """None for a task's effort as another registry sends it: counts, finite seconds, a curve of (trials, µs)."""
+    """None for a task's effort as a registry may hold it: counts, finite seconds of at least ``MIN_TRIAL_S`` per
+    trial, and a curve of (trials, best µs) whose trials rise to at most the total and whose best never rises nor
+    falls below ``MIN_EFFORT_US``. Checked where an effort arrives from another registry and where one is read."""
     if not (_is_int(trials) and 0 <= trials <= MAX_WEIGHT):
         return f"effort trials {_short(trials)} is not a whole number from 0 to {MAX_WEIGHT}"
-    if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < 1e9):
-        return f"effort seconds {_short(seconds)} is not a number from 0 to 1e9"
+    if not (_is_number(seconds) and 0 <= seconds < MAX_EFFORT_S):
+        return f"effort seconds {_short(seconds)} is not a number from 0 to {MAX_EFFORT_S:g}"
+    if seconds < trials * MIN_TRIAL_S:
+        return f"{trials} trials in {seconds:g} s is faster than a trial can be measured ({MIN_TRIAL_S:g} s each)"
     if not isinstance(plateau, bool):
         return f"effort plateau {_short(plateau)} is not true or false"
     if not isinstance(curve, (list, tuple)) or len(curve) > MAX_CURVE:
         return f"an effort curve is a list of at most {MAX_CURVE} points"
+    last_n, last_us = 0, math.inf
     for point in curve:
         if not (isinstance(point, (list, tuple)) and len(point) == 2):
             return f"effort curve point {_short(point)} is not a pair (trials, µs)"
         n, us = point
-        if not (_is_int(n) and 0 <= n <= MAX_WEIGHT) or not (
-            isinstance(us, (int, float)) and not isinstance(us, bool) and 0 < us < 1e12
-        ):
-            return f"effort curve point ({_short(n)}, {_short(us)}) is not (trials, positive µs)"
+        if not (_is_int(n) and 0 <= n <= trials) or not (_is_number(us) and MIN_EFFORT_US <= us < 1e12):
+            return (
+                f"effort curve point ({_short(n)}, {_short(us)}) is not (trials up to the effort's {trials}, "
+                f"µs from {MIN_EFFORT_US:g})"
+            )
+        if n < last_n or us > last_us:
+            return f"effort curve point ({n}, {us:g}) follows ({last_n}, {last_us:g}): trials only rise, a best never"
+        last_n, last_us = n, us
     return None
 
 
 def measured_at_problem(at: dt.datetime | None) -> str | None:
-    """None for a time a record may have been measured at: not later than a day from now."""
+    """None for a time a record may have been measured at: from MEASURED_SINCE to a day from now."""
     if at is None:
         return None
-    now = dt.datetime.now(dt.timezone.utc)
-    if (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)) > now + FUTURE_SLACK:
+    at = at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
+    if at > dt.datetime.now(dt.timezone.utc) + FUTURE_SLACK:
         return f"it was measured at {at.isoformat()}, in the future"
+    if at < MEASURED_SINCE:
+        return f"it was measured at {at.isoformat()}, before TVM existed"
     return None
 
 
+def origin_problem(value: Any) -> str | None:
+    """None for where a record that travelled says it was measured: a registry's id, or LOG_ORIGIN."""
+    if type(value) is str and _is_origin(value):
+        return None
+    if value is None or value == "":
+        return "it does not name the registry that measured it (no origin)"
+    return f"its origin {_short(value)} is neither a registry id (32 hex digits) nor {LOG_ORIGIN!r}"
+
+
+@functools.lru_cache(maxsize=256)  # asked for every record of an import or a sync, which name a few origins
+def _is_origin(value: str) -> bool:
+    return value == LOG_ORIGIN or REGISTRY_ID.fullmatch(value) is not None
+
+
+def model_problem(sha256: Any, input_shapes: Any) -> str | None:
+    """None for a model as a registry records one: its sha256 (SHA256), and its input shapes, a mapping of input
+    names to whole dimensions (a Relax module may have a 0) that fits the model table."""
+    if type(sha256) is not str or not SHA256.fullmatch(sha256):
+        return f"sha256 {_short(sha256)} is not 64 lowercase hex digits"
+    if not isinstance(input_shapes, dict):
+        return f"input shapes {_short(input_shapes)} are not a mapping of input names to shapes"
+    for name, dims in input_shapes.items():
+        problem = name_problem(name, "input name")
+        if problem:
+            return problem
+        if not (type(dims) is list and all(_is_int(d) and 0 <= d <= MAX_INT for d in dims)):
+            return f"input {name!r} has the shape {_short(dims)}, not a list of whole dimensions"
+    if len(canonical_json(input_shapes)) > MAX_SHAPES_JSON:
+        return f"its input shapes take more than {MAX_SHAPES_JSON} characters"
+    return None
+
+
+def max_flop_rate(bits: int) -> float:
+    """The FLOP/s no device reaches on elements of ``bits`` (MAX_FLOP_RATES; 0, not known, gets the highest)."""
+    for width, rate in MAX_FLOP_RATES:
+        if bits <= width:
+            return rate
+    return MAX_FLOP_RATES[-1][1]
+
+
+def rate_problem(run_secs: Sequence[float], flops: float, bits: int) -> str | None:
+    """None for measured latencies of a workload of ``flops`` on elements of ``bits`` that some device could reach
+    (a failed run's stand-in always can)."""
+    fastest, rate = min(run_secs, default=math.inf), max_flop_rate(bits)
+    if fastest * rate >= flops:
+        return None
+    return (
+        f"latency {fastest:.3g} s would run its {flops:.3g} FLOPs at {flops / fastest / 1e15:.3g} PFLOP/s, beyond "
+        f"any device's {rate / 1e15:g} PFLOP/s at {bits or 'any'} bits"
+    )
+
+
 def run_secs_problem(run_secs: Any) -> str | None:
-    """None for measured latencies (each above 0 and at most MAX_RUN_SECS) or TVM's failed-run stand-in (an empty
+    """None for measured latencies (each from MIN_RUN_SECS to MAX_RUN_SECS) or TVM's failed-run stand-in (an empty
     list counts as failed too: TVM writes null when nothing was measured); else what is wrong."""
     if type(run_secs) in (list, tuple) and 0 < len(run_secs) <= MAX_RUNS:
-        # The common case, in one pass (every record of an import or a sync comes here): floats above 0 and at
-        # most MAX_RUN_SECS (NaN fails the comparison). Anything else takes the full checks below.
+        # The common case, in one pass (every record of an import or a sync comes here): floats from MIN_RUN_SECS
+        # to MAX_RUN_SECS (NaN fails the comparison). Anything else takes the full checks below.
         for s in run_secs:
-            if type(s) is not float or not 0.0 < s <= MAX_RUN_SECS:
+            if type(s) is not float or not MIN_RUN_SECS <= s <= MAX_RUN_SECS:
                 break
         else:
             return None
@@ -156,9 +247,9 @@ def run_secs_problem(run_secs: Any) -> str | None:
     if all(s in FAILED_STAND_INS for s in run_secs):
         return None
     for s in run_secs:
-        if not (math.isfinite(s) and 0 < s <= MAX_RUN_SECS):
+        if not (math.isfinite(s) and MIN_RUN_SECS <= s <= MAX_RUN_SECS):
             return (
-                f"latency {s!r} s is not a measurement (expected above 0 and at most {MAX_RUN_SECS:g} s, or "
+                f"latency {s!r} s is not a measurement (expected from {MIN_RUN_SECS:g} to {MAX_RUN_SECS:g} s, or "
                 f"{FAILED_RUN_SECS:g} for a failed run)"
             )
     return None
@@ -189,6 +280,8 @@ class Skeleton:
     n_insts: int
     samplers: dict[int, Sampler]  # by instruction index
     prefix: int  # instructions before EnterPostproc: all sampling happens there
+    # Whether it binds loops to GPU threads: every GPU schedule does (a GPU runs nothing unbound), no CPU one does
+    binds_threads: bool = False
     # (instruction index, decision) -> what is wrong with it: the records of one design space repeat few values per
     # instruction, and a registry's import or sync checks millions of decisions
     verdicts: dict = field(default_factory=dict, compare=False, repr=False)
@@ -207,6 +300,7 @@ def parse_skeleton(insts: Any) -> Skeleton:
         raise TraceProblem(f"{len(insts)} instructions, more than {MAX_INSTS}")
     samplers: dict[int, Sampler] = {}
     prefix = len(insts)
+    binds_threads = False
     for i, inst in enumerate(insts):
         if not (isinstance(inst, list) and len(inst) == 4 and isinstance(inst[0], str)):
             raise TraceProblem(f"instruction {i} is not [kind, inputs, attrs, outputs]")
@@ -217,12 +311,14 @@ def parse_skeleton(insts: Any) -> Skeleton:
             raise TraceProblem(f"instruction {i} ({kind}) names its outputs with non-strings")
         if kind == POSTPROC and prefix == len(insts):
             prefix = i
+        elif kind == BIND and attrs and isinstance(attrs[0], str) and attrs[0].startswith(GPU_THREADS):
+            binds_threads = True
         sampler = _sampler(kind, attrs)
         if sampler is not None:
             if i > prefix:
                 raise TraceProblem(f"instruction {i} ({kind}) samples after {POSTPROC}")
             samplers[i] = sampler
-    return Skeleton(len(insts), samplers, prefix)
+    return Skeleton(len(insts), samplers, prefix, binds_threads)
 
 
 def _sampler(kind: str, attrs: list) -> Sampler | None:
@@ -394,6 +490,9 @@ def read_record(record: RecordIn, cache: SkeletonCache) -> tuple[Skeleton, dict[
         insts, decisions = trace_parts(record.trace)
         insts_json = record.insts_json or canonical_json(insts)
         skeleton = cache.get(insts_json, insts)
+        if skeleton.binds_threads != record.device.is_gpu:
+            kind = "a GPU" if skeleton.binds_threads else "no GPU"
+            return Problem(f"its trace is {kind} schedule, for a device of kind {record.device.kind}", trace=False)
         return skeleton, read_decisions(skeleton, decisions), insts_json
     except TraceProblem as e:
         return Problem(str(e))

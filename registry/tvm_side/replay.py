@@ -61,7 +61,21 @@ def replay(base, trace: list, want_facts: bool) -> dict[str, Any]:
         reply["locations_kept"] = not any(insts[i][0] == "SampleComputeLocation" for i in rewritten)
     if want_facts and reply["locations_kept"]:
         reply["extents"], reply["dependent"] = _facts(base, sch.trace, insts)
+        reply["flops"], reply["bits"] = work(base.mod)
     return reply
+
+
+def work(mod) -> tuple[float, int]:
+    """The module's floating-point operations, as a workload's signature counts them, and the narrowest element type
+    of its arguments in bits (0.0 and 0 where TVM cannot tell): what bounds the latency a record of it can have."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    try:
+        args = ArgInfo.from_prim_func(next(iter(mod.functions.values())))
+        return float(estimate_tir_flops(mod)), min((int(a.dtype.bits) for a in args), default=0)
+    except Exception:  # noqa: BLE001 - a bound not known is no reason to refuse the record
+        return 0.0, 0
 
 
 def decisions(trace) -> dict[int, Any]:
