@@ -6,6 +6,7 @@ import click
 
 from registry.cli.options import Context, common_options, output_options, pass_ctx
 from registry.cli.output import echo_model
+from registry.errors import printable
 
 
 @click.group()
@@ -152,3 +153,52 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
         click.echo(sql, nl=False)
     else:
         click.echo(f"{role}: {access} on the registry in {redact(url)} (schema {schema}, owned by {owner})")
+
+
+@db.command("release-leases")
+@click.option("--model", help="Only the leases of this model's tasks.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also the leases of runs that may still be running (another host's, or a live process here): only when no "
+    "`registry tune` uses the registry.",
+)
+@output_options()
+@common_options
+@pass_ctx
+def release_leases(ctx: Context, model: str | None, force: bool, fmt: str) -> None:
+    """Release the leases of tuning runs that have ended, so that the next `registry tune` takes their tasks at once
+    instead of waiting for the leases to expire.
+
+    Released: expired leases, leases longer than a lease may be (24h: a crafted row, or one left by an older
+    version), and those of a run on this host whose process has ended. A run on another host cannot be checked from
+    here: its leases stay until they expire, unless --force. Anyone who may write the registry (a writer, on
+    PostgreSQL) may run it; a run whose lease was released loses nothing but the task, which another run may then take.
+
+    \b
+    Examples:
+      registry db release-leases
+      registry db release-leases --model resnet50 --force     # every tune of it is stopped
+    """
+    from registry.pipeline.effort import may_be_running
+    from registry.store.interface import open_storage
+    from registry.store.sql import efforts
+
+    store = open_storage(ctx.url, create_new=False)
+    try:
+        released, left = store.transact(
+            lambda conn: efforts.release_leases(conn, model, (lambda _: False) if force else may_be_running)
+        )
+    finally:
+        store.close()
+    if fmt == "json":
+        from registry.schemas import ReleaseLeasesOutput
+
+        echo_model(ReleaseLeasesOutput(released=released, left=left))
+        return
+    click.echo(f"released {released} lease(s)")
+    if left:
+        runs = printable(", ".join(f"{holder} ({n})" for holder, n in sorted(left.items())))
+        click.echo(
+            f"left {sum(left.values())} lease(s) of runs that may still be running: {runs} (--force releases them)"
+        )

@@ -10,6 +10,7 @@ from registry.cli.model_job import Progress, before_tvm, model_options, print_re
 from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 from registry.errors import BadInputError
+from registry.store.validation import MAX_LEASE_S
 
 _FLOOR_HELP = (
     "Measure at least this many candidates of every task of at least --min-share (stored ones counted) before any "
@@ -81,11 +82,12 @@ _FLOOR_HELP = (
 @click.option("--retune", is_flag=True, help="Tune plateaued tasks too, past their plateau.")
 @click.option(
     "--lease",
-    type=Duration(),
+    type=Duration(most=MAX_LEASE_S),
     default="5m",
     show_default=True,
-    help="How long a task stays leased to this run after its last batch. Other runs on the registry leave it alone "
-    "meanwhile; if this run is killed, they take it over once the lease expires.",
+    help="How long a task stays leased to this run after its last batch, at most 24h. Other runs on the registry "
+    "leave it alone meanwhile; if this run is killed, they take it over once the lease expires (or at once after "
+    "`registry db release-leases`).",
 )
 @report_option
 @pass_ctx

@@ -261,11 +261,12 @@ def tune_models(
     from dataclasses import replace
 
     from registry.pipeline.tune import ModelTuneOptions, tune_models
+    from registry.store.validation import MAX_LEASE_S
 
     if not (isinstance(plateau, int) and plateau >= 1):
         raise BadInputError(f"plateau: {plateau!r} is not a number of trials of at least 1")
-    if not (isinstance(lease, (int, float)) and 0 < lease < float("inf")):
-        raise BadInputError(f"lease: {lease!r} is not a positive number of seconds")
+    if not (isinstance(lease, (int, float)) and 0 < lease <= MAX_LEASE_S):
+        raise BadInputError(f"lease: {lease!r} is not a number of seconds above 0 and at most {MAX_LEASE_S:g}")
 
     options = ModelTuneOptions.from_flags(
         trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,

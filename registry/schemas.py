@@ -543,6 +543,14 @@ class TokenRevokeOutput(Output):
     name: str
 
 
+class ReleaseLeasesOutput(Output):
+    """``registry db release-leases``: the leases released, and those left to runs that may still be running."""
+
+    command: ClassVar[str] = "db release-leases"
+    released: int
+    left: dict[str, int] = Field(description="Leases left, by the run holding them (--force releases them).")
+
+
 class ServeOutput(Output):
     """``registry serve --json``: printed once the server is about to listen, before it serves."""
 

@@ -12,18 +12,24 @@ after every batch.
 - **Effort.** Each batch adds its measured trials and wall seconds to the task's effort and a point to its curve of
   best latency over trials. A task has **plateaued** when its last ``window`` trials improved its best latency by
   less than ``PLATEAU_GAIN`` (1%), or when MetaSchedule's search had nothing left to propose; ``registry tune``
-  then skips it unless ``--retune``.
+  then skips it unless ``--retune``. Only an effort measured on this registry counts: one another registry sent is
+  its claim, read here as none (``registry.store.sql.efforts``), so a pushed or pulled plateau never stops tuning.
+- **Bounds.** A lease lasts at most a day (``validation.MAX_LEASE_S``); a stored one past it counts as expired, so
+  no run waits for ever. ``registry db release-leases`` frees at once the leases of runs that have ended
+  (``may_be_running``).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from registry import hostinfo
 from registry.store.interface import RegistryStorage
+from registry.store.sql.efforts import IMPORTED
 from registry.store.values import NO_EFFORT, Effort
 
 PLATEAU_GAIN = 0.01  # a task whose last `window` trials improved its best by less than this has plateaued
@@ -35,6 +41,22 @@ CURVE_POINTS = 256  # the most points a task's curve keeps; older ones are thinn
 def holder_name() -> str:
     """This run's name in the leases it holds: host, process and a random part (a pid is reused)."""
     return f"{hostinfo.hostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def may_be_running(holder: str) -> bool:
+    """Whether the run named ``holder`` (``holder_name``) may still be running: False only for a process of this host
+    that has ended. Another host's run, or a name of another form, cannot be checked from here."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != hostinfo.hostname()[:120] or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a pid no process can have: a name not this version's)
+    return True
 
 
 def plateaued(curve: Sequence[tuple[int, float]], window: int, gain: float = PLATEAU_GAIN) -> bool:
@@ -72,11 +94,20 @@ class Leases:
     holder: str = field(default_factory=holder_name)
     held: dict[int, _Held] = field(default_factory=dict)  # by workload id
     saved: dict[int, int] = field(default_factory=dict)  # this run's measurements of a task already in its effort
+    warned: set[str] = field(default_factory=set)  # the store's warnings this run showed: each once, not every batch
 
     def read(self, workload_ids: Sequence[int]) -> dict[int, Effort]:
-        """Every task's effort as stored now (NO_EFFORT for one never tuned)."""
-        found = self.store.efforts(list(workload_ids), self.device_id)
-        return {w: found.get(w, NO_EFFORT) for w in workload_ids}
+        """Every task's effort as measured on this registry (NO_EFFORT for one never tuned here, or only claimed by
+        another registry: an imported effort neither stops nor shortens a task's tuning, nor counts in a budget)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = self.store.efforts(list(workload_ids), self.device_id)
+        for w in caught:
+            if str(w.message) not in self.warned:
+                self.warned.add(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        mine = {w: e for w, e in found.items() if e.holder != IMPORTED}
+        return {w: mine.get(w, NO_EFFORT) for w in workload_ids}
 
     def take(self, workload_id: int, best_us: float | None) -> str | None:
         """Take or renew a task's lease before a batch of it: None when this run holds it now, else the run that does
@@ -111,7 +142,9 @@ class Leases:
         h = self.held[workload_id]
         added = measurements - self.saved.get(workload_id, 0)
         h.trials += added
-        if best_us is not None:
+        if best_us is not None:  # the task's best so far never rises: a run that reads fewer records
+            # (--trust verified) may start above the curve another run left
+            best_us = min(best_us, h.curve[-1][1]) if h.curve else best_us
             h.curve = thinned([*h.curve, (h.trials, best_us)])
         plateau = exhausted or plateaued(h.curve, self.window)
         release = done or (plateau and not self.retune)

@@ -4,28 +4,48 @@ it now.
 A lease is taken by one conditional UPDATE (the row is free, expired, or already ours), so of two runs racing for a
 task exactly one sees its row change; PostgreSQL's row lock and SQLite's single writer make that atomic. Times are
 the writers' clocks in UTC: a lease lasts minutes, so clocks kept by NTP agree well enough.
+
+An effort is a claim, checked like a record (``validation.effort_problem``) wherever it is read: a row that fails
+is ignored with a warning, and the next run that takes the task starts its effort afresh. An effort another registry
+sent (a bundle, a sync, a push) is kept with the holder ``IMPORTED``: it is the sender's claim, not a measurement
+here, so ``registry tune`` reads it as no effort (it never skips a task), and the first run that takes the task
+replaces it with its own. A lease longer than ``MAX_LEASE_S`` (crafted, or left by a version without that bound),
+or one whose time does not read, counts as expired (with ``CLOCK_SLACK`` for the writers' clocks): no run waits
+on it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, func, or_, select, type_coerce, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.types import NullType
 
+from registry.errors import BadInputError, RegistryWarning
 from registry.store.rows import utc
-from registry.store.sql.models import TaskEffort
+from registry.store.sql.models import Model, ModelTask, TaskEffort
+from registry.store.validation import MAX_CURVE, MAX_LEASE_S, effort_problem
 from registry.store.values import Effort
+
+IMPORTED = "imported"  # the holder of an effort another registry sent; no run's name (those are host:pid:random)
+CLOCK_SLACK = dt.timedelta(minutes=10)
+MAX_CURVE_TEXT = MAX_CURVE * 64  # characters of a stored curve: a point is "[2147483647, 123456.7891]" at most
 
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def efforts(conn: Connection, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
-    cols = (
+# Every column as the driver returns it: a crafted value (text in an INTEGER or DATETIME column of SQLite) must reach
+# the checks below, not fail in SQLAlchemy's conversion.
+_ROW = tuple(
+    type_coerce(c, NullType())
+    for c in (
         TaskEffort.workload_id,
         TaskEffort.trials,
         TaskEffort.seconds,
@@ -34,37 +54,106 @@ def efforts(conn: Connection, workload_ids: Sequence[int], device_id: int) -> di
         TaskEffort.holder,
         TaskEffort.lease_until,
     )
-    out = {}
+)
+
+
+def efforts(conn: Connection, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
+    """The effort of each of these workloads that has a readable one; one warning names the rows that do not."""
+    out, problems = {}, []
+    t = now()
     for start in range(0, len(workload_ids), 500):  # bounded IN lists
         chunk = list(workload_ids[start : start + 500])
-        stmt = select(*cols).where(TaskEffort.device_id == device_id, TaskEffort.workload_id.in_(chunk))
-        for wid, trials, seconds, curve, plateau, holder, until in conn.execute(stmt):
-            points = _curve(curve)
-            out[wid] = Effort(trials, seconds, points, bool(plateau), holder, None if until is None else utc(until))
+        stmt = select(*_ROW).where(TaskEffort.device_id == device_id, TaskEffort.workload_id.in_(chunk))
+        for row in conn.execute(stmt):
+            effort, problem = _effort(row[1:], t)
+            if problem is not None:
+                problems.append(f"workload {row[0]} on device {device_id}: {problem}")
+            if effort is not None:
+                out[row[0]] = effort
+    if problems:
+        warnings.warn(
+            f"{len(problems)} task effort row(s) not used as stored (first: {problems[0]})", RegistryWarning, 2
+        )
     return out
 
 
-def _curve(text: str) -> tuple[tuple[int, float], ...]:
-    """A stored curve; one that does not parse (a crafted row) reads as none: it only informs the plateau rule."""
+def _effort(row: Sequence[Any], t: dt.datetime) -> tuple[Effort | None, str | None]:
+    """A stored row as an Effort and what is wrong with it: (None, why) for an effort that fails its checks (ignored);
+    (an Effort without its lease, why) for a lease that does not read or runs past ``MAX_LEASE_S``."""
+    trials, seconds, curve_text, plateau, holder, until = row
+    curve = _curve(curve_text)
+    if isinstance(plateau, int) and plateau in (0, 1):  # SQLite keeps a boolean as 0 or 1
+        plateau = bool(plateau)
+    problem = "its curve is not JSON" if curve is None else effort_problem(trials, seconds, curve, plateau)
+    if problem is not None:
+        return None, f"{problem}: ignored; the next run that tunes the task starts its effort afresh"
+    points = tuple((n, float(us)) for n, us in curve)
+    if holder is None or holder == IMPORTED:
+        return Effort(trials, float(seconds), points, plateau, holder), None
+    lease, problem = _lease(str(holder), until, t)
+    return Effort(trials, float(seconds), points, plateau, None if lease is None else str(holder), lease), problem
+
+
+def _curve(text: Any) -> list | None:
+    """A stored curve's JSON, None when it is not JSON (or nested or long past what a run writes)."""
+    if not isinstance(text, str) or len(text) > MAX_CURVE_TEXT:
+        return None
     try:
-        return tuple((int(n), float(us)) for n, us in json.loads(text))
-    except (ValueError, TypeError):
-        return ()
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _lease(holder: str, until: Any, t: dt.datetime) -> tuple[dt.datetime | None, str | None]:
+    """A held row's lease end, or (None, why) when it counts as expired though a run's name is on it."""
+    if isinstance(until, str):  # SQLite keeps times as text
+        try:
+            until = dt.datetime.fromisoformat(until)
+        except ValueError:
+            pass
+    if not isinstance(until, dt.datetime):
+        return None, f"the lease of {holder!r} has no time that reads ({str(until)[:40]!r}): counted as expired"
+    if utc(until) > t + dt.timedelta(seconds=MAX_LEASE_S) + CLOCK_SLACK:
+        return None, (
+            f"the lease of {holder!r} runs until {utc(until).isoformat(timespec='seconds')}, longer than a lease may "
+            f"({MAX_LEASE_S / 3600:g} h): counted as expired"
+        )
+    return utc(until), None
+
+
+def _free(conn: Connection, holder: str, t: dt.datetime):
+    """A row ``holder`` may take: no run holds it (released, or imported), it is ``holder``'s, or its lease expired,
+    runs past ``MAX_LEASE_S``, or has no time that reads (a crafted row); the same rule as ``_lease``."""
+    until = TaskEffort.lease_until
+    free = [
+        TaskEffort.holder.is_(None),
+        TaskEffort.holder == holder,
+        TaskEffort.holder == IMPORTED,
+        until.is_(None),
+        until < t,
+        until > t + dt.timedelta(seconds=MAX_LEASE_S) + CLOCK_SLACK,
+    ]
+    if conn.dialect.name == "sqlite":  # a time as text: SQLite's datetime() reads what SQLAlchemy writes, else NULL
+        free.append(func.datetime(until).is_(None))
+    return or_(*free)
 
 
 def take(conn: Connection, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
-    """Take or renew the lease of a task for ``holder``: None when it holds it now, else the run that does."""
+    """Take or renew the lease of a task for ``holder``: None when it holds it now, else the run that does. A row
+    that is another registry's claim, or that fails its checks, is started afresh by the run that takes it."""
     insert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
     conn.execute(insert(TaskEffort).values(workload_id=workload_id, device_id=device_id).on_conflict_do_nothing())
     t = now()
     key = and_(TaskEffort.workload_id == workload_id, TaskEffort.device_id == device_id)
-    free = or_(TaskEffort.holder.is_(None), TaskEffort.holder == holder, TaskEffort.lease_until < t)
-    done = conn.execute(
-        update(TaskEffort).where(key, free).values(holder=holder, lease_until=t + dt.timedelta(seconds=lease_s))
-    )
+    row = conn.execute(select(*_ROW[1:]).where(key).with_for_update()).one()  # locked until the UPDATE below
+    effort, _ = _effort(row, t)
+    values: dict[str, Any] = dict(holder=holder, lease_until=t + dt.timedelta(seconds=lease_s))
+    if effort is None or effort.holder == IMPORTED:
+        values.update(trials=0, seconds=0.0, curve_json="[]", plateau=False)
+    done = conn.execute(update(TaskEffort).where(key, _free(conn, holder, t)).values(**values))
     if done.rowcount:
         return None
-    return conn.execute(select(TaskEffort.holder).where(key)).scalar_one()
+    return str(row[4])
 
 
 def renew(conn: Connection, holder: str, lease_s: float) -> int:
@@ -108,9 +197,36 @@ def release(conn: Connection, holder: str) -> int:
     return conn.execute(stmt).rowcount
 
 
+def release_leases(conn: Connection, model: str | None, may_run: Callable[[str], bool]) -> tuple[int, dict[str, int]]:
+    """Release the leases no running tune can hold: expired, past ``MAX_LEASE_S``, unreadable, or of a run that
+    ``may_run`` says has ended; of ``model``'s tasks only, if given. Returns (how many released, the leases left by
+    holder)."""
+    t = now()
+    where = [TaskEffort.holder.is_not(None), TaskEffort.holder != IMPORTED]
+    if model is not None:
+        models = select(Model.id).where(Model.name == model)
+        if conn.execute(models.limit(1)).first() is None:
+            raise BadInputError(f"no model named {model!r} in the registry")
+        where.append(TaskEffort.workload_id.in_(select(ModelTask.workload_id).where(ModelTask.model_id.in_(models))))
+    cols = (TaskEffort.workload_id, TaskEffort.device_id, *_ROW[5:])
+    released, left = 0, {}
+    for wid, did, holder, until in conn.execute(select(*cols).where(*where)).all():
+        lease, _ = _lease(str(holder), until, t)
+        if lease is not None and lease > t and may_run(str(holder)):
+            left[str(holder)] = left.get(str(holder), 0) + 1
+            continue
+        released += conn.execute(
+            update(TaskEffort)
+            .where(TaskEffort.workload_id == wid, TaskEffort.device_id == did, TaskEffort.holder == holder)
+            .values(holder=None, lease_until=None)
+        ).rowcount
+    return released, left
+
+
 def merge(conn: Connection, sent: Sequence[tuple], local: dict[tuple[str, str], int]) -> None:
-    """Another registry's effort (``IngestExtras.efforts``; ``local``: its workloads' ids here): kept for a
-    (workload, device) this registry recorded fewer trials of, as the sender recorded it. Leases do not travel."""
+    """Another registry's effort (``IngestExtras.efforts``; ``local``: its workloads' ids here), kept as its claim
+    (holder ``IMPORTED``) where this registry has no effort of its own on that (workload, device), or an imported one
+    of fewer trials. Leases do not travel."""
     from registry.store.sql.models import Device
 
     keys = {key for _, key, *_ in sent}
@@ -120,10 +236,17 @@ def merge(conn: Connection, sent: Sequence[tuple], local: dict[tuple[str, str], 
         wid, did = local.get(workload), devices.get(key)
         if wid is None or did is None:
             continue  # a workload or device whose records were all refused
-        conn.execute(insert(TaskEffort).values(workload_id=wid, device_id=did).on_conflict_do_nothing())
+        conn.execute(
+            insert(TaskEffort).values(workload_id=wid, device_id=did, holder=IMPORTED).on_conflict_do_nothing()
+        )
         conn.execute(
             update(TaskEffort)
-            .where(TaskEffort.workload_id == wid, TaskEffort.device_id == did, TaskEffort.trials < trials)
+            .where(
+                TaskEffort.workload_id == wid,
+                TaskEffort.device_id == did,
+                TaskEffort.holder == IMPORTED,
+                TaskEffort.trials < trials,
+            )
             .values(
                 trials=trials,
                 seconds=seconds,

@@ -16,6 +16,7 @@ from registry import hostinfo
 from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
 from registry.store.sql import sqlite_file
 from registry.store.sql.revision import HEAD, VERSION_TABLE
+from registry.store.validation import effort_problem
 from registry.store.values import DeviceRow, LookupFilter, LookupRow
 
 
@@ -255,6 +256,9 @@ def _rows(sql: Sql, ranked: dict[int, tuple[int, int]]) -> list[LookupRow]:
     rows = []
     for (rid, mean_s, source, team, model, created, trust, origin, verified_s,
          shash, op, task, args, flops, did, dname, threads, trials, seconds, plateau) in found:  # fmt: skip
+        sent = bool(plateau) if plateau in (0, 1) else plateau  # SQLite keeps a boolean as 0 or 1
+        if trials is not None and effort_problem(trials, seconds, [], sent):
+            trials = seconds = plateau = None  # a crafted effort row reads as none, as registry.store.sql.efforts does
         n, rank = ranked[rid]
         rows.append(
             LookupRow(
