@@ -588,6 +588,7 @@ OUTPUTS: list[type[Output]] = [
     CheckOutput,
     DbOutput,
     GrantOutput,
+    ReleaseLeasesOutput,
     IndexStatusOutput,
     PredictorTrainOutput,
     PredictorListOutput,
