@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from registry.cli.main import cli
 from registry.server.app import ServeConfig, create_app
 from registry.server.auth import digest, new_token
 from registry.store.sql.store import Store
@@ -89,3 +92,31 @@ def fill(url: str, logs: Path, keep=lambda i: True) -> int:
         tasks = [(w, f"task<{i}>", 1 + i) for i, w in enumerate(logged_workloads(logs))]
         store.record_model(EVIL_MODEL, "ab" * 32, {"x": [8, 64]}, tasks)
     return n
+
+
+# -- what a client sees: the CLI's JSON, its one-line refusals, a problem document --------------------------------
+
+
+def ok(*args: str, env: dict | None = None) -> dict:
+    result = CliRunner(env=env).invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout[result.stdout.index("{") :])  # progress and warnings go to stderr
+
+
+def refused(*args: str, env: dict | None = None) -> str:
+    """The one line a refused command prints (a refusal, never an internal error)."""
+    result = CliRunner(env=env).invoke(cli, list(args))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert "internal error" not in lines[0], lines[0]
+    return lines[0]
+
+
+def problem(answer, status: int) -> str:
+    """The one line of a problem document, which ``answer`` must be, with ``status``."""
+    assert answer.status == status, (answer.status, answer.body[:300])
+    assert answer.headers["content-type"].startswith("application/problem+json"), answer.headers
+    doc = answer.json()
+    assert doc["status"] == status and set(doc) == {"type", "title", "status", "detail"}, doc
+    assert "\n" not in doc["detail"] and "Traceback" not in doc["detail"] and len(doc["detail"]) <= 400
+    return doc["detail"]

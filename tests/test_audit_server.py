@@ -26,7 +26,7 @@ from registry.errors import BadInputError
 from registry.server.auth import digest, new_token
 from registry.store.sql.store import Store
 from registry.testing import workload
-from tests.server import make_token, request, serving
+from tests.server import make_token, problem, request, serving
 
 MODEL = "audit-model"
 
@@ -49,15 +49,6 @@ def _one_line_refusal(result, code: int) -> str:
     return lines[0]
 
 
-def _problem(answer, status: int) -> str:
-    assert answer.status == status, (answer.status, answer.body[:300])
-    assert answer.headers["content-type"].startswith("application/problem+json"), answer.headers
-    doc = answer.json()
-    assert doc["status"] == status and set(doc) == {"type", "title", "status", "detail"}, doc
-    assert "\n" not in doc["detail"] and "Traceback" not in doc["detail"]
-    return doc["detail"]
-
-
 # -- 1. a sign-in proves it comes from this site ----------------------------------------------------------------------
 
 
@@ -78,7 +69,7 @@ def test_a_sign_in_is_taken_only_when_it_proves_it_comes_from_this_site(sqlite_u
             {"Sec-Fetch-Site": "none"},
         ):
             refused = request(base + "/login", method="POST", data=form, headers=headers)
-            assert "this site" in _problem(refused, 403) and "set-cookie" not in refused.headers, headers
+            assert "this site" in problem(refused, 403) and "set-cookie" not in refused.headers, headers
             out = request(base + "/logout", method="POST", data=b"", headers=headers)
             assert out.status == 403 and "set-cookie" not in out.headers, headers
         for headers in ({"Origin": base}, {"Sec-Fetch-Site": "same-origin"}):
@@ -159,7 +150,7 @@ def test_a_token_made_to_expire_is_listed_with_its_expiry_and_refused_after_it(r
         assert request(base + "/api/v1/registry", month).status == 200
         assert request(base + "/api/v1/registry", forever).status == 200
         refused = request(base + "/api/v1/registry", past)
-        detail = _problem(refused, 401)
+        detail = problem(refused, 401)
         assert "expired" in detail and rows["gone"]["expires_at"] in detail and "gone" in detail
         page = request(base + "/models", headers={"Accept": "text/html", "Cookie": f"registry_token={past}"})
         assert page.status == 401 and b"expired" in page.body
@@ -270,7 +261,7 @@ def test_a_control_character_in_a_path_or_query_is_refused_before_the_database(r
     with serving(registry) as base:
         for method, path in WITH_NUL:
             answer = request(base + path.format(c=char), admin, method=method)
-            assert "control character" in _problem(answer, 400), path
+            assert "control character" in problem(answer, 400), path
             page = request(base + path.format(c=char), admin, method=method, headers={"Accept": "text/html"})
             if not path.startswith("/api/"):
                 assert page.status == 400 and b"control character" in page.body, path

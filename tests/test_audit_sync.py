@@ -28,24 +28,10 @@ from registry.cli.main import cli
 from registry.share.bundle import write_bundle
 from registry.store.sql.store import Store
 from registry.store.values import ExchangeFilters, ExchangeSet
-from tests.server import fill, make_token, request, serving
+from tests.server import fill, make_token, ok, refused, request, serving
 from tests.tvm_env import measured_here
 
 pytestmark = pytest.mark.tvm
-
-
-def ok(*args: str, env: dict | None = None) -> dict:
-    result = CliRunner(env=env).invoke(cli, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout[result.stdout.index("{") :])
-
-
-def refused(*args: str, env: dict | None = None) -> str:
-    result = CliRunner(env=env).invoke(cli, list(args))
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 1 and len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert "internal error" not in lines[0], lines[0]
-    return lines[0]
 
 
 def _manifest_edited(path: Path, edit: Callable[[dict], None]) -> bytes:

@@ -27,33 +27,10 @@ from registry.server.auth import digest
 from registry.store.sql.models import ApiToken, TuningRecord
 from registry.store.sql.store import Store
 from tests.rows import rows_of
-from tests.server import EVIL_HOST, EVIL_MODEL, EVIL_TEAM, fill, make_token, request, serving
+from tests.server import EVIL_HOST, EVIL_MODEL, EVIL_TEAM, fill, make_token, ok, problem, refused, request, serving
 from tests.tvm_env import measured_here
 
 pytestmark = pytest.mark.tvm
-
-
-def ok(*args: str, env: dict | None = None) -> dict:
-    result = CliRunner(env=env).invoke(cli, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout[result.stdout.index("{") :])  # progress and warnings go to stderr
-
-
-def refused(*args: str, env: dict | None = None) -> str:
-    result = CliRunner(env=env).invoke(cli, list(args))
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code != 0 and len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
-
-
-def problem(answer, status: int) -> str:
-    """The one line of a problem document, which ``answer`` must be, with ``status``."""
-    assert answer.status == status, (answer.status, answer.body[:300])
-    assert answer.headers["content-type"].startswith("application/problem+json"), answer.headers
-    doc = answer.json()
-    assert doc["status"] == status and set(doc) == {"type", "title", "status", "detail"}, doc
-    assert "\n" not in doc["detail"] and "Traceback" not in doc["detail"] and len(doc["detail"]) <= 400
-    return doc["detail"]
 
 
 @pytest.fixture
