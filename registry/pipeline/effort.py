@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 
 from registry import hostinfo
 from registry.store.interface import RegistryStorage
-from registry.store.sql.efforts import IMPORTED
-from registry.store.values import NO_EFFORT, Effort
+from registry.store.values import IMPORTED_EFFORT, NO_EFFORT, Effort
 
 PLATEAU_GAIN = 0.01  # a task whose last `window` trials improved its best by less than this has plateaued
 DEFAULT_WINDOW = 64  # trials
@@ -106,7 +105,7 @@ class Leases:
             if str(w.message) not in self.warned:
                 self.warned.add(str(w.message))
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        mine = {w: e for w, e in found.items() if e.holder != IMPORTED}
+        mine = {w: e for w, e in found.items() if e.holder != IMPORTED_EFFORT}
         return {w: mine.get(w, NO_EFFORT) for w in workload_ids}
 
     def take(self, workload_id: int, best_us: float | None) -> str | None:

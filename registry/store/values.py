@@ -374,6 +374,8 @@ class Effort:
 
 
 NO_EFFORT = Effort(0, 0.0, (), False)
+# The holder of an effort another registry sent: its claim, never a run of this one (those are host:pid:random).
+IMPORTED_EFFORT = "imported"
 
 
 # -- devices and lookup (registry/store/sql/lookup.py answers with these) ----------------------------------------

@@ -30,9 +30,9 @@ from registry.errors import BadInputError, RegistryWarning
 from registry.store.rows import utc
 from registry.store.sql.models import Model, ModelTask, TaskEffort
 from registry.store.validation import MAX_CURVE, MAX_LEASE_S, effort_problem
-from registry.store.values import Effort
+from registry.store.values import IMPORTED_EFFORT, Effort
 
-IMPORTED = "imported"  # the holder of an effort another registry sent; no run's name (those are host:pid:random)
+IMPORTED = IMPORTED_EFFORT
 CLOCK_SLACK = dt.timedelta(minutes=10)
 MAX_CURVE_TEXT = MAX_CURVE * 64  # characters of a stored curve: a point is "[2147483647, 123456.7891]" at most
 
