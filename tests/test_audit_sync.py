@@ -271,3 +271,25 @@ def test_a_server_stepping_one_id_a_page_is_stopped(tmp_path, sqlite_url):
         line = refused("--db", sqlite_url, "pull", evil, env={"REGISTRY_HTTP_SHORT_PAGES": "3"})
     assert "pages in a row" in line
     assert sum(p.startswith("/api/v1/exchange/bundle") for p in asked) <= 6
+
+
+def test_a_server_stepping_one_id_a_full_page_is_stopped(filled_pair, tmp_path):
+    """Full pages that advance by one id each (the same records sent again and again) kept a pull going for as long
+    as the server liked: a page cannot hold more records than ids in its range."""
+    served, dst = filled_pair
+    page = tmp_path / "all.bundle"
+    ok("--db", served, "export", "--bundle", str(page))
+    total = ok("--db", served, "stats")["records"]
+    assert total >= 2
+
+    def answer(h):
+        if h.path.startswith("/api/v1/exchange/bundle"):
+            after = int(h.path.split("after=")[1].split("&")[0])
+            _send(h, 200, _manifest_edited(page, lambda m: m.update(last_record_id=after + 1)), "application/zip")
+        else:
+            _send(h, 200, json.dumps({"origin": "e" * 32, "filters_key": "k" * 64}).encode())
+
+    with hostile(answer) as (evil, asked):
+        line = refused("--db", dst, "pull", evil, "--page-size", str(total))
+    assert f"claims {total} records between ids 0 and 1" in line
+    assert sum(p.startswith("/api/v1/exchange/bundle") for p in asked) <= 2

@@ -324,6 +324,11 @@ def pull(
             records, last = _page_counts(path)
             if last <= after:  # nothing after the last page: done
                 break
+            if records > last - after:  # ids are distinct: a page cannot hold more than its range of them
+                raise RemoteError(
+                    f"{remote.url}: a page claims {records} records between ids {after} and {last} (is this a registry "
+                    "server?)"
+                )
             # A page may hold fewer records than asked (a row the server could not read is left out, with a warning
             # there): the next one starts after its last id, whatever it held; but not forever.
             short = short + 1 if records < page else 0
