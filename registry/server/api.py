@@ -37,7 +37,6 @@ from registry.store.values import ExchangeFilters, TokenRow
 
 PAGE = 20_000  # records per bundle page of a pull, by default
 MAX_PAGE = 100_000
-MAX_RECORD_ID = 2**62  # record ids are BIGINT: a bundle's last record id beyond it is no record's
 MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
 
 Text = Annotated[str | None, Query(max_length=200)]
@@ -329,9 +328,8 @@ def _import(store: RegistryStorage, path: Path, sync_key: str | None):
     try:
         exchange, manifest = read_bundle(path)
         mark = None
-        last = manifest.get("last_record_id")
-        if sync_key is not None and type(last) is int and 0 <= last <= MAX_RECORD_ID:
-            mark = (exchange.origin, sync_key, last)
+        if sync_key is not None and "last_record_id" in manifest:  # read_bundle checked it is a record id
+            mark = (exchange.origin, sync_key, manifest["last_record_id"])
         return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
     except BadInputError as e:
         # a pusher has no --skip-invalid to reach for: a bundle is whole or refused

@@ -37,7 +37,7 @@ import orjson
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import utc
-from registry.store.validation import REGISTRY_ID
+from registry.store.validation import MAX_RECORD_ID, REGISTRY_ID
 from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExEffort, ExModel, ExRecord, ExWorkload
 
 FORMAT = "tvm-registry-bundle"
@@ -55,7 +55,6 @@ MAX_INFLATED = 32 << 30
 # How many times its compressed size a bundle may inflate to, past the first MAX_LINE bytes: a registry's members
 # compress 4 to 20 times (hashes, decisions, module graphs); deflate reaches about 1000 on zeros, a zip bomb's ratio.
 MAX_RATIO = 100
-MAX_RECORD_ID = 2**62  # a sender's record id: an autoincrement from 1 (PostgreSQL's BIGINT holds 2^63 - 1)
 
 
 @dataclass

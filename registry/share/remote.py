@@ -37,15 +37,13 @@ from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning, printable
 from registry.records.write import Progress
 from registry.store.interface import RegistryStorage
+from registry.store.validation import MAX_RECORD_ID, REGISTRY_ID
 from registry.store.values import ExchangeFilters
 
 PAGE = 20_000  # records per page: a page's import is one transaction, and what an interruption can cost
 TOKEN_VARIABLE = "REGISTRY_TOKEN"
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9_-]{1,200}")
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-# A registry's id (a uuid4's hex; any id a registry could hold fits): what a server names as the origin of a pull.
-REGISTRY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-MAX_RECORD_ID = 2**62  # record ids are BIGINT; a mark beyond this is no record's
 MAX_DETAIL = 300  # characters of a refusal's detail quoted to the user
 
 

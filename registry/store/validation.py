@@ -52,6 +52,9 @@ MEASURED_SINCE = dt.datetime(2016, 1, 1, tzinfo=dt.timezone.utc)
 # A registry's id is uuid4().hex (migration 0003 writes it); a model's, the sha256 of its file (or, for a Relax
 # module, of its structural hash and shapes): lowercase hex either way.
 REGISTRY_ID = re.compile(r"[0-9a-f]{32}")
+# A record id is an autoincrement from 1 in a BIGINT (PostgreSQL's holds 2^63 - 1): a sender's id, or a sync mark,
+# beyond this is no record's.
+MAX_RECORD_ID = 2**62
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_SHAPES_JSON = 1000  # characters of a model's input shapes as JSON: the model table's column
 
