@@ -6,9 +6,9 @@ The first batch of real candidates is the probe: a sample of it is timed one at 
 candidates barely notice a neighbour while vectorized ones slow down 2x, and every candidate's measurement has to
 hold. The chosen degree is the largest ``d`` whose interference stays within ``tolerance``.
 
-Real candidates, not a fixed kernel, because interference depends on what runs: on the 2-vCPU machine this was
-written on, a naive matmul measured 1.00x at ``d = 2`` while vectorized tuned candidates measured about 2x (the two
-vCPUs behave like one core's hyperthreads).
+Real candidates, not a fixed kernel, because interference depends on what runs: where two vCPUs are one core's
+hyperthreads, a naive matmul runs as fast two at a time while vectorized tuned candidates run about 2x slower
+(docs/BENCHMARKS.md, "Evidence behind the code's rules").
 """
 
 from __future__ import annotations

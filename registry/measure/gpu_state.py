@@ -3,9 +3,9 @@
 A child forked from a process whose CUDA driver is initialized cannot use CUDA (cudaErrorInitializationError), and
 TVM can make that happen without running anything on the GPU: ``tvm_ffi`` imports torch whenever it is installed (a
 work-around for a Windows symbol clash, its ``__init__`` says), and torch's import opens the GPU's device files.
-Measured on an H100 (2026-11-24): after ``import tvm`` with torch installed, every forked child failed; with torch
-kept out, children forked after importing TVM and the worker's modules used CUDA, and ``import tvm`` took 1.8 s
-instead of 6.7 s (0.7 s instead of 2.5-3.9 s on the 2-core CPU machine). No registry process needs torch.
+With torch installed, every child forked after ``import tvm`` fails to use CUDA; with torch kept out, children forked
+after importing TVM and the worker's modules use CUDA, and ``import tvm`` takes a fraction of the time
+(docs/BENCHMARKS.md, "Evidence behind the code's rules"). No registry process needs torch.
 
 No TVM here.
 """
@@ -27,8 +27,8 @@ def keep_torch_out() -> None:
 
     Not by a ``None`` entry in ``sys.modules``: libraries read ``sys.modules["torch"]`` to ask whether a value is a
     torch tensor without importing torch, and SciPy's (1.17, under ``scipy.stats``, which xgboost imports with
-    scikit-learn) then took ``None.Tensor``: every ``registry tune`` on a machine with torch, SciPy and scikit-learn
-    failed at its first prediction (found on the GPU machine, 2026-11-28). A finder that refuses torch leaves it out of
+    scikit-learn) then takes ``None.Tensor``: every ``registry tune`` on a machine with torch, SciPy and scikit-learn
+    would fail at its first prediction. A finder that refuses torch leaves it out of
     ``sys.modules``, as on a machine without it."""
     if "torch" not in sys.modules and not any(isinstance(f, _NoTorch) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoTorch())

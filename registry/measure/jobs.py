@@ -75,9 +75,10 @@ def before_and_after(
 ) -> tuple[Measurement, Measurement]:
     """Two builds of one model (``before``: the untuned one's library, already timed once as ``first``; ``after``: the
     final executable, exported to ``keep`` if given): ``after`` is timed, then ``before`` again, and ``before``'s two
-    timings are pooled. Their ratio is what a report claims, and a shared VM drifts by tens of percent within a
-    minute: timed a compile apart, once each, an empty registry's final model came out 1.56x slower than the identical
-    untuned one. Timing ``before`` on both sides of ``after`` makes a drift hit both alike, for one timing more."""
+    timings are pooled. Their ratio is what a report claims, and a shared machine's speed drifts by tens of percent
+    within a minute: timed a compile apart, once each, two identical builds can differ by half (docs/BENCHMARKS.md,
+    "Evidence behind the code's rules"). Timing ``before`` on both sides of ``after`` makes a drift hit both alike,
+    for one timing more."""
     final = time_model(measurer, after, inputs, keep)
     if not first.ok:
         return first, final

@@ -5,7 +5,8 @@ worker does to itself (a segfault in a kernel, an abort, a hang, running out of 
 ``{"error": ...}`` reply for that request, the dead worker is reaped, and a fresh one starts on the next request.
 
 Workers are forked by this process's zygote, which has imported TVM already (``registry.measure.zygote``): a new or
-replacement worker costs milliseconds, not TVM's import (0.7 s here, 1.8 s on the H100 machine). A worker for a GPU
+replacement worker costs milliseconds, not TVM's import (a second or two: docs/BENCHMARKS.md, "Evidence behind the
+code's rules"). A worker for a GPU
 too: a child forked from a process whose GPU driver is initialized cannot use CUDA, and the zygote keeps it
 uninitialized and checks that before each such fork (``registry.measure.gpu_state``). Where it cannot vouch for that,
 the worker is started by exec instead, a fresh interpreter (``python -m registry.measure.worker``) that imports TVM

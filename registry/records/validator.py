@@ -1,10 +1,11 @@
 """Every record validated against its workload, at the cost of a few replays per instruction list.
 
-``RecordValidator.validate`` is the one validation of records that come from outside: ``registry import``,
-``RegistryDatabase.commit_tuning_record``, and ``Store.ingest(..., validator=...)`` for anything else. A record is valid
-when its latencies are measurements (or TVM's failed-run stand-in) that some device could reach for its workload's
-FLOPs, its trace is what MetaSchedule writes for its device's kind, and TVM replays it on its workload exactly:
-every instruction applies and every decision is kept as written.
+``RecordValidator.validate`` is the one validation of records that come from outside: ``registry import``, bundles,
+sync, tuning and ``RegistryDatabase.commit_tuning_record`` all reach it through ``registry.records.write``
+(``RecordWriter``, ``checked_write``); ``RegistryStorage.ingest``'s ``check`` defaults to the pure-Python checks
+alone. A record is valid when its latencies are measurements (or TVM's failed-run stand-in) that some device could
+reach for its workload's FLOPs, its trace is what MetaSchedule writes for its device's kind, and TVM replays it on
+its workload exactly: every instruction applies and every decision is kept as written.
 
 Replaying each record would cost milliseconds each; logs hold millions. So, per record, only pure-Python checks run
 (``registry.store.validation``: every decision indexes a sampling instruction, categorical choices index their

@@ -34,7 +34,8 @@ FAILED_STAND_INS = (FAILED_RUN_SECS, 1e10)
 # No kernel worth tuning runs for an hour; a latency above it is a corrupt or forged value, not a measurement.
 MAX_RUN_SECS = 3600.0
 # Nor for under a nanosecond: a call through TVM's packed-function interface alone takes several (a one-element add
-# measures 16 ns on a 2-core Xeon VM), a GPU launch microseconds. A forged 1 ps would be any workload's best record.
+# takes tens of ns: docs/BENCHMARKS.md, "Evidence behind the code's rules"), a GPU launch microseconds. A forged 1 ps
+# would be any workload's best record.
 MIN_RUN_SECS = 1e-9
 # FLOP/s no device reaches, by the narrowest element type (bits) a workload's buffers hold: a few times the fastest
 # accelerators' dense peaks of 2025 (NVIDIA B300: about 15 PFLOP/s at 4 bits, 5 at 8, 2.5 at 16, 1.2 at 32 as TF32;

@@ -1,9 +1,10 @@
 """A scheduled module built for its target, as MetaSchedule's default builder does it, minus one import.
 
-MetaSchedule's default build function imports ``tvm.s_tir.tensor_intrin``, which parses every target's tensor
-intrinsics in TVMScript: 54 s on the 2-core machine this was measured on, where MetaSchedule gives a build 30 s. A
-tensorized schedule already has the intrinsic's body inlined into its IR by the time it is built, so the registry of
-intrinsics is not needed. Run by the measurement workers (``registry.measure.worker``'s ``build`` and ``kernel``).
+MetaSchedule's default build function imports ``tvm.s_tir.tensor_intrin``, which parses every target's tensor intrinsics
+in TVMScript, which takes longer than the 30 s MetaSchedule gives a build on a small CPU (docs/BENCHMARKS.md,
+"Transfer-tuning"). A tensorized schedule already has the intrinsic's body inlined into its IR by the time it is built,
+so the registry of intrinsics is not needed. Run by the measurement workers (``registry.measure.worker``'s ``build`` and
+``kernel``).
 """
 
 from __future__ import annotations

@@ -52,11 +52,11 @@ _CPU_INTRINSICS = {"x86_64": ("x86",), "AMD64": ("x86",), "aarch64": ("arm_cpu",
 def load_tensor_intrinsics(target_kind: str) -> None:
     """Register only the tensor intrinsics that ``target_kind`` on this machine can use.
 
-    ``import tvm.s_tir.tensor_intrin`` parses every target's intrinsics in TVMScript: 54 s on the 2-core machine this
-    was measured on, and TuneContext runs it on first use. Here the package is put in place without its
-    ``__init__``, and only the relevant submodules run, so later imports of the package cost nothing. Call it before
-    the first TuneContext for each target kind: a process that tuned for CUDA and then tunes for this CPU needs the
-    CPU's intrinsics registered too.
+    ``import tvm.s_tir.tensor_intrin`` parses every target's intrinsics in TVMScript, which takes most of a minute on
+    a small CPU (docs/BENCHMARKS.md, "Transfer-tuning"), and TuneContext runs it on first use. Here the package is
+    put in place without its ``__init__``, and only the relevant submodules run, so later imports of the package cost
+    nothing. Call it before the first TuneContext for each target kind: a process that tuned for CUDA and then tunes
+    for this CPU needs the CPU's intrinsics registered too.
     """
     package = sys.modules.get(_INTRINSICS)
     if package is None:

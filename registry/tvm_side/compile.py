@@ -15,19 +15,18 @@ library. ``tune_relax`` given ``task_module(mod)`` tunes the same kernels; compi
 kernels read them. TVM's tuned kernels read weights in ONNX's order unless the kernel marks its weight layout-free:
 then MetaSchedule's ``RewriteLayout`` postprocessor has every candidate read the weight in the order of its own
 tiling, and compiling splits that reordering off (``SplitLayoutRewritePreproc``) and folds it into the constant
-(``FoldConstant``), so it costs nothing per call. Measured with plain ``tune_relax`` at the same trials: the ResNet's
-convolutions 16% faster, the ViT's dense layers 16% slower (docs/BENCHMARKS.md, "MetaSchedule's layout rewrite"). So
-only convolutions are marked.
+(``FoldConstant``), so it costs nothing per call. At the same trials it makes convolutions faster and dense layers
+slower (docs/BENCHMARKS.md, "MetaSchedule's layout rewrite"), so only convolutions are marked.
 
 **Transposed convolutions (CPU).** One whose stride equals its kernel (a decoder's 2x2 upsampling) is the matrix
 product it is, not TOPI's convolution over a zero-dilated input: ``transposed_convolutions``.
 
 **Channels last (CPU).** Before that, Relax's ``ConvertLayout`` makes every 2-d convolution NHWC (weights OHWI,
 folded at compile time), as MLAS's NCHWc kernels block channels innermost: a tile of output channels is then
-contiguous, where NCHW leaves MetaSchedule to vectorize along a row of pixels, 8 wide in a ResNet's last stage.
-Elementwise operators follow the layout; a transpose back to NCHW is inserted where an operator has no layout rule,
-and where such transposes between convolutions move much, the model keeps NCHW (``_channels_last``). At the corpus
-run's settings the ResNet went from 1.85x onnxruntime to 1.10x (docs/BENCHMARKS.md, "Channels-last convolutions").
+contiguous, where NCHW leaves MetaSchedule to vectorize along a row of pixels, which is short in a CNN's last
+stages. Elementwise operators follow the layout; a transpose back to NCHW is inserted where an operator has no layout
+rule, and where such transposes between convolutions move much, the model keeps NCHW (``_channels_last``; the
+measurements: docs/BENCHMARKS.md, "Channels-last convolutions").
 
 A marked kernel is another workload than the same kernel unmarked (the mark is an attribute of the function, which
 the structural hash sees): records stored before serve it as transfer donors, whose postprocessors run again on it.
@@ -150,12 +149,12 @@ def fast_math(mod: IRModule) -> IRModule:
     """``mod`` with erf, exp, tanh and softmax as TVM's fast approximations (``topi.fast_erf``, ...), after powers by
     2, 3 or 4 became products (``integer_powers``). For a CPU.
 
-    LLVM lowers ``erf`` to a call of libm's ``erff`` per element, which does not vectorize: 6.4 µs for 1,024
-    elements against 0.26 µs for ``fast_erf`` (AMD EPYC, AVX-512). In a GELU transformer that call outweighs the
-    matmul it is fused into: tuned at 192 trials, a 2-layer ViT took 1.20 ms exact and 0.79 ms approximated
-    (onnxruntime 0.86 ms). The approximations are within 4e-7 of the exact functions (measured over [-12, 12]),
-    onnxruntime approximates the same functions, and the models' outputs differ from onnxruntime's no more than the
-    exact build's do. On a GPU erf, exp and tanh are fast intrinsics already: ``model_passes`` leaves them.
+    LLVM lowers ``erf`` to a call of libm's ``erff`` per element, which does not vectorize: 6.4 µs for 1,024 elements
+    against 0.26 µs for ``fast_erf`` (AMD EPYC, AVX-512). In a GELU transformer that call outweighs the matmul it is
+    fused into (docs/BENCHMARKS.md, "Fast math"). The approximations are within 4e-7 of the exact functions (measured
+    over [-12, 12]), onnxruntime approximates the same functions, and the models' outputs differ from onnxruntime's no
+    more than the exact build's do. On a GPU erf, exp and tanh are fast intrinsics already: ``model_passes`` leaves
+    them.
     """
     return relax.transform.FastMathTransform()(integer_powers(mod))
 
@@ -167,8 +166,9 @@ def integer_powers(mod: IRModule) -> IRModule:
     """``mod`` with ``power(x, c)`` for a scalar constant c of 2, 3 or 4 written as ``x * x (* x ...)``.
 
     LLVM keeps ``powf(x, 3.0)`` a call of libm per element, which does not vectorize (it expands only ``pow(x, 2)``
-    without fast-math flags): GPT-2's GELU (``0.5x(1 + tanh(k(x + 0.044715x**3)))``, 16,384 elements) took 57.7 µs
-    as TVM's only candidate for it, a quarter of the tuned model, where onnxruntime's FastGelu is one fused kernel.
+    without fast-math flags): a tanh GELU (``0.5x(1 + tanh(k(x + 0.044715x**3)))``) computed that way can be a
+    quarter of a tuned transformer's time, where onnxruntime's FastGelu is one fused kernel (docs/BENCHMARKS.md,
+    "Where the gap to onnxruntime is").
     The product differs from ``powf`` by a rounding or two (a few ulp).
     """
     from tvm.relax.dpl import is_const, is_op, wildcard
@@ -213,10 +213,8 @@ def _fusion(target: Target) -> list:
 
 
 # The most a conversion may move through transposes between convolutions, as a share of the elements its
-# convolutions write. Measured on either side: a YOLOv8n at 0.09 (its heads' transposes before the distribution
-# focal loss's 1x1 convolution) converted; PaddleOCR det (1.38) stays NCHW. MobileNetV2 (2.1), EfficientNet (2.2)
-# and a PaddleOCR classifier (1.32: 1.73x onnxruntime converted, 1.04x NCHW) stayed NCHW for their clip kernels,
-# which ``imported_kernels`` now makes Relax operators: 0 each, and they convert.
+# convolutions write: between the shares of the models that gain from channels-last and of those that lose
+# (docs/BENCHMARKS.md, "Evidence behind the code's rules").
 MAX_TRANSPOSED_SHARE = 0.25
 
 
@@ -229,16 +227,14 @@ def _channels_last(mod: IRModule, target: Target) -> IRModule:
     ``ConvertLayout`` wraps an operator it has no layout rule for in transposes to NCHW and back, and leaves some
     that need none between two transposes (a ConvNeXt's residual ``add``); ``sink_transposes`` then cancels those it
     can (ConvNeXt: 10 added, none after). Where transposes stay, around an operator Relax cannot see into, they
-    cost more than the layout gains: a PaddleOCR classifier went from 1.04x onnxruntime to 1.73x (56 transposes
-    added, 38 after sinking), around the ``topi.maximum``/``minimum`` kernels the importer makes of an ONNX ``Clip``
-    with bound inputs (a hard-swish, a ReLU6). Those kernels and its ``Pad`` ones are now first made the Relax
-    operators they compute (``imported_kernels``), which follow the layout: MobileNetV2-0.35 converts (104
-    transposes before, 2 after) and tuned to 1.28x onnxruntime where NCHW had reached 1.87x (docs/BENCHMARKS.md).
-    Where the model stays NCHW it stays as the importer made it, so its kernels are those tuned before.
+    cost more than the layout gains, as around the ``topi.maximum``/``minimum`` kernels the importer makes of an ONNX
+    ``Clip`` with bound inputs (a hard-swish, a ReLU6). So those kernels and its ``Pad`` ones are first made the Relax
+    operators they compute (``imported_kernels``), which follow the layout (docs/BENCHMARKS.md, "MobileNetV2
+    channels-last"). Where the model stays NCHW it stays as the importer made it, so its kernels are those tuned before.
 
     A detector's heads are the other case: each reshapes its map to (channels, pixels) in NCHW order, so each keeps a
-    transpose, though every operator before it converts. Counting transposes against the model's inputs and outputs
-    kept the YOLOs NCHW; what they move is 0-9% of what their convolutions write.
+    transpose, though every operator before it converts. So transposes are counted between convolutions, as a share
+    of what the convolutions write, not against the model's inputs and outputs, which would keep detectors NCHW.
 
     Where ``ConvertLayout`` itself fails (magika: "Invalid SLayout", on an operator after its convolution), each
     convolution is converted on its own between two transposes (``convolutions_nhwc``), which sinking and
@@ -260,11 +256,10 @@ def _channels_fill_vectors(mod: IRModule, target: Target) -> bool:
     along their output channels (what channels-last vectorizes) than along their maps' rows (what NCHW does): 24
     channels fill 24 of 32 lanes of two AVX-512 vectors, a 3-pixel row 3 of 16.
 
-    A PaddleOCR classifier's input is 48x192 and its channels few: rows of 96 to 12 pixels fill AVX-512 vectors
-    wholly, its 8 to 24 channels 93% (by multiply-adds), and it ran 0.53x onnxruntime NCHW against 0.91x
-    channels-last (5 minutes of tuning each). Every model measured faster channels-last fills them better by its
-    channels: MobileNetV2-0.35 at 96x96 (0.95 against 0.58 by rows), the ResNet, YOLOv8n, ddddocr's detector,
-    ConvNeXt, magika (docs/BENCHMARKS.md, "Channels-last convolutions")."""
+    A model whose maps are wide and whose channels are few (a text classifier's 48x192 input, 8 to 24 channels)
+    fills the vectors better by rows and runs faster NCHW; every model measured faster channels-last fills them
+    better by its channels (docs/BENCHMARKS.md, "Channels-last convolutions", and "Evidence behind the code's
+    rules")."""
     lanes = vector_floats(target)
     by_rows = by_channels = 0.0
     for binding in run_time_calls(mod, "relax.nn.conv2d"):

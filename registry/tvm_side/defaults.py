@@ -22,9 +22,9 @@ def default_schedule(mod: IRModule, target: Target) -> IRModule:
     from tvm.s_tir import dlight as dl
 
     # DLight's pass writes its schedules into the module it is given and returns that same object. Given the task's
-    # own module, it turned every CUDA task into DLight's output before tuning and transfer read it, and their traces
-    # then began on blocks ("lv21_reindex_pad_shared") that the stored workload does not have (../shared/data/
-    # h100_registry_runs). A clone is a new module holding the same functions, so the pass rewrites only the clone.
+    # own module, it would turn every CUDA task into DLight's output before tuning and transfer read it, and their
+    # traces would begin on blocks ("lv21_reindex_pad_shared") that the stored workload does not have. A clone is a new
+    # module holding the same functions, so the pass rewrites only the clone.
     with target:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()

@@ -3,11 +3,9 @@
 A 1x1 convolution at stride 1 in channels-last (NHWC, OHWI weights: ``compile._channels_last``) is a matrix
 product, (pixels x Ci) x (Ci x Co), with its epilogue (bias, SiLU) fused after it. MLAS computes it with a GEMM
 micro-kernel: a tile of a few rows by two vectors of output channels held in registers while the reduction over Ci
-streams through them. MetaSchedule's search rarely reaches that in a budget of minutes: YOLOv8n's 1x1
-convolutions after 10 minutes of ``registry tune`` ran at 2.75x onnxruntime's, and plain MetaSchedule on its
-10x10x384 -> 256 one reached 561 µs in 64 trials, where onnxruntime takes 275 µs. Written by hand as below, that
-convolution runs in 249-304 µs, and YOLOv8n's eight largest 1x1 convolutions at 0.77-0.98x onnxruntime's
-(``bench/gemm_schedule_bench.py``, docs/BENCHMARKS.md "1x1 convolutions as matrix products").
+streams through them. MetaSchedule's search rarely reaches that in a budget of minutes, and the schedule below,
+written by hand, runs a detector's largest 1x1 convolutions about as fast as onnxruntime's
+(``bench/gemm_schedule_bench.py``; the measurements: docs/BENCHMARKS.md, "1x1 convolutions as matrix products").
 
 The schedule: the pixels fused into one axis and split by ``rows`` (4-7: with two vectors per row, 8-14 registers
 of accumulators), the output channels by ``lanes`` (vectorized: two of the target's vectors, 16 floats with AVX2,
@@ -16,8 +14,8 @@ MetaSchedule's postprocessors as for any candidate (the weight rewritten into th
 ``layout_free_buffers``). A convolution that stays NCHW (PaddleOCR det, MobileNetV2) swaps the roles where a vector
 divides a row of its map: output channels by rows, pixels in vectors (a row of the input is contiguous there, and
 each weight is broadcast). Its trace has only fixed splits, so it replays like any record. The tuning engine
-measures these schedules first, as it does donors' (``engine._TaskTuner``); the search then starts from whichever is
-faster.
+measures these schedules first, as it does donors' (``task_search.TaskSearch``); the search then starts from
+whichever is faster.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ from registry.tvm_side.compat import TVM_ERRORS
 NHWC, NCHW = "conv2d_nhwc", "conv2d_nchw"  # TOPI's block names for a convolution in each layout
 ROWS = (5, 4, 6, 7, 3, 2)  # the tile's rows, by preference: the first that divides what they run over
 VECTORS = 2  # a tile's vectors per row: with 5 rows, 10 accumulators (four, measured slower on AVX2)
-STEP = 64  # the reduction's other split: within 10-15% of the whole of Ci, either way round, on YOLOv8n
-HALF_AVX512 = 8  # the last resort for a tile's width: MobileNetV2-0.35's 8, 24 and 56 output channels
+STEP = 64  # the reduction's other split: within 10-15% of the whole of Ci, either way round (see the module's doc)
+HALF_AVX512 = 8  # the last resort for a tile's width: narrow networks' 8, 24 and 56 output channels
 
 
 @dataclass(frozen=True)
@@ -64,9 +62,9 @@ class MatrixProduct:
 
 
 def vector_floats(target: Target) -> int:
-    """float32 lanes in one of the target's vectors: 8 with AVX2, 16 with AVX-512. On a Zen 5 with AVX-512, YOLOv8n's
-    three largest 1x1 convolutions ran at 1.36-1.66x onnxruntime's in 16-float tiles, 0.94-1.20x in 32-float ones
-    (docs/BENCHMARKS.md, "1x1 convolutions as matrix products")."""
+    """float32 lanes in one of the target's vectors: 8 with AVX2, 16 with AVX-512. With AVX-512, tiles of 32 floats
+    (two vectors) run 1x1 convolutions faster than tiles of 16 (docs/BENCHMARKS.md, "1x1 convolutions as matrix
+    products")."""
     try:  # (TVM's llvm_get_vector_width answers 512 for an AVX2 CPU too)
         return 16 if codegen.target_has_features("avx512f", target) else 8
     except TVM_ERRORS:

@@ -11,10 +11,10 @@ A CPU kernel runs in this process, as built for the host: only for the local mac
 CPU, measured over RPC, may not run here), and not on a GPU, whose kernels do not run without their device.
 
 Both are compiled without LLVM's optimizations (``opt-level`` 0): what is checked is the schedule's loops and
-indices, which LLVM's passes must not change. Compiled at -O3, the check was a third of a YOLOv8n's tuning time on a
-2-core VM (39 of 122 s, in this process while the measurement workers waited); unoptimized, a workload's check takes
-half as long, and a schedule's half as long or, for a kernel LLVM takes seconds to emit at any level, about as long
-(docs/BENCHMARKS.md, "Where a budget's minutes went").
+indices, which LLVM's passes must not change. At -O3 the check takes a third of a CNN's tuning time, in this process
+while the measurement workers wait; unoptimized, a workload's check takes half as long, and a schedule's half as
+long or, for a kernel LLVM takes seconds to emit at any level, about as long (docs/BENCHMARKS.md, "Where a budget's
+minutes went").
 """
 
 from __future__ import annotations

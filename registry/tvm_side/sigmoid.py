@@ -11,10 +11,11 @@ against libm's 1.2e-7 (where the sigmoid is above 1e-30); a SiLU over 102,400 fl
 
 The rule replaces TVM's for ``tirx.sigmoid`` on ``llvm`` targets in this process, at TVM's lowering of intrinsics,
 after scheduling: MetaSchedule still sees one ``sigmoid`` call, so workloads, their records and the search are as
-before; only the machine code changes, and LLVM takes longer to compile it (1.3x over twelve of YOLOv8n's tuned
-convolutions). It is registered when a module that builds imports this one (``build.py``, the measurement workers'
-build; ``compile.py``, the model's; ``output_check.py``), so a candidate is timed with the code the model is compiled
-with. Not a fast-math approximation (no less accurate than float32 allows), so ``--exact-math`` keeps it.
+before; only the machine code changes, and LLVM takes longer to compile it (about 1.3x over a CNN's tuned convolutions:
+docs/BENCHMARKS.md, "Sigmoids"). It is registered when a module that builds imports this one (``build.py``, the
+measurement workers' build; ``compile.py``, the model's; ``output_check.py``), so a candidate is timed with the code the
+model is compiled with. Not a fast-math approximation (no less accurate than float32 allows), so ``--exact-math`` keeps
+it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from tvm.tirx.op import register_intrin_lowering
 
 _LOG2E = 1.4426950408889634
 # ln 2 in one float32 constant, 1.9e-9 off: r is off by at most 127 times that where |x| nears 88, where the sigmoid
-# is 1 or under 1e-38. Cephes' ln 2 in two parts is exact there, but its one more instruction made LLVM take 1.4x as
-# long over twelve of YOLOv8n's tuned convolutions (27 s against 19 s), and every candidate tuning measures is compiled.
+# is 1 or under 1e-38. Cephes' ln 2 in two parts is exact there, but its one more instruction makes LLVM take 1.4x as
+# long over a CNN's tuned convolutions (docs/BENCHMARKS.md, "Sigmoids"), and every candidate tuning measures is
+# compiled.
 _LN2 = 0.6931471805599453
 # e^r = 1 + r + r^2 Q(r) on [-ln2/2, ln2/2], Q of degree 4 fitted here (Lawson's minimax iteration on 4,000
 # Chebyshev nodes): 3e-9 relative, far under float32's 6e-8. Cephes' degree 5 is no more accurate in float32, and

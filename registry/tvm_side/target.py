@@ -108,7 +108,8 @@ def _short(value: Any) -> str:
 def host_target(num_cores: int | None = None) -> Target:
     """This machine's CPU as an llvm target, with mcpu and mtriple spelled out.
 
-    The mcpu matters: the same schedule ran 10% faster with mcpu=znver4 than without, so devices key on it.
+    The mcpu matters: the same schedule runs faster with its CPU's mcpu than without (docs/BENCHMARKS.md, "Evidence
+    behind the code's rules"), so devices key on it.
     """
     from tvm.target import codegen
 

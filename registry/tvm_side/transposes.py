@@ -25,7 +25,8 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
 def count_transposes(mod: IRModule) -> int:
     """Transposes of values computed at run time, from the model's inputs: those of constants fold away at compile
     time. Traced through the bindings, not by folding the model to count what is left: folding a large model takes
-    seconds (4.4 s for PaddleOCR det), and this runs at every extraction and compile."""
+    seconds for a large model (docs/BENCHMARKS.md, "Evidence behind the code's rules"), and this runs at every
+    extraction and compile."""
     return len(run_time_calls(mod, "relax.permute_dims"))
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-# Alembic's version table, under a name of our own, so that another Alembic user of the same database cannot clash.
+# Alembic's version table, under the registry's own name, so that another Alembic user of the same database cannot
+# clash.
 VERSION_TABLE = "registry_alembic_version"
 # The newest revision in migrations/versions/. tests/test_migrations.py fails when the two disagree.
 HEAD = "0009"

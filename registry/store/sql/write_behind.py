@@ -2,8 +2,8 @@
 
 An import or a sync spends its time in two places that can run at once: Python reading and checking a batch, and
 the database storing the one before (PostgreSQL in its own process, SQLite in C code that releases the GIL). Done in
-turn, each waits for the other: a third of a sync's time was spent blocked on PostgreSQL while the next batch could
-have been checked.
+turn, each waits for the other: a sync then spends a third of its time blocked on PostgreSQL while the next batch
+could be checked.
 
 One write in flight at most, so memory holds two batches. The writes run one after another on the caller's
 connection (never at the same time as anything else on it), and a failure on either side waits for the write in
