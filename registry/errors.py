@@ -4,11 +4,32 @@ from __future__ import annotations
 
 
 class RegistryError(Exception):
-    """Base class: an expected failure with a message meant for the user."""
+    """Base class: an expected failure with a message meant for the user.
+
+    ``http_status``: the status ``registry serve`` answers with when a request meets this error; each class states its
+    own, so the server maps errors by type, never by their text. ``cli_hint``: what a user of the command line can do
+    about it (a flag to add), said after the fact in parentheses; ``fact`` is the message without it, which is what
+    the server answers with, its clients having no such flag."""
+
+    http_status = 400  # the request asked for something the registry refuses
+
+    def __init__(self, *args: object, cli_hint: str | None = None) -> None:
+        super().__init__(*args)
+        self.cli_hint = cli_hint
+
+    def __str__(self) -> str:
+        return self.fact if self.cli_hint is None else f"{self.fact} ({self.cli_hint})"
+
+    @property
+    def fact(self) -> str:
+        """The message without the command line's hint."""
+        return super().__str__()
 
 
 class DatabaseError(RegistryError):
     """The database cannot be reached or used."""
+
+    http_status = 503  # the server's fault, not the request's: its text names the database, so the log keeps it
 
 
 class NoRegistryError(DatabaseError):
@@ -36,9 +57,17 @@ class BadInputError(RegistryError):
 class NotFoundError(BadInputError):
     """A record, workload or model named by id or name that the registry does not hold."""
 
+    http_status = 404
+
 
 class UnknownDeviceError(RegistryError):
     """A device selector that matches no device, or more than one where exactly one is needed."""
+
+
+class DeviceNotFoundError(UnknownDeviceError):
+    """A device selector that matches no device the registry holds."""
+
+    http_status = 404
 
 
 class RegistryWarning(UserWarning):

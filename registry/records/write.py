@@ -21,7 +21,7 @@ from typing import Any
 from registry.errors import BadInputError
 from registry.records.rebase import rebased, renaming
 from registry.records.validator import RecordValidator
-from registry.store.interface import Ident, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.interface import Ident, IngestExtras, IngestResult, RecordIn, RecordReads, RecordStorage, WorkloadIn
 from registry.store.rows import canonical_json
 from registry.store.validation import Problem, Refusals
 
@@ -36,7 +36,7 @@ class _Modules:
     """Per workload: the module JSON records are checked against (the stored one, else the incoming one) and the
     block renaming from the incoming copy onto it (None where none exists)."""
 
-    def __init__(self, store: RegistryStorage, incoming: dict[Ident, str]) -> None:
+    def __init__(self, store: RecordReads, incoming: dict[Ident, str]) -> None:
         self.store, self.incoming = store, incoming
         self.checked_on: dict[Ident, str] = {}
         self.names: dict[Ident, dict[str, str] | None] = {}
@@ -95,7 +95,7 @@ class RecordWriter:
     answer with the fastest; without it, the stored measurement stays and the new one is only counted present."""
 
     def __init__(
-        self, store: RegistryStorage, validator: RecordValidator | None = None, *, faster_replaces: bool = False
+        self, store: RecordStorage, validator: RecordValidator | None = None, *, faster_replaces: bool = False
     ) -> None:
         self.store = store
         self.validator = validator or RecordValidator()
@@ -126,7 +126,7 @@ class RecordWriter:
 
 
 def checked_write(
-    store: RegistryStorage,
+    store: RecordStorage,
     workloads: Sequence[WorkloadIn],
     batches: Callable[[], Iterable[Batch]],
     *,
@@ -170,7 +170,9 @@ def checked_write(
             yield [r for r in read if isinstance(r, RecordIn)]
             progress(min(seen, total) if total else seen, total, f"{seen} records read")
         if refusals.count and not skip_invalid:  # raised inside the transaction: nothing is written
-            raise BadInputError(f"{refusals.message(seen)}; nothing was written (--skip-invalid writes the rest)")
+            raise BadInputError(
+                f"{refusals.message(seen)}; nothing was written", cli_hint="--skip-invalid writes the rest"
+            )
         if extras is not None and moved:  # donor links name records by what is stored: the moved ones
             extras.donors[:] = [(moved.get(id(r), r), d) for r, d in extras.donors]
 

@@ -3,6 +3,8 @@
 - ``app``: the ASGI application (FastAPI): the JSON API under ``/api/v1``, the web view, errors as problem documents.
 - ``api``: the JSON API's routes; their shapes are the CLI's ``--json`` models (``registry.schemas``).
 - ``pages``: the web view, server-rendered from ``templates/`` (Jinja2, every value escaped).
+- ``state``: what the routes of one app share (its storage, token gate, model pages, limits), given to each through
+  ``Depends``: the routes are module-level functions.
 - ``auth``: tokens (made, hashed, checked) and the roles reader, writer and admin.
 - ``problems``: every refusal as one RFC 9457 problem document.
 - ``limits``: what guards the server from one client: the request rate and the size of an upload.

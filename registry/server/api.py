@@ -8,13 +8,10 @@ transaction stays open while a slow client takes the answer.
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import dataclasses
 import datetime as dt
 import hashlib
 import json
-import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,13 +23,12 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from registry import hostinfo, schemas
-from registry.errors import BadInputError
-from registry.server.auth import Gate
 from registry.server.limits import receive_upload
-from registry.server.problems import Problem
-from registry.store.interface import LookupFilter, RegistryStorage
+from registry.server.problems import HttpProblem
+from registry.server.state import Reader, Reports, RequestLimits, Storage, TokenGate, Writer, admin, reader, writer
+from registry.store.interface import Catalogue, LookupFilter, RecordStorage, Tokens
+from registry.store.query import parse_shape, parse_workload
 from registry.store.rows import utc_text
-from registry.store.sql.lookup import parse_shape, parse_workload
 from registry.store.values import ExchangeFilters, TokenRow
 
 PAGE = 20_000  # records per bundle page of a pull, by default
@@ -42,165 +38,172 @@ MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
 Text = Annotated[str | None, Query(max_length=200)]
 
 
-def router(store: RegistryStorage, gate: Gate, reports: ReportCache, *, max_upload: int) -> APIRouter:
-    def reader(request: Request):
-        return gate.check(request, "reader")
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(reader)])
 
-    def writer(request: Request):
-        return gate.check(request, "writer")
 
-    def admin(request: Request):
-        return gate.check(request, "admin")
+@router.get("/registry", response_model=schemas.ServerInfoOutput)
+def registry_info(store: Storage, gate: TokenGate, token: Reader):
+    return schemas.ServerInfoOutput(
+        registry_id=store.registry_id(), schema_revision=store.schema_revision(),
+        tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(), public=gate.public,
+        role=None if token is None else token.role,
+    )  # fmt: skip
 
-    api = APIRouter(prefix="/api/v1", dependencies=[Depends(reader)])
-    # One import at a time per worker (each replays its traces on every core already), and at most two pages of a
-    # pull written at once: waiting is done in the event loop, so what waits holds none of the worker's threads.
-    pushing = asyncio.Lock()
-    paging = asyncio.Semaphore(2)
 
-    @api.get("/registry", response_model=schemas.ServerInfoOutput)
-    def registry_info(request: Request):
-        token = gate.check(request, "reader")
-        return schemas.ServerInfoOutput(
-            registry_id=store.registry_id(), schema_revision=store.schema_revision(),
-            tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(), public=gate.public,
-            role=None if token is None else token.role,
-        )  # fmt: skip
+@router.get("/stats", response_model=schemas.StatsOutput)
+def stats(request: Request, store: Storage):
+    # the server's own address, not its database's: a client has no business with the database URL
+    return schemas.StatsOutput(database=str(request.base_url), **dataclasses.asdict(store.stats()))
 
-    @api.get("/stats", response_model=schemas.StatsOutput)
-    def stats(request: Request):
-        # the server's own address, not its database's: a client has no business with the database URL
-        return schemas.StatsOutput(database=str(request.base_url), **store.stats())
 
-    @api.get("/devices", response_model=schemas.DevicesOutput)
-    def devices():
-        return schemas.DevicesOutput(rows=store.devices())
+@router.get("/devices", response_model=schemas.DevicesOutput)
+def devices(store: Storage):
+    return schemas.DevicesOutput(rows=[dataclasses.asdict(d) for d in store.devices()])
 
-    @api.get("/workloads", response_model=schemas.LookupOutput)
-    def workloads(
-        op: Text = None,
-        shape: Annotated[str | None, Query(max_length=200, description="An argument shape, e.g. 1,64,56,56.")] = None,
-        dtype: Text = None,
-        device: Text = None,
-        model: Text = None,
-        workload: Text = None,
-        top_k: Annotated[int, Query(ge=1, le=100)] = 1,
-        limit: Annotated[int, Query(ge=1, le=MAX_ROWS)] = 100,
-        trust: Annotated[str, Query(pattern="^(imported|verified)$")] = "imported",
-    ):
-        """The best records of each (workload, device) matching every filter, as `registry lookup --json`."""
-        f = LookupFilter(
-            op=op, shape=parse_shape(shape), dtype=dtype, model=model, workload=parse_workload(workload),
-            top_k=top_k, limit=limit, trust=trust,
-        )  # fmt: skip
-        f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
-        return _json({"schema_version": schemas.SCHEMA_VERSION, "rows": [r.as_dict() for r in store.lookup(f)]})
 
-    @api.get("/workloads/{shash}", response_model=schemas.LookupOutput)
-    def workload(shash: str, top_k: Annotated[int, Query(ge=1, le=100)] = 20):
-        """A workload's records on every device, best first, with their provenance."""
-        rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=top_k, limit=1000))
-        if not rows:
-            raise Problem(404, f"no stored record of workload {shash}")
-        return schemas.LookupOutput(rows=[r.as_dict() for r in rows])
+@router.get("/workloads", response_model=schemas.LookupOutput)
+def workloads(
+    store: Storage,
+    op: Text = None,
+    shape: Annotated[str | None, Query(max_length=200, description="An argument shape, e.g. 1,64,56,56.")] = None,
+    dtype: Text = None,
+    device: Text = None,
+    model: Text = None,
+    workload: Text = None,
+    top_k: Annotated[int, Query(ge=1, le=100)] = 1,
+    limit: Annotated[int, Query(ge=1, le=MAX_ROWS)] = 100,
+    trust: Annotated[str, Query(pattern="^(imported|verified)$")] = "imported",
+):
+    """The best records of each (workload, device) matching every filter, as `registry lookup --json`."""
+    f = LookupFilter(
+        op=op, shape=parse_shape(shape), dtype=dtype, model=model, workload=parse_workload(workload),
+        top_k=top_k, limit=limit, trust=trust,
+    )  # fmt: skip
+    f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
+    return _json({"schema_version": schemas.SCHEMA_VERSION, "rows": [r.as_dict() for r in store.lookup(f)]})
 
-    @api.get("/records/{record_id}", response_model=schemas.RecordOutput)
-    def record(record_id: Annotated[int, PathPart(ge=1, le=2**62)]):
-        prov = store.record_provenance(record_id)
-        r = prov.record
-        return schemas.RecordOutput(
-            record_id=r.id, workload=prov.workload, device_id=prov.device_id, latency_us=(r.mean_s or 0) * 1e6,
-            run_secs=r.run_secs, source=prov.source, donor_record_id=prov.donor_record_id, donor=prov.donor,
-            team=prov.team, model=prov.model, host=prov.host, tvm_version=prov.tvm_version, created_at=prov.created_at,
-            trace=json.loads(r.trace_json),
-        )  # fmt: skip
 
-    @api.get("/models", response_model=schemas.ModelsOutput)
-    def models(limit: Annotated[int, Query(ge=1, le=1000)] = 100):
-        return schemas.ModelsOutput(rows=model_entries(store, limit))
+@router.get("/workloads/{shash}", response_model=schemas.LookupOutput)
+def workload(store: Storage, shash: str, top_k: Annotated[int, Query(ge=1, le=100)] = 20):
+    """A workload's records on every device, best first, with their provenance."""
+    rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=top_k, limit=1000))
+    if not rows:
+        raise HttpProblem(404, f"no stored record of workload {shash}")
+    return schemas.LookupOutput(rows=[r.as_dict() for r in rows])
 
-    @api.get("/models/{name:path}", response_model=schemas.ModelReportData)
-    def model_report(name: str, device: Text = None):
-        """What `registry report` draws for the model: its task table and curves, as data."""
-        return report_output(reports.get(name, device))
 
-    @api.get("/exchange", response_model=schemas.ExchangeOutput)
-    def exchange(device: Text = None, team: Text = None, model: Text = None, since: dt.datetime | None = None):
-        """The id and filter key a pull of these filters keeps its progress under (`registry pull URL`)."""
+@router.get("/records/{record_id}", response_model=schemas.RecordOutput)
+def record(store: Storage, record_id: Annotated[int, PathPart(ge=1, le=2**62)]):
+    prov = store.record_provenance(record_id)
+    r = prov.record
+    return schemas.RecordOutput(
+        record_id=r.id, workload=prov.workload, device_id=prov.device_id, latency_us=(r.mean_s or 0) * 1e6,
+        run_secs=r.run_secs, source=prov.source, donor_record_id=prov.donor_record_id, donor=prov.donor,
+        team=prov.team, model=prov.model, host=prov.host, tvm_version=prov.tvm_version, created_at=prov.created_at,
+        trace=json.loads(r.trace_json),
+    )  # fmt: skip
+
+
+@router.get("/models", response_model=schemas.ModelsOutput)
+def models(store: Storage, limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+    return schemas.ModelsOutput(rows=model_entries(store, limit))
+
+
+@router.get("/models/{name:path}", response_model=schemas.ModelReportData)
+def model_report(reports: Reports, name: str, device: Text = None):
+    """What `registry report` draws for the model: its task table and curves, as data."""
+    return report_output(reports.get(name, device))
+
+
+@router.get("/exchange", response_model=schemas.ExchangeOutput)
+def exchange(
+    store: Storage, device: Text = None, team: Text = None, model: Text = None, since: dt.datetime | None = None
+):
+    """The id and filter key a pull of these filters keeps its progress under (`registry pull URL`)."""
+    filters = _filters(store, device, team, model, since)
+    return schemas.ExchangeOutput(origin=store.registry_id(), filters_key=filters.key())
+
+
+@router.get("/exchange/bundle", response_class=FileResponse)
+async def exchange_bundle(
+    store: Storage,
+    limits: RequestLimits,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
+    device: Text = None,
+    team: Text = None,
+    model: Text = None,
+    since: dt.datetime | None = None,
+):
+    """One page of the records matching the filters, after record id ``after``, as a bundle: its manifest's
+    ``last_record_id`` is where the next page starts; a page of 0 records is the end."""
+    import tempfile
+
+    from registry.share.bundle import write_bundle
+
+    def write(path: Path):
         filters = _filters(store, device, team, model, since)
-        return schemas.ExchangeOutput(origin=store.registry_id(), filters_key=filters.key())
+        with store.read_exchange(filters, after, limit) as found:
+            return write_bundle(path, found, filters.described())
 
-    @api.get("/exchange/bundle", response_class=FileResponse)
-    async def exchange_bundle(
-        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
-        device: Text = None,
-        team: Text = None,
-        model: Text = None,
-        since: dt.datetime | None = None,
-    ):
-        """One page of the records matching the filters, after record id ``after``, as a bundle: its manifest's
-        ``last_record_id`` is where the next page starts; a page of 0 records is the end."""
-        import tempfile
+    with tempfile.NamedTemporaryFile(prefix="registry-pull-", suffix=".bundle", delete=False) as f:
+        path = Path(f.name)
+    try:
+        async with limits.paging:
+            info = await run_in_threadpool(write, path)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return FileResponse(
+        path, media_type="application/zip", filename="page.bundle",
+        headers={"X-Registry-Records": str(info.records)}, background=BackgroundTask(path.unlink, missing_ok=True),
+    )  # fmt: skip
 
-        from registry.share.bundle import write_bundle
 
-        def write(path: Path):
-            filters = _filters(store, device, team, model, since)
-            with store.read_exchange(filters, after, limit) as found:
-                return write_bundle(path, found, filters.described())
+@router.get("/sync-state", response_model=schemas.SyncStateOutput, dependencies=[Depends(writer)])
+def sync_state(
+    store: Storage,
+    token: Writer,
+    origin: Annotated[str, Query(max_length=64)],
+    key: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
+):
+    """How far pushes from registry ``origin`` with filter set ``key`` *and this token* have come (`registry
+    push URL`): a writer sees and moves only its own marks."""
+    return schemas.SyncStateOutput(last_record_id=store.last_synced(origin, push_key(token, key)))
 
-        with tempfile.NamedTemporaryFile(prefix="registry-pull-", suffix=".bundle", delete=False) as f:
-            path = Path(f.name)
-        try:
-            async with paging:
-                info = await run_in_threadpool(write, path)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return FileResponse(
-            path, media_type="application/zip", filename="page.bundle",
-            headers={"X-Registry-Records": str(info.records)}, background=BackgroundTask(path.unlink, missing_ok=True),
-        )  # fmt: skip
 
-    @api.get("/sync-state", response_model=schemas.SyncStateOutput, dependencies=[Depends(writer)])
-    def sync_state(
-        request: Request,
-        origin: Annotated[str, Query(max_length=64)],
-        key: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
-    ):
-        """How far pushes from registry ``origin`` with filter set ``key`` *and this token* have come (`registry
-        push URL`): a writer sees and moves only its own marks."""
-        return schemas.SyncStateOutput(
-            last_record_id=store.last_synced(origin, push_key(gate.check(request, "writer"), key))
-        )
+@router.post("/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)])
+async def push(
+    request: Request,
+    store: Storage,
+    limits: RequestLimits,
+    token: Writer,
+    sync_key: Annotated[str | None, Query(pattern="^[0-9a-f]{64}$")] = None,
+):
+    """Import a bundle, checked as `registry import` checks one: every trace replayed on its workload, one bad
+    record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
+    ``sync_key``: the pusher's filter key, under which (with the token's name) the bundle's origin and last
+    record id are kept, so that its next push sends only what came after."""
+    mark_key = None if sync_key is None else push_key(token, sync_key)
+    path = await receive_upload(request, limits.max_upload)
+    try:
+        async with limits.pushing:
+            result = await run_in_threadpool(_import, store, path, mark_key)
+    finally:
+        path.unlink(missing_ok=True)
+    return schemas.ImportOutput(**dataclasses.asdict(result))
 
-    @api.post("/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)])
-    async def push(request: Request, sync_key: Annotated[str | None, Query(pattern="^[0-9a-f]{64}$")] = None):
-        """Import a bundle, checked as `registry import` checks one: every trace replayed on its workload, one bad
-        record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
-        ``sync_key``: the pusher's filter key, under which (with the token's name) the bundle's origin and last
-        record id are kept, so that its next push sends only what came after."""
-        mark_key = None if sync_key is None else push_key(gate.check(request, "writer"), sync_key)
-        path = await receive_upload(request, max_upload)
-        try:
-            async with pushing:
-                result = await run_in_threadpool(_import, store, path, mark_key)
-        finally:
-            path.unlink(missing_ok=True)
-        return schemas.ImportOutput(**dataclasses.asdict(result))
 
-    @api.get("/tokens", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
-    def tokens():
-        return token_list(store)
+@router.get("/tokens", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+def tokens(store: Storage):
+    return token_list(store)
 
-    @api.delete("/tokens/{name}", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
-    def revoke(name: str):
-        if not store.revoke_token(name):
-            raise Problem(404, f"no token named {name!r} that is not revoked already")
-        return token_list(store)
 
-    return api
+@router.delete("/tokens/{name}", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+def revoke(store: Storage, name: str):
+    if not store.revoke_token(name):
+        raise HttpProblem(404, f"no token named {name!r} that is not revoked already")
+    return token_list(store)
 
 
 # -- what the API and the web view both use ---------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def _json(value: Any) -> Response:
     return Response(orjson.dumps(value), media_type="application/json")
 
 
-def model_entries(store: RegistryStorage, limit: int) -> list[schemas.ModelEntry]:
+def model_entries(store: Catalogue, limit: int) -> list[schemas.ModelEntry]:
     rows = []
     for name in store.model_names(limit):
         for m in store.find_models(name)[:1]:
@@ -243,52 +246,6 @@ def _input_shapes(text: str | None) -> dict[str, list[int]] | None:
     return None
 
 
-class ReportCache:
-    """Model pages, kept while the registry holds the same records: a page is derived from records, which are only
-    ever added, so one query for the newest record id says whether a kept page is current. A 100-task model with 10^4
-    records takes tens of milliseconds to collect and render; a busy page is made once per change, not per request."""
-
-    def __init__(self, store: RegistryStorage, size: int = 64) -> None:
-        self.store, self.size = store, size
-        self.kept: collections.OrderedDict[tuple, tuple[int, Any, str | None]] = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, name: str, device: str | None):
-        """The model page's content (``registry.report.html.collect``); 404 for a model the registry lacks."""
-        return self._entry(name, device)[1]
-
-    def html(self, name: str, device: str | None) -> str:
-        """The report's HTML (``registry.report.html.content``), made once per content."""
-        from registry.report.html import content
-
-        newest, data, html = self._entry(name, device)
-        if html is None:
-            html = content(data)
-            with self.lock:
-                if self.kept.get((name, device), (None,))[0] == newest:
-                    self.kept[(name, device)] = (newest, data, html)
-        return html
-
-    def _entry(self, name: str, device: str | None) -> tuple[int, Any, str | None]:
-        from registry.report.html import collect
-
-        newest = self.store.newest_record_id()
-        key = (name, device)
-        with self.lock:
-            found = self.kept.get(key)
-            if found is not None and found[0] == newest:
-                self.kept.move_to_end(key)
-                return found
-        if not self.store.find_models(name):
-            raise Problem(404, f"no model {name!r} in this registry")
-        entry = (newest, collect(self.store, name, device=device), None)
-        with self.lock:
-            self.kept[key] = entry
-            while len(self.kept) > self.size:
-                self.kept.popitem(last=False)
-        return entry
-
-
 def report_output(data) -> schemas.ModelReportData:
     fields = dataclasses.asdict(data)
     fields.pop("untuned_ms"), fields.pop("final_ms"), fields.pop("history")  # a run's, never a stored model's
@@ -297,7 +254,7 @@ def report_output(data) -> schemas.ModelReportData:
     return schemas.ModelReportData(**fields)
 
 
-def token_list(store: RegistryStorage) -> schemas.TokenListOutput:
+def token_list(store: Tokens) -> schemas.TokenListOutput:
     return schemas.TokenListOutput(
         rows=[schemas.TokenEntry(name=t.name, role=t.role, created_at=utc_text(t.created_at),
                                  revoked_at=utc_text(t.revoked_at), expires_at=utc_text(t.expires_at))
@@ -305,7 +262,7 @@ def token_list(store: RegistryStorage) -> schemas.TokenListOutput:
     )  # fmt: skip
 
 
-def _filters(store: RegistryStorage, device, team, model, since) -> ExchangeFilters:
+def _filters(store: Catalogue, device, team, model, since) -> ExchangeFilters:
     from registry.share.export import exchange_filters
 
     return exchange_filters(store, device, team, model, since)
@@ -319,19 +276,14 @@ def push_key(token: TokenRow | None, sync_key: str) -> str:
     return hashlib.sha256(f"push\0{name}\0{sync_key}".encode()).hexdigest()
 
 
-def _import(store: RegistryStorage, path: Path, sync_key: str | None):
+def _import(store: RecordStorage, path: Path, sync_key: str | None):
     """A pushed bundle into the store, as ``registry import`` takes one; messages name "the bundle", not the
     server's temporary file."""
     from registry.share.bundle import read_bundle
     from registry.share.exchange_import import import_exchange
 
-    try:
-        exchange, manifest = read_bundle(path)
-        mark = None
-        if sync_key is not None and "last_record_id" in manifest:  # read_bundle checked it is a record id
-            mark = (exchange.origin, sync_key, manifest["last_record_id"])
-        return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
-    except BadInputError as e:
-        # a pusher has no --skip-invalid to reach for: a bundle is whole or refused
-        text = str(e).replace(str(path), "the bundle").replace(" (--skip-invalid writes the rest)", "")
-        raise BadInputError(text) from None
+    exchange, manifest = read_bundle(path, where="the bundle")
+    mark = None
+    if sync_key is not None and "last_record_id" in manifest:  # read_bundle checked it is a record id
+        mark = (exchange.origin, sync_key, manifest["last_record_id"])
+    return import_exchange(store, exchange, where="the bundle", sync_mark=mark)

@@ -20,12 +20,14 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from registry import hostinfo
-from registry.errors import DatabaseError, NotFoundError, RegistryError, UnknownDeviceError
-from registry.server import api, pages, problems
-from registry.server.auth import COOKIE, Gate
+from registry.errors import DatabaseError, RegistryError
+from registry.options import SERVE
+from registry.server import api, pages, problems, state
+from registry.server.auth import COOKIE
 from registry.server.limits import BoundedHeaders, RateLimit
-from registry.server.problems import Problem, one_line
-from registry.store.interface import RegistryStorage, open_storage
+from registry.server.problems import HttpProblem, one_line
+from registry.store.factory import open_storage
+from registry.store.interface import RegistryStorage
 
 log = logging.getLogger("registry.server")
 
@@ -51,9 +53,9 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 @dataclass(frozen=True)
 class ServeConfig:
     db: str | None = None  # the registry's URL (default: as every command resolves it)
-    public: bool = False  # requests without a token may read
-    max_upload: int = 256 << 20  # bytes of one pushed bundle
-    rate: float = 50.0  # requests a second per client; 0: no limit
+    public: bool = SERVE.public  # requests without a token may read
+    max_upload: int = SERVE.max_upload  # bytes of one pushed bundle
+    rate: float = SERVE.rate_limit  # requests a second per client; 0: no limit
     burst: int = 200  # requests a client may send at once before the rate applies
     # Requests a worker process works on at once (its threads); the rest wait in its event loop. More threads than
     # cores only contend for the GIL and the database's pool: 32 clients on 2 cores served half the requests a
@@ -61,12 +63,11 @@ class ServeConfig:
     threads: int = 8
     # Bytes of one request's header block (request line and headers); a larger one gets 431, having been read no
     # further. A browser's cookies and a bearer token take a few KiB; nginx's default is 32 KiB, too.
-    max_header: int = 32 << 10
+    max_header: int = SERVE.max_header
 
 
 def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> FastAPI:
     store = store or open_storage(config.db, create_new=False)
-    gate = Gate(store, config.public)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -85,14 +86,16 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.state.store = store
-    reports = api.ReportCache(store)
-    app.include_router(api.router(store, gate, reports, max_upload=config.max_upload))
-    app.include_router(pages.router(store, gate, reports))
-    answer = _errors(app, gate)
+    state.keep(app.state, store, public=config.public, max_upload=config.max_upload)
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.add_exception_handler(HttpProblem, _problem)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(RegistryError, _refused)
 
     app.add_middleware(RateLimit, rate=config.rate, burst=config.burst)
-    app.add_middleware(Guard, answer=answer)  # added last, outermost: its headers on every answer, a 429 too
+    app.add_middleware(Guard)  # added last, outermost: its headers on every answer, a 429 too
     return app
 
 
@@ -102,8 +105,8 @@ class Guard:
     traceback (a plain ASGI class: FastAPI's ``@app.middleware`` costs a task and a queue per request, a tenth of a
     lookup's time)."""
 
-    def __init__(self, app, answer) -> None:
-        self.app, self.answer = app, answer
+    def __init__(self, app) -> None:
+        self.app = app
         self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
     async def __call__(self, scope, receive, send) -> None:
@@ -126,7 +129,7 @@ class Guard:
 
         refusal = _control_character(scope)
         if refusal is not None:  # before the rate limit and every handler: it costs nothing, and reaches no database
-            await self.answer(Request(scope), 400, refusal)(scope, receive, send_guarded)
+            await answer(Request(scope), 400, refusal)(scope, receive, send_guarded)
             return
         try:
             await self.app(scope, receive, send_guarded)
@@ -136,7 +139,7 @@ class Guard:
             if os.environ.get("REGISTRY_DEBUG"):
                 log.exception("the traceback (REGISTRY_DEBUG is set)", exc_info=e)
             if not started:
-                await self.answer(request, 500, "internal error: the server's log has its cause")(
+                await answer(request, 500, "internal error: the server's log has its cause")(
                     scope, receive, send_guarded
                 )
 
@@ -175,54 +178,49 @@ def uvicorn_options(config: ServeConfig) -> dict:
     return {"http": BoundedHeaders, "h11_max_incomplete_event_size": config.max_header}
 
 
-def _errors(app: FastAPI, gate: Gate):
-    """Every error as one problem document (or, for a browser asking for a page, the same line in a page); returns
-    the function that answers with one."""
-
-    def answer(request: Request, status: int, detail: str, headers: dict | None = None) -> Response:
-        if _wants_page(request):
-            if status == 401:
-                page = pages.page(request, gate, "login.html", 401, title="Sign in", problem=one_line(detail))
-            else:
-                page = pages.page(
-                    request, gate, "error.html", status, title=problems.title(status), detail=one_line(detail)
-                )
-            for k, v in (headers or {}).items():
-                page.headers[k] = v
-            return page
-        return problems.response(status, detail, headers)
-
-    @app.exception_handler(Problem)
-    async def problem(request: Request, e: Problem):
-        return answer(request, e.status, e.detail, e.headers)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, e: HTTPException):
-        detail = e.detail if isinstance(e.detail, str) and e.status_code != 404 else None
-        if e.status_code == 404:
-            detail = f"nothing at {request.url.path[:200]} (the API is under /api/v1: /openapi.json lists it)"
-        return answer(request, e.status_code, detail or problems.title(e.status_code), dict(e.headers or {}))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, e: RequestValidationError):
-        first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
-        return answer(request, 422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
-
-    @app.exception_handler(RegistryError)
-    async def refused(request: Request, e: RegistryError):
-        if isinstance(e, (NotFoundError,)):
-            status = 404
-        elif isinstance(e, DatabaseError):  # its text names the database: the log's, not the client's
-            log.error("database error on %s %s: %s", request.method, request.url.path, e)
-            return answer(request, 503, "the registry's database is not answering; the server's log has its cause")
-        elif isinstance(e, UnknownDeviceError):
-            status = 404 if "no device" in str(e) else 400
+def answer(request: Request, status: int, detail: str, headers: dict | None = None) -> Response:
+    """A refusal as one problem document, or, for a browser asking for a page, the same line in a page (the sign-in
+    form for a 401). ``request.app`` is the app even in ``Guard``, outside the routing: Starlette sets it first."""
+    if _wants_page(request):
+        gate = request.app.state.gate
+        if status == 401:
+            page = pages.page(request, gate, "login.html", 401, title="Sign in", problem=one_line(detail))
         else:
-            status = 400
-        return answer(request, status, str(e))
+            page = pages.page(
+                request, gate, "error.html", status, title=problems.title(status), detail=one_line(detail)
+            )
+        for k, v in (headers or {}).items():
+            page.headers[k] = v
+        return page
+    return problems.response(status, detail, headers)
 
-    return answer
+
+async def _problem(request: Request, e: HttpProblem) -> Response:
+    return answer(request, e.status, e.detail, e.headers)
+
+
+async def _http_error(request: Request, e: HTTPException) -> Response:
+    detail = e.detail if isinstance(e.detail, str) and e.status_code != 404 else None
+    if e.status_code == 404:
+        detail = f"nothing at {request.url.path[:200]} (the API is under /api/v1: /openapi.json lists it)"
+    return answer(request, e.status_code, detail or problems.title(e.status_code), dict(e.headers or {}))
+
+
+async def _invalid(request: Request, e: RequestValidationError) -> Response:
+    first = e.errors()[0] if e.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
+    return answer(request, 422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+
+
+async def _refused(request: Request, e: RegistryError) -> Response:
+    """The error's own HTTP status and its fact: the command line's hint names a flag no client of the server
+    has."""
+    if isinstance(e, DatabaseError):  # its text names the database: the log's, not the client's
+        log.error("database error on %s %s: %s", request.method, request.url.path, e)
+        return answer(
+            request, e.http_status, "the registry's database is not answering; the server's log has its cause"
+        )
+    return answer(request, e.http_status, e.fact)
 
 
 def _wants_page(request: Request) -> bool:

@@ -1,7 +1,7 @@
 """Tokens and roles: who may do what over HTTP.
 
 A token is 32 random bytes (``rgt_`` and URL-safe base64), printed once by ``registry token create``; the registry
-stores only its sha256 (``RegistryStorage.add_token``), so a copy of the database gives nobody a token. A request
+stores only its sha256 (``Tokens.add_token``), so a copy of the database gives nobody a token. A request
 names its token as ``Authorization: Bearer TOKEN``; a browser, which cannot add that header without a script, signs
 in once through the sign-in form, which keeps the token in an HttpOnly cookie that only GET requests honour (a write
 needs the header: no page of another site can make a browser push).
@@ -22,8 +22,8 @@ import secrets
 from fastapi import Request
 
 from registry.errors import RegistryError
-from registry.server.problems import Problem
-from registry.store.interface import RegistryStorage
+from registry.server.problems import HttpProblem
+from registry.store.interface import Tokens
 from registry.store.rows import utc_text
 from registry.store.values import ROLES, TokenRow
 
@@ -49,7 +49,7 @@ def presented(request: Request) -> str | None:
     if header is not None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Problem(401, "the Authorization header must be 'Bearer TOKEN'", {"WWW-Authenticate": "Bearer"})
+            raise HttpProblem(401, "the Authorization header must be 'Bearer TOKEN'", {"WWW-Authenticate": "Bearer"})
         return token.strip()
     if request.method in ("GET", "HEAD"):
         return request.cookies.get(COOKIE)
@@ -59,13 +59,13 @@ def presented(request: Request) -> str | None:
 class Gate:
     """Checks a request's token against the store for a role; ``public``: no token reads."""
 
-    def __init__(self, store: RegistryStorage, public: bool) -> None:
+    def __init__(self, store: Tokens, public: bool) -> None:
         self.store = store
         self.public = public
 
     def check(self, request: Request, role: str) -> TokenRow | None:
         """The request's token, if it may act as ``role``; None for an anonymous read of a public server. Raises
-        Problem 401 (no token, or not one of ours) or 403 (a role short of ``role``)."""
+        HttpProblem 401 (no token, or not one of ours) or 403 (a role short of ``role``)."""
         token = presented(request)
         found = self._found(request, token)
         refusal = refusal_of(found) if token is not None else None
@@ -74,15 +74,15 @@ class Gate:
             if self.public and role == "reader" and anonymous:
                 return None  # a revoked or expired sign-in cookie must not lock a browser out of what anyone may read
             if token is None:
-                raise Problem(
+                raise HttpProblem(
                     401,
                     f"a token is needed to {NEEDED_FOR[role]}: send 'Authorization: Bearer TOKEN' (an admin makes "
                     "one with `registry token create`)",
                     {"WWW-Authenticate": "Bearer"},
                 )
-            raise Problem(401, refusal, {"WWW-Authenticate": "Bearer"})
+            raise HttpProblem(401, refusal, {"WWW-Authenticate": "Bearer"})
         if not found.may(role):
-            raise Problem(
+            raise HttpProblem(
                 403, f"token {found.name!r} is a {found.role}'s: a {role} token is needed to {NEEDED_FOR[role]}"
             )
         return found
@@ -104,7 +104,7 @@ class Gate:
         """The role the request may act with, for a page to show (None: anonymous, or not signed in)."""
         try:
             found = self.check(request, "reader")
-        except (Problem, RegistryError):  # an error page is shown even while the database is down
+        except (HttpProblem, RegistryError):  # an error page is shown even while the database is down
             return None
         return None if found is None else found.role
 

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from registry.server import problems
-from registry.server.problems import Problem
+from registry.server.problems import HttpProblem
 
 MAX_CLIENTS = 10_000  # buckets kept; beyond it the full ones (clients idle long enough) are dropped
 
@@ -141,9 +141,9 @@ async def receive_upload(request: Request, limit: int) -> Path:
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise Problem(400, "Content-Length is not a byte count")
+            raise HttpProblem(400, "Content-Length is not a byte count")
         if int(declared) > limit:
-            raise Problem(413, f"the upload declares {int(declared):,} bytes; this server takes at most {limit:,}")
+            raise HttpProblem(413, f"the upload declares {int(declared):,} bytes; this server takes at most {limit:,}")
     with tempfile.NamedTemporaryFile(prefix="registry-push-", suffix=".bundle", delete=False) as f:
         path = Path(f.name)
         size = 0
@@ -151,15 +151,15 @@ async def receive_upload(request: Request, limit: int) -> Path:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise Problem(413, f"the upload passed {limit:,} bytes, the most this server takes")
+                    raise HttpProblem(413, f"the upload passed {limit:,} bytes, the most this server takes")
                 f.write(chunk)
         except ClientDisconnect:  # the pusher went away (killed, or its network): nothing was imported
             path.unlink(missing_ok=True)
-            raise Problem(400, "the upload broke off before its end; nothing of it was imported") from None
+            raise HttpProblem(400, "the upload broke off before its end; nothing of it was imported") from None
         except BaseException:
             path.unlink(missing_ok=True)
             raise
     if size == 0:
         path.unlink(missing_ok=True)
-        raise Problem(400, "the request has no body: POST a bundle (`registry export --bundle` writes one)")
+        raise HttpProblem(400, "the request has no body: POST a bundle (`registry export --bundle` writes one)")
     return path

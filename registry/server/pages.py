@@ -20,12 +20,13 @@ from registry import hostinfo
 from registry.errors import BadInputError, RegistryError
 from registry.report.html import CSS
 from registry.server import auth
-from registry.server.api import ReportCache, model_entries
+from registry.server.api import model_entries
 from registry.server.auth import Gate
-from registry.server.problems import Problem, one_line
-from registry.store.interface import LookupFilter, RegistryStorage
+from registry.server.problems import HttpProblem, one_line
+from registry.server.state import Reports, Storage, TokenGate
+from registry.store.interface import Catalogue, LookupFilter
+from registry.store.query import parse_shape, parse_workload
 from registry.store.rows import shapes_text
-from registry.store.sql.lookup import parse_shape, parse_workload
 
 MAX_LOGIN = 4096  # bytes of a sign-in form: a token and its field name
 SEARCH_LIMIT = 200
@@ -45,97 +46,99 @@ def page(request: Request, gate: Gate, template: str, /, status: int = 200, **va
     return HTMLResponse(html, status_code=status)
 
 
-def router(store: RegistryStorage, gate: Gate, reports: ReportCache) -> APIRouter:
-    pages = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 
-    def reader(request: Request) -> None:
-        gate.check(request, "reader")
 
-    @pages.get("/", response_class=HTMLResponse)
-    def overview(request: Request):
-        reader(request)
-        stats = store.stats()
-        return page(
-            request, gate, "overview.html", title="Overview", stats=stats, devices=store.devices(),
-            tuned={d["id"]: d["tuned_workloads"] for d in stats["per_device"]}, models=model_entries(store, 20),
-            info={"registry_id": store.registry_id(), "tvm_version": hostinfo.tvm_version(),
-                  "tool_version": hostinfo.tool_version()},
-        )  # fmt: skip
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request, store: Storage, gate: TokenGate):
+    gate.check(request, "reader")
+    stats = store.stats()
+    return page(
+        request, gate, "overview.html", title="Overview", stats=stats, devices=store.devices(),
+        tuned={d.id: d.tuned_workloads for d in stats.per_device}, models=model_entries(store, 20),
+        info={"registry_id": store.registry_id(), "tvm_version": hostinfo.tvm_version(),
+              "tool_version": hostinfo.tool_version()},
+    )  # fmt: skip
 
-    @pages.get("/models", response_class=HTMLResponse)
-    def models(request: Request):
-        reader(request)
-        return page(request, gate, "models.html", title="Models", models=model_entries(store, 1000))
 
-    @pages.get("/models/{name:path}", response_class=HTMLResponse)
-    def model(request: Request, name: str, device: str | None = None):
-        reader(request)
-        report = Markup(reports.html(name, device))
-        return page(request, gate, "model.html", title=f"Model {name}", name=name, report=report)
+@router.get("/models", response_class=HTMLResponse)
+def models(request: Request, store: Storage, gate: TokenGate):
+    gate.check(request, "reader")
+    return page(request, gate, "models.html", title="Models", models=model_entries(store, 1000))
 
-    @pages.get("/search", response_class=HTMLResponse)
-    def search(request: Request):
-        reader(request)
-        q = {k: v.strip() for k, v in request.query_params.items() if k in _SEARCH_FIELDS and v.strip()}
-        rows, problem = None, None
-        if q:
-            try:
-                rows = _lookup(store, q)
-            except RegistryError as e:  # a shape that is no shape, an unknown device: said on the page
-                problem = one_line(str(e))
-        return page(
-            request, gate, "search.html", title="Search", query=_Query(q), rows=rows, problem=problem,
-            limit=SEARCH_LIMIT, ops=list(store.stats()["workloads_by_op"]), devices=store.all_devices(),
-        )  # fmt: skip
 
-    @pages.get("/workloads/{shash}", response_class=HTMLResponse)
-    def workload(request: Request, shash: str):
-        reader(request)
-        rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=20, limit=1000))
-        if not rows:
-            raise Problem(404, f"no stored record of workload {shash}")
-        best = min((r for r in rows if r.rank == 1), key=lambda r: r.latency_us)
-        prov = store.record_provenance(best.record_id)
-        trace, is_python, note = _trace(prov)
-        return page(
-            request, gate, "workload.html", title=f"Workload {best.workload}", rows=rows, best=best, prov=prov,
-            donor_shash=prov.donor.split(" ", 1)[0] if prov.donor else None, trace=trace, trace_is_python=is_python,
-            trace_note=note,
-        )  # fmt: skip
+@router.get("/models/{name:path}", response_class=HTMLResponse)
+def model(request: Request, gate: TokenGate, reports: Reports, name: str, device: str | None = None):
+    gate.check(request, "reader")
+    report = Markup(reports.html(name, device))
+    return page(request, gate, "model.html", title=f"Model {name}", name=name, report=report)
 
-    @pages.get("/login", response_class=HTMLResponse)
-    def login_form(request: Request):
-        return page(request, gate, "login.html", title="Sign in", problem=None)
 
-    @pages.post("/login")
-    async def login(request: Request):
-        _same_origin(request)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_LOGIN:
-                raise Problem(413, f"a sign-in form is at most {MAX_LOGIN} bytes")
-        token = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
-        found = gate.stored(token) if token else None
-        refused = auth.refusal_of(found)
-        if refused is not None:
-            known = found is not None and found.revoked_at is None  # expired: say so, and when
-            problem = f"Not signed in: {refused}." if known else "That token is not valid here."
-            return page(request, gate, "login.html", 401, title="Sign in", problem=problem)
-        done = RedirectResponse("/", status_code=303)
-        done.set_cookie(
-            auth.COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
-        )
-        return done
+@router.get("/search", response_class=HTMLResponse)
+def search(request: Request, store: Storage, gate: TokenGate):
+    gate.check(request, "reader")
+    q = {k: v.strip() for k, v in request.query_params.items() if k in _SEARCH_FIELDS and v.strip()}
+    rows, problem = None, None
+    if q:
+        try:
+            rows = _lookup(store, q)
+        except RegistryError as e:  # a shape that is no shape, an unknown device: said on the page
+            problem = one_line(e.fact)
+    return page(
+        request, gate, "search.html", title="Search", query=_Query(q), rows=rows, problem=problem,
+        limit=SEARCH_LIMIT, ops=list(store.stats().workloads_by_op), devices=store.all_devices(),
+    )  # fmt: skip
 
-    @pages.post("/logout")
-    def logout(request: Request):
-        _same_origin(request)
-        done = RedirectResponse("/", status_code=303)
-        done.delete_cookie(auth.COOKIE, path="/")
-        return done
 
-    return pages
+@router.get("/workloads/{shash}", response_class=HTMLResponse)
+def workload(request: Request, store: Storage, gate: TokenGate, shash: str):
+    gate.check(request, "reader")
+    rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=20, limit=1000))
+    if not rows:
+        raise HttpProblem(404, f"no stored record of workload {shash}")
+    best = min((r for r in rows if r.rank == 1), key=lambda r: r.latency_us)
+    prov = store.record_provenance(best.record_id)
+    trace, is_python, note = _trace(prov)
+    return page(
+        request, gate, "workload.html", title=f"Workload {best.workload}", rows=rows, best=best, prov=prov,
+        donor_shash=prov.donor.split(" ", 1)[0] if prov.donor else None, trace=trace, trace_is_python=is_python,
+        trace_note=note,
+    )  # fmt: skip
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, gate: TokenGate):
+    return page(request, gate, "login.html", title="Sign in", problem=None)
+
+
+@router.post("/login")
+async def login(request: Request, gate: TokenGate):
+    _same_origin(request)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN:
+            raise HttpProblem(413, f"a sign-in form is at most {MAX_LOGIN} bytes")
+    token = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
+    found = gate.stored(token) if token else None
+    refused = auth.refusal_of(found)
+    if refused is not None:
+        known = found is not None and found.revoked_at is None  # expired: say so, and when
+        problem = f"Not signed in: {refused}." if known else "That token is not valid here."
+        return page(request, gate, "login.html", 401, title="Sign in", problem=problem)
+    done = RedirectResponse("/", status_code=303)
+    done.set_cookie(
+        auth.COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
+    )
+    return done
+
+
+@router.post("/logout")
+def logout(request: Request):
+    _same_origin(request)
+    done = RedirectResponse("/", status_code=303)
+    done.delete_cookie(auth.COOKIE, path="/")
+    return done
 
 
 def _same_origin(request: Request) -> None:
@@ -150,7 +153,7 @@ def _same_origin(request: Request) -> None:
         host = request.headers.get("host", "")
         same = request.headers.get("origin", "").lower() == f"{request.url.scheme}://{host}".lower()
     if not same:
-        raise Problem(403, "a sign-in form is taken only from this site's own pages")
+        raise HttpProblem(403, "a sign-in form is taken only from this site's own pages")
 
 
 _SEARCH_FIELDS = ("op", "shape", "dtype", "device", "model", "trust")
@@ -163,7 +166,7 @@ class _Query(dict):
         return self.get(name)
 
 
-def _lookup(store: RegistryStorage, q: dict[str, str]):
+def _lookup(store: Catalogue, q: dict[str, str]):
     f = LookupFilter(
         op=q.get("op"), shape=parse_shape(q.get("shape")), dtype=q.get("dtype"), model=q.get("model"),
         limit=SEARCH_LIMIT, trust="verified" if q.get("trust") == "verified" else "imported",

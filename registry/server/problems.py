@@ -14,7 +14,7 @@ MEDIA_TYPE = "application/problem+json"
 MAX_DETAIL = 400  # characters: a refusal is one line, not a dump of what was sent
 
 
-class Problem(Exception):
+class HttpProblem(Exception):
     """Raised anywhere in a request: the client gets ``status`` and ``detail`` as a problem document."""
 
     def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:

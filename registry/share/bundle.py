@@ -177,12 +177,12 @@ def _member(zf: zipfile.ZipFile, name: str, rows, sums: dict) -> None:
     sums[name] = {"sha256": digest.hexdigest(), "bytes": size}
 
 
-def read_bundle(path: Path) -> tuple[ExchangeSet, dict[str, Any]]:
-    """The bundle's content and its manifest.
+def read_bundle(path: Path, where: str | None = None) -> tuple[ExchangeSet, dict[str, Any]]:
+    """The bundle's content and its manifest; ``where`` names it in messages (default: its path).
 
     Every member is checked against the manifest's checksums first; a bundle that is not one, truncated, altered, or
     of a newer format raises BadInputError (one line)."""
-    where = str(path)
+    where = str(path) if where is None else where
     try:
         zf = zipfile.ZipFile(path)
         manifest = _manifest(zf, where)
