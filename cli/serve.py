@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from registry.cli.options import BYTES, Context, FiniteRange, common_options, output_options, pass_ctx
+from registry.options import SERVE, size_text
 
 MAX_RATE = 1_000_000  # requests a second: beyond it a limit limits nothing
 HEADER_RANGE = (1 << 10, 1 << 20)  # bytes of a request's header block: a browser's needs a few KiB
@@ -18,33 +19,35 @@ def _header_size(ctx, param, value: int) -> int:
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on (0.0.0.0: every one).")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="The port to listen on.")
+@click.option("--host", default=SERVE.host, show_default=True, help="The address to listen on (0.0.0.0: every one).")
+@click.option(
+    "--port", default=SERVE.port, show_default=True, type=click.IntRange(0, 65535), help="The port to listen on."
+)
 @click.option("--public", is_flag=True, help="Let requests without a token read (tokens are still needed to push).")
 @click.option(
     "--workers",
-    default=1,
+    default=SERVE.workers,
     show_default=True,
     type=click.IntRange(1, 64),
     help="Server processes (one per core serves the most requests).",
 )
 @click.option(
     "--max-upload",
-    default="256MB",
+    default=size_text(SERVE.max_upload),
     show_default=True,
     type=BYTES,
     help="The largest bundle a push may send; a larger one is refused before it is read.",
 )
 @click.option(
     "--rate-limit",
-    default=50.0,
+    default=SERVE.rate_limit,
     show_default=True,
     type=FiniteRange(0, MAX_RATE),
     help="Requests a second one client address may make (bursts of 4x that); 0: no limit.",
 )
 @click.option(
     "--max-header",
-    default="32KiB",
+    default=size_text(SERVE.max_header),
     show_default=True,
     type=BYTES,
     callback=_header_size,
@@ -82,7 +85,7 @@ def serve(
     import uvicorn
 
     from registry.server.app import ServeConfig, create_app, environment, uvicorn_options
-    from registry.store.sql.engine import redact
+    from registry.store.urls import redact
 
     store = ctx.existing_store  # a registry that exists, at this schema: refused here, in one line, if not
     if not public and not store.tokens():

@@ -8,6 +8,7 @@ from registry.cli.model_job import Progress, before_tvm, model_options, print_re
 from registry.cli.options import Context, Duration, FiniteRange, device_option, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 from registry.errors import BadInputError
+from registry.options import TRANSFER, duration_text
 
 
 @click.command()
@@ -15,18 +16,22 @@ from registry.errors import BadInputError
 @click.option(
     "--candidates",
     type=click.IntRange(1),
-    default=3,
+    default=TRANSFER.candidates,
     show_default=True,
     help="Candidate schedules measured per task, at most. 3 kept nearly all of 8's speedup at 40% of the search "
     "time in the benchmark.",
 )
 @click.option(
-    "--neighbours", type=click.IntRange(1), default=5, show_default=True, help="Donor workloads considered per task."
+    "--neighbours",
+    type=click.IntRange(1),
+    default=TRANSFER.neighbours,
+    show_default=True,
+    help="Donor workloads considered per task.",
 )
 @click.option(
     "--tune-trials",
     type=click.IntRange(0),
-    default=32,
+    default=TRANSFER.tune_trials,
     show_default=True,
     help="Tasks that no donor helped are tuned (as by `registry tune`), seeded with the donors tried, with this "
     "many measured trials each, and so are poor transfers (--retune-below); 0 tunes nothing.",
@@ -34,7 +39,7 @@ from registry.errors import BadInputError
 @click.option(
     "--tune-budget",
     type=Duration(allow_zero=True),
-    default="3m",
+    default=duration_text(TRANSFER.tune_budget),
     show_default=True,
     help="Wall time for the whole command (90s, 5m, ...; 0: tune nothing): those tasks are tuned in what the "
     "transfers leave of it, and the compile at the end is provided for; as it ends, each task's donors get fewer "
@@ -45,7 +50,7 @@ from registry.errors import BadInputError
 @click.option(
     "--retune-below",
     type=FiniteRange(0, 1),
-    default=0.5,
+    default=TRANSFER.retune_below,
     show_default=True,
     help="A transferred schedule that reaches less than this share of the best FLOP rate its donors reached on "
     "their own operators is tuned further, as a task without a donor is; 0: never.",

@@ -10,6 +10,7 @@ from registry.cli.model_job import Progress, before_tvm, model_options, print_re
 from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 from registry.errors import BadInputError
+from registry.options import TRIALS_PER_TASK, TUNE, duration_text
 from registry.store.validation import MAX_LEASE_S
 
 _FLOOR_HELP = (
@@ -38,25 +39,25 @@ _FLOOR_HELP = (
     "--trials",
     type=click.IntRange(1),
     help="Measured candidates for the model, counting those stored by earlier runs, so a re-run resumes "
-    "[default: 32 per task when no --budget is given].",
+    f"[default: {TRIALS_PER_TASK} per task when no --budget is given].",
 )
 @click.option(
     "--predictor/--no-predictor",
-    default=True,
+    default=TUNE.predictor,
     show_default=True,
     help="Rank candidates with the device's predictor from `registry predictor train` from the first trial.",
 )
 @click.option(
     "--keep",
     type=FiniteRange(0.05, 1.0),
-    default=0.75,
+    default=TUNE.keep,
     show_default=True,
     help="Share of each batch measured; the predicted-worst rest is dropped unmeasured.",
 )
 @click.option(
     "--min-gain",
     type=FiniteRange(0.0),
-    default=1.0,
+    default=TUNE.min_gain,
     show_default=True,
     help="Stop a task when, for 3 batches running, it gains less than this percent of the model's latency per "
     "minute of tuning.",
@@ -64,16 +65,18 @@ _FLOOR_HELP = (
 @click.option(
     "--min-share",
     type=FiniteRange(0.0, 100.0),
-    default=1.0,
+    default=TUNE.min_share,
     show_default=True,
     help="Stop a task whose share of the model's latency is below this percent.",
 )
-@click.option("--floor", type=click.IntRange(0), default=0, show_default=True, help=_FLOOR_HELP)
-@click.option("--batch", type=click.IntRange(1), default=16, show_default=True, help="Candidates proposed per batch.")
+@click.option("--floor", type=click.IntRange(0), default=TUNE.floor, show_default=True, help=_FLOOR_HELP)
+@click.option(
+    "--batch", type=click.IntRange(1), default=TUNE.batch, show_default=True, help="Candidates proposed per batch."
+)
 @click.option(
     "--plateau",
     type=click.IntRange(1),
-    default=64,
+    default=TUNE.plateau,
     show_default=True,
     metavar="TRIALS",
     help="A task whose last TRIALS measured trials (every run's) improved its best by under 1% has plateaued: "
@@ -83,7 +86,7 @@ _FLOOR_HELP = (
 @click.option(
     "--lease",
     type=Duration(most=MAX_LEASE_S),
-    default="5m",
+    default=duration_text(TUNE.lease),
     show_default=True,
     help="How long a task stays leased to this run after its last batch, at most 24h. Other runs on the registry "
     "leave it alone meanwhile; if this run is killed, they take it over once the lease expires (or at once after "

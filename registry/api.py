@@ -16,15 +16,19 @@ Nothing here imports TVM until a function is called, so ``import registry`` stay
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from registry import hostinfo
 from registry.errors import BadInputError
+from registry.options import TRANSFER, TUNE, TransferOptions, TuneOptions
 
 if TYPE_CHECKING:
     import onnx
@@ -139,19 +143,19 @@ def transfer(
     db: StoreLike = None,
     overlay: str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
-    candidates: int = 3,
-    neighbours: int = 5,
-    tune_trials: int = 32,
-    tune_budget: float | None = 180.0,
-    retune_below: float = 0.5,
+    candidates: int = TRANSFER.candidates,
+    neighbours: int = TRANSFER.neighbours,
+    tune_trials: int = TRANSFER.tune_trials,
+    tune_budget: float | None = TRANSFER.tune_budget,
+    retune_below: float = TRANSFER.retune_below,
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
     verbose: bool = False,
     exact_math: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
-    measure: bool = True,
-    device: str | None = None,
+    measure: bool = TRANSFER.measure,
+    device: str | None = TRANSFER.device,
 ) -> ModelReport:
     """``registry transfer`` from Python: compile ``model`` with the schedules of similar tuned operators, write what
     was measured back, and return the report the CLI prints (``report.tasks``, ``report.final_ms``,
@@ -173,25 +177,28 @@ def transfer(
     compiled and exported, and no record is written (``registry.pipeline.predicted``). ``device``: the registry
     device to compile for, by id or name (default: this machine's for ``target``); it need not be this machine.
     """
-    if not measure:
-        return _predicted(model, input_shapes, params, name, target, threads, db, overlay, output, candidates,
-                          neighbours, device, exact_math, progress)  # fmt: skip
-    if device is not None:
-        raise BadInputError("device= applies with measure=False: a measured transfer measures on this machine")
-    from registry.pipeline.transfer import TransferOptions
+    options = TransferOptions(
+        candidates=candidates, neighbours=neighbours, tune_trials=tune_trials, tune_budget=tune_budget,
+        retune_below=retune_below, measure=measure, device=device,
+    )  # fmt: skip
+    spec = ModelSpec(model, input_shapes, params, name)
+    job = _Job(target, threads, db, overlay, exact_math, progress)
+    if not options.measure:  # TransferOptions.measure picks the pipeline: False, the predicted one, timing nothing
+        return _predicted(spec, options, _path(output), job)
+    from registry.pipeline.transfer import ModelTransferOptions
     from registry.pipeline.transfer import transfer as run
 
-    options = TransferOptions(
-        candidates=candidates,
-        neighbours=neighbours,
+    settings = ModelTransferOptions(
+        candidates=options.candidates,
+        neighbours=options.neighbours,
         team=team,
-        output=Path(output) if output is not None else None,
-        tune_trials=tune_trials,
-        tune_seconds=tune_budget,
-        retune_below=retune_below,
+        output=_path(output),
+        tune_trials=options.tune_trials,
+        tune_seconds=options.tune_budget,
+        retune_below=options.retune_below,
         where=_where(rpc, dop, verbose),
     )
-    return _run(run, options, model, input_shapes, params, name, target, threads, (db, overlay), exact_math, progress)
+    return _run(run, settings, spec, job)
 
 
 def tune(
@@ -227,17 +234,17 @@ def tune_models(
     db: StoreLike = None,
     overlay: str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
-    trials: int | None = None,
-    seconds: float | None = None,
-    predictor: bool = True,
-    keep: float = 0.75,
-    min_gain: float = 1.0,
-    min_share: float = 1.0,
-    floor: int = 0,
-    batch: int = 16,
-    plateau: int = 64,
-    retune: bool = False,
-    lease: float = 300.0,
+    trials: int | None = TUNE.trials,
+    seconds: float | None = TUNE.seconds,
+    predictor: bool = TUNE.predictor,
+    keep: float = TUNE.keep,
+    min_gain: float = TUNE.min_gain,
+    min_share: float = TUNE.min_share,
+    floor: int = TUNE.floor,
+    batch: int = TUNE.batch,
+    plateau: int = TUNE.plateau,
+    retune: bool = TUNE.retune,
+    lease: float = TUNE.lease,
     team: str | None = None,
     rpc: str | None = None,
     dop: int | None = None,
@@ -257,9 +264,6 @@ def tune_models(
     tunes is leased to it until ``lease`` seconds after its last batch: other runs on the registry tune other tasks
     first, and take it over only if this run dies. ``output`` exports the library of a single model.
     """
-    import time
-    from dataclasses import replace
-
     from registry.pipeline.tune import ModelTuneOptions, tune_models
     from registry.store.validation import MAX_LEASE_S
 
@@ -267,82 +271,82 @@ def tune_models(
         raise BadInputError(f"plateau: {plateau!r} is not a number of trials of at least 1")
     if not (isinstance(lease, (int, float)) and 0 < lease <= MAX_LEASE_S):
         raise BadInputError(f"lease: {lease!r} is not a number of seconds above 0 and at most {MAX_LEASE_S:g}")
-
-    options = ModelTuneOptions.from_flags(
-        trials=trials, seconds=seconds, batch=batch, keep=keep, min_gain=min_gain, min_share=min_share,
-        floor=floor, plateau=plateau, retune=retune, lease=lease, predictor=predictor, team=team,
-        output=Path(output) if output is not None else None, where=_where(rpc, dop, verbose),
+    options = TuneOptions(
+        trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain, min_share=min_share,
+        floor=floor, batch=batch, plateau=plateau, retune=retune, lease=lease,
     )  # fmt: skip
+    settings = ModelTuneOptions.of(options, team=team, output=_path(output), where=_where(rpc, dop, verbose))
     if not models:
         raise BadInputError("no model to tune")
+    specs = [m if isinstance(m, ModelSpec) else ModelSpec(m) for m in models]
+    job = _Job(target, threads, db, overlay, exact_math, progress)
     start = time.perf_counter()
     tvm_target = _target(target)
-    specs = [m if isinstance(m, ModelSpec) else ModelSpec(m) for m in models]
-    loaded = [replace(load_model(*spec), exact_math=exact_math) for spec in specs]
-    import_s = time.perf_counter() - start
-    store, owned = _open(db, overlay)
-    try:
+    with _opened(specs, job, start) as (loaded, store, import_s):
         return tune_models(
-            store, loaded, tvm_target, _threads(threads), options,
-            progress=progress or (lambda _done, _total, _what: None), import_s=import_s,
-        )  # fmt: skip
-    finally:
-        if owned:
-            store.close()
+            store, loaded, tvm_target, _threads(threads), settings, progress=_progress(job), import_s=import_s
+        )
 
 
-def _predicted(model, input_shapes, params, name, target, threads, db, overlay, output, candidates, neighbours,
-               device, exact, progress) -> ModelReport:  # fmt: skip
-    import time
-    from dataclasses import replace
-
+def _predicted(spec: ModelSpec, options: TransferOptions, output: Path | None, job: _Job) -> ModelReport:
+    """``transfer(measure=False)``: the predicted pipeline (``registry.pipeline.predicted``) over ``options``."""
     from registry.pipeline.predicted import PredictOptions, device_of, predict
     from registry.tvm_side.target import device_spec
 
-    start = time.perf_counter()
-    loaded = replace(load_model(model, input_shapes, params, name), exact_math=exact)
-    import_s = time.perf_counter() - start
-    store, owned = _open(db, overlay)
-    try:
-        if device is not None:
-            spec, device_id = device_of(store, device)
+    with _opened([spec], job, time.perf_counter()) as (loaded, store, import_s):
+        if options.device is not None:
+            device, device_id = device_of(store, options.device)
         else:
-            spec = device_spec(_target(target), _threads(threads))
-            device_id = store.device_id(spec)
-        options = PredictOptions(
-            candidates=candidates, neighbours=neighbours, output=Path(output) if output is not None else None
-        )
-        return predict(store, loaded, spec, device_id, options, progress or (lambda *_: None), import_s)
-    finally:
-        if owned:
-            store.close()
+            device = device_spec(_target(job.target), _threads(job.threads))
+            device_id = store.add_device(device)
+        settings = PredictOptions(candidates=options.candidates, neighbours=options.neighbours, output=output)
+        return predict(store, loaded[0], device, device_id, settings, _progress(job), import_s)
 
 
 # -- shared ---------------------------------------------------------------------------------------------------------
 
 
-def _run(run, options, model, input_shapes, params, name, target, threads, where_to, exact, progress) -> ModelReport:
-    import time
-    from dataclasses import replace
+class _Job(NamedTuple):
+    """The arguments every model function of this module takes beside the model and its pipeline's options."""
 
+    target: TargetLike
+    threads: int | None
+    db: StoreLike
+    overlay: str | os.PathLike | None
+    exact_math: bool
+    progress: Callable[[int, int, str], None] | None
+
+
+def _run(run, settings, spec: ModelSpec, job: _Job) -> ModelReport:
+    """``run`` (a pipeline's entry point) over one model with its ``settings``."""
     start = time.perf_counter()
-    tvm_target = _target(target)
-    loaded = replace(load_model(model, input_shapes, params, name), exact_math=exact)
-    import_s = time.perf_counter() - start
-    store, owned = _open(*where_to)
-    try:
+    tvm_target = _target(job.target)
+    with _opened([spec], job, start) as (loaded, store, import_s):
         return run(
-            store,
-            loaded,
-            tvm_target,
-            _threads(threads),
-            options,
-            progress=progress or (lambda _done, _total, _what: None),
-            import_s=import_s,
+            store, loaded[0], tvm_target, _threads(job.threads), settings, progress=_progress(job), import_s=import_s
         )
+
+
+@contextlib.contextmanager
+def _opened(specs: Sequence[ModelSpec], job: _Job, start: float) -> Iterator[tuple[list[LoadedModel], Any, float]]:
+    """The models loaded, the storage open (closed after, if this opened it), and the seconds since ``start``
+    that the loading took (the report's import time)."""
+    loaded = [replace(load_model(*spec), exact_math=job.exact_math) for spec in specs]
+    import_s = time.perf_counter() - start
+    store, owned = _open(job.db, job.overlay)
+    try:
+        yield loaded, store, import_s
     finally:
         if owned:
             store.close()
+
+
+def _progress(job: _Job) -> Callable[[int, int, str], None]:
+    return job.progress or (lambda _done, _total, _what: None)
+
+
+def _path(output: str | os.PathLike | None) -> Path | None:
+    return Path(output) if output is not None else None
 
 
 def load_model(
@@ -444,7 +448,7 @@ def _threads(threads: int | None) -> int | None:
 
 def _store(db: StoreLike):
     """An open storage for a URL or SQLite path; None and an open storage as they are."""
-    from registry.store.interface import open_storage
+    from registry.store.factory import open_storage
 
     if db is None or not isinstance(db, (str, os.PathLike)):
         return db
@@ -459,7 +463,7 @@ def _url(db: str | os.PathLike) -> str:
 
 def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
     """(storage, whether this call opened it and must close it). With ``overlay``, ``db`` is read only."""
-    from registry.store.interface import open_storage
+    from registry.store.factory import open_storage
 
     if overlay is not None:
         if db is not None and not isinstance(db, (str, os.PathLike)):
