@@ -99,7 +99,7 @@ def latency_rounds(executables: dict, loaded, rounds: int = 3) -> dict[str, floa
 def leave_one_out(held_out, others: list, work: Path, target, threads: int, budget: int, meta: dict) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.pipeline.transfer import TransferOptions, transfer
+    from registry.pipeline.transfer import ModelTransferOptions, transfer
     from registry.share.log_import import import_logs
     from registry.store.sql.store import Store
     from registry.tvm_side.compile import compile_model
@@ -110,7 +110,7 @@ def leave_one_out(held_out, others: list, work: Path, target, threads: int, budg
             import_logs(store, work / other[0], model=other[0], num_threads=threads)
         loaded = load(held_out)
         # tune_trials=0: this benchmark measures transfer alone; tasks no donor helped stay on the default
-        report = transfer(store, loaded, target, threads, TransferOptions(candidates=budget, tune_trials=0))
+        report = transfer(store, loaded, target, threads, ModelTransferOptions(candidates=budget, tune_trials=0))
         full_db = ms.database.JSONDatabase(work_dir=str(work / held_out[0]))
         exes = {
             "untuned": compile_model(ms.database.MemoryDatabase(), loaded.mod, target),

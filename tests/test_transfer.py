@@ -11,6 +11,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from registry.cli.main import cli
 from registry.share.log_import import import_logs
@@ -60,7 +61,7 @@ def test_transfer_to_a_sibling_beats_untuned_and_records_its_donor(db_url, tuned
     assert 0 < first["search_s"] < wall_s and {"untuned_ms", "final_ms", "tasks"} <= first.keys()
     assert out.stat().st_size > 0
 
-    with store.read() as s:
+    with Session(store.engine) as s:
         rec = s.execute(select(TuningRecord).where(TuningRecord.source == "transferred")).scalar_one()
         donor = s.get(TuningRecord, rec.donor_record_id)
         assert donor.id == task["donor_record_id"]
@@ -229,7 +230,7 @@ def test_threads_are_part_of_the_device(sqlite_url, tuned_logs, sibling):
     two = json.loads(done.stdout)
     assert two["threads"] == 2 and two["device"].endswith("-2t")
     assert [(t["source"], t["same_device"]) for t in two["tasks"]] == [("transferred", False)], two["tasks"]
-    assert {d["threads"] for d in store.devices()} == {1, 2}
+    assert {d.threads for d in store.devices()} == {1, 2}
 
 
 @pytest.mark.tvm
@@ -240,7 +241,7 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     the best as it was, at the time the tuning measured."""
     from registry.measure.types import Measurement
     from registry.pipeline.model_run import model_run
-    from registry.pipeline.transfer import TransferOptions, _Resolver
+    from registry.pipeline.transfer import ModelTransferOptions, _Resolver
     from registry.similarity.index import SimilarityIndex
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
@@ -252,11 +253,11 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     store = Store(sqlite_url)
     with model_run(store, load_onnx(path, name="mlp"), host_target(), 1, "transferred", None) as run:
         [task] = run.tasks
-        default_was_filed = any(_is_default(r) for r in store.top_k(task.workload_id, run.db.device_id, 100))
-        resolver = _Resolver(run, SimilarityIndex(store), TransferOptions())
+        default_was_filed = any(_is_default(r) for r in store.top_k(task.workload_id, run.tvm_database.device_id, 100))
+        resolver = _Resolver(run, SimilarityIndex(store), ModelTransferOptions())
         slow_default = resolver.resolve(task, Measurement((1.0, 1.0, 1.0)))
         fast_default = resolver.resolve(task, Measurement((1e-9, 1e-9, 1e-9)))
-        best = store.top_k(task.workload_id, run.db.device_id, 1)[0]
+        best = store.top_k(task.workload_id, run.tvm_database.device_id, 1)[0]
     assert slow_default.source == "exact" and slow_default.after_us < 1e6
     assert fast_default.source == "default" and fast_default.after_us == pytest.approx(1e-3)
     assert _is_default(best)
@@ -291,7 +292,7 @@ def test_a_1x1_convolution_without_donors_takes_its_matrix_product_schedule(sqli
     assert conv["source"] == "tuned" and conv["donor"] is None and conv["candidates"] >= 1, conv
     assert conv["after_us"] < conv["before_us"] / 2, conv  # naive loops against a register-tiled product
     assert "1 scheduled as matrix products" in result.stderr, result.stderr
-    with Store(sqlite_url).read() as s:
+    with Session(Store(sqlite_url).engine) as s:
         record = s.execute(select(TuningRecord).where(TuningRecord.workload_id == conv["workload_id"])).scalar_one()
     assert record.source == "tuned" and record.donor_record_id is None and record.ok
 
@@ -303,7 +304,7 @@ def test_matrix_product_schedules_that_lost_are_not_handed_to_tuning_as_donors(s
     (given twice, they filled the seed places the donors' schedules should have had)."""
     from registry.measure.types import Measurement
     from registry.pipeline.model_run import model_run
-    from registry.pipeline.transfer import TransferOptions, _Resolver
+    from registry.pipeline.transfer import ModelTransferOptions, _Resolver
     from registry.similarity.index import SimilarityIndex
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
@@ -312,7 +313,7 @@ def test_matrix_product_schedules_that_lost_are_not_handed_to_tuning_as_donors(s
     store = Store(sqlite_url)
     with model_run(store, load_onnx(path, name="pointwise"), host_target(), 1, "transferred", None) as run:
         [task] = [t for t in run.tasks if "conv2d" in t.name]
-        resolver = _Resolver(run, SimilarityIndex(store), TransferOptions())
+        resolver = _Resolver(run, SimilarityIndex(store), ModelTransferOptions())
         result = resolver.resolve(task, Measurement((1e-9, 1e-9, 1e-9)))  # a default no schedule beats
     assert result.source == "default" and result.candidates >= 1, result
     assert resolver.tried.get(task.workload_id, []) == []

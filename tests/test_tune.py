@@ -216,9 +216,9 @@ def test_tune_respects_a_time_budget_for_the_whole_command(sqlite_url, mlp):
 
 @pytest.mark.tvm
 def test_an_interrupted_run_resumes_without_measuring_anything_twice(sqlite_url, mlp):
-    from registry.pipeline.engine import TuneOptions
     from registry.pipeline.model_run import Where
     from registry.pipeline.tune import ModelTuneOptions, tune
+    from registry.pipeline.tuning_policy import EngineOptions
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
@@ -231,7 +231,7 @@ def test_an_interrupted_run_resumes_without_measuring_anything_twice(sqlite_url,
 
     store = Store(sqlite_url)
     loaded = load_onnx(mlp, name="mlp")
-    options = ModelTuneOptions(engine=TuneOptions(trials=40, batch=8, use_predictor=False), where=Where(dop=2))
+    options = ModelTuneOptions(engine=EngineOptions(trials=40, batch=8, use_predictor=False), where=Where(dop=2))
     with pytest.raises(KeyboardInterrupt):
         tune(store, loaded, host_target(), None, options, progress=interrupt_on_third_batch)
     kept, _ = _records(sqlite_url)
@@ -456,14 +456,15 @@ def test_a_default_that_beat_every_candidate_is_filed_so_compiling_keeps_it(sqli
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
-    from registry.pipeline.engine import Engine, EngineTask, TuneOptions
+    from registry.pipeline.engine import Engine, EngineTask
     from registry.pipeline.model_run import model_run
+    from registry.pipeline.tuning_policy import EngineOptions
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target
 
     store, target = Store(sqlite_url), host_target()
     with model_run(store, load_onnx(mlp, name="mlp"), target, 1, "tuned", None) as run:
-        engine = Engine(run, run.db, TuneOptions(use_predictor=False))
+        engine = Engine(run, run.tvm_database, EngineOptions(use_predictor=False))
         try:
             lost, won = run.tasks[:2]
             tasks = [EngineTask(lost, default_us=2.0), EngineTask(won, default_us=2.0)]
@@ -474,16 +475,16 @@ def test_a_default_that_beat_every_candidate_is_filed_so_compiling_keeps_it(sqli
             engine.keep_defaults(tasks, states)
         finally:
             engine.close()
-        device_id = run.db.device_id
+        device_id = run.tvm_database.device_id
         [filed] = store.top_k(lost.workload_id, device_id, 5)
         assert filed.mean_s == pytest.approx(2e-6)
         assert [inst[0] for inst in json.loads(filed.trace_json)[0]] == ["GetSBlock"]  # changes nothing
         assert store.top_k(won.workload_id, device_id, 5) == []
         assert states[lost.workload_id].best_us == 2.0 and states[won.workload_id].best_us == 1.5
-        with target, run.db:
-            sch = run.db.query_schedule(lost.mod, target, lost.name)
+        with target, run.tvm_database:
+            sch = run.tvm_database.query_schedule(lost.mod, target, lost.name)
         assert sch is not None and tvm_ffi.structural_equal(sch.mod, lost.mod)
-        assert isinstance(run.db, ms.database.Database)
+        assert isinstance(run.tvm_database, ms.database.Database)
 
 
 @pytest.mark.tvm

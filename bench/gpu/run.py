@@ -147,8 +147,8 @@ class Bench:
         plain's, and at most ``--seconds``."""
         from bench.sqlite_copy import copy_sqlite
         from bench.tuning.run import load
-        from registry.pipeline.engine import TuneOptions
         from registry.pipeline.tune import ModelTuneOptions, tune
+        from registry.pipeline.tuning_policy import EngineOptions
         from registry.store.sql.store import Store
 
         db = self.work / db_name
@@ -173,7 +173,7 @@ class Bench:
         from registry.pipeline.model_run import extract
 
         n_tasks = len(extract(store, loaded, self.target))
-        options = ModelTuneOptions(engine=TuneOptions(trials=self.trials_per_task * n_tasks, seconds=self.seconds))
+        options = ModelTuneOptions(engine=EngineOptions(trials=self.trials_per_task * n_tasks, seconds=self.seconds))
         started, t0 = _now(), time.perf_counter()
         report = tune(store, loaded, self.target, None, options)
         return {"seconds": time.perf_counter() - t0, "started": started.isoformat(), "db": str(db),
@@ -194,13 +194,13 @@ class Bench:
     def transfer(self) -> dict:
         from bench.sqlite_copy import copy_sqlite
         from bench.tuning.run import load
-        from registry.pipeline.transfer import TransferOptions, transfer
+        from registry.pipeline.transfer import ModelTransferOptions, transfer
         from registry.store.sql.store import Store
 
         db = self.work / "transfer.db"
         copy_sqlite(self.work / "tune-h128.db", db)
         t0 = time.perf_counter()
-        options = TransferOptions(tune_trials=0)
+        options = ModelTransferOptions(tune_trials=0)
         report = transfer(Store(f"sqlite:///{db}"), load(BIG), self.target, None, options)
         return {"seconds": time.perf_counter() - t0, "db": str(db), "report": report.as_json(),
                 "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip

@@ -123,8 +123,8 @@ def plain(
 
 def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target, threads: int) -> dict:
     """registry tune on ``name`` over a copy of the plain registry of ``donor``."""
-    from registry.pipeline.engine import TuneOptions
     from registry.pipeline.tune import ModelTuneOptions, tune
+    from registry.pipeline.tuning_policy import EngineOptions
     from registry.store.sql.store import Store
     from registry.tvm_side import predictor
 
@@ -139,7 +139,7 @@ def registry_run(name: str, donor: str, work: Path, trials_per_task: int, target
     print(f"registry tune {name} (registry of {donor}; predictor trained in {train_s:.0f} s)", flush=True)
     loaded = load(name)
     n_tasks = len(_task_weights(store, loaded, target))
-    options = ModelTuneOptions(engine=TuneOptions(trials=trials_per_task * n_tasks))
+    options = ModelTuneOptions(engine=EngineOptions(trials=trials_per_task * n_tasks))
     started = _now()
     start = time.perf_counter()
     report = tune(store, loaded, target, threads, options)
@@ -202,7 +202,7 @@ def end_to_end(loaded, target, dbs: dict, rounds: int = 3) -> dict[str, float]:
 def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, budget: int = 8) -> dict:
     """``registry transfer`` of ``name`` (no fallback tuning) over a copy of ``donor``'s plain registry: the search
     time, kept in the result, and the registry it wrote, which the end-to-end timing compiles with."""
-    from registry.pipeline.transfer import TransferOptions, transfer
+    from registry.pipeline.transfer import ModelTransferOptions, transfer
     from registry.store.sql.store import Store
 
     db_path = work / f"transfer-{name}-from-{donor}.db"
@@ -210,7 +210,7 @@ def sibling_transfer(name: str, donor: str, work: Path, target, threads: int, bu
     print(f"registry transfer {name} (registry of {donor}, {budget} candidates per task)", flush=True)
     start = time.perf_counter()
     report = transfer(Store(f"sqlite:///{db_path}"), load(name), target, threads,
-                      TransferOptions(candidates=budget, tune_trials=0))  # fmt: skip
+                      ModelTransferOptions(candidates=budget, tune_trials=0))  # fmt: skip
     return {"donor": donor, "seconds": time.perf_counter() - start, "budget": budget, "db": str(db_path),
             "tasks_transferred": sum(t.source == "transferred" for t in report.tasks)}  # fmt: skip
 

@@ -30,7 +30,7 @@ class DonorSchedules:
         self._donor_mods: dict[int, IRModule] = {}
 
     def find(self, index: SimilarityIndex, task, device_id: int, neighbours: int, per_device: int = 2) -> list[Donor]:
-        """The stored records that may donate to ``task`` (a ``model_run.Task``), in the order worth trying: those of
+        """The stored records that may donate to ``task`` (a ``RunTask``), in the order worth trying: those of
         its ``neighbours`` nearest other workloads of the same operator kind (see ``find_donors``), and the task's
         own workload's records on sibling devices (other devices of the target kind: another mcpu, thread count or
         GPU), which are the nearest of all. Its records on this device are no donors: they are the task's own."""
@@ -111,7 +111,7 @@ class RunDonors:
         self.device_id, self.neighbours, self.per_task = device_id, neighbours, per_task
 
     def seeds(self, task) -> list[Schedule]:
-        """Up to ``per_task`` distinct schedules of ``task`` (a ``model_run.Task``) from its donors' best records."""
+        """Up to ``per_task`` distinct schedules of ``task`` (a ``RunTask``) from its donors' best records."""
         donors = self.schedules.find(self.index, task, self.device_id, self.neighbours)
         return [sch for _, sch in self.schedules.distinct(task.mod, donors, self.per_task, resample=0)]
 

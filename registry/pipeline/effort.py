@@ -28,12 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from registry import hostinfo
+from registry.options import TUNE
 from registry.store.interface import RegistryStorage
-from registry.store.values import IMPORTED_EFFORT, NO_EFFORT, Effort
+from registry.store.values import IMPORTED_EFFORT, NO_EFFORT, Effort, EffortUpdate
 
 PLATEAU_GAIN = 0.01  # a task whose last `window` trials improved its best by less than this has plateaued
-DEFAULT_WINDOW = 64  # trials
-DEFAULT_LEASE_S = 300.0  # how long a lease outlives its run's last batch (a killed run's tasks wait this long)
 CURVE_POINTS = 256  # the most points a task's curve keeps; older ones are thinned
 
 
@@ -87,8 +86,8 @@ class Leases:
 
     store: RegistryStorage
     device_id: int
-    window: int = DEFAULT_WINDOW
-    lease_s: float = DEFAULT_LEASE_S
+    window: int = TUNE.plateau  # trials
+    lease_s: float = TUNE.lease  # how long a lease outlives its run's last batch: a killed run's tasks wait this long
     retune: bool = False  # search on past a plateau (registry tune --retune): the planner's rules alone stop a task
     holder: str = field(default_factory=holder_name)
     held: dict[int, _Held] = field(default_factory=dict)  # by workload id
@@ -130,7 +129,8 @@ class Leases:
         added = measurements - self.saved.get(workload_id, 0)
         h.trials += added
         plateau = plateaued(h.curve, self.window)
-        if self.store.save_effort(workload_id, self.device_id, self.holder, (added, 0.0), h.curve, plateau, None):
+        update = EffortUpdate(workload_id, self.device_id, self.holder, (added, 0.0), h.curve, plateau, None)
+        if self.store.save_effort(update):
             self.saved[workload_id] = measurements
 
     def after_batch(
@@ -148,13 +148,15 @@ class Leases:
         plateau = exhausted or plateaued(h.curve, self.window)
         release = done or (plateau and not self.retune)
         kept = self.store.save_effort(
-            workload_id,
-            self.device_id,
-            self.holder,
-            (added, seconds),
-            h.curve,
-            plateau,
-            None if release else self.lease_s,
+            EffortUpdate(
+                workload_id,
+                self.device_id,
+                self.holder,
+                (added, seconds),
+                h.curve,
+                plateau,
+                None if release else self.lease_s,
+            )
         )
         if kept:  # else the trials stay unsaved: this run's own, counted by it (``TaskState.measurements``)
             self.saved[workload_id] = measurements

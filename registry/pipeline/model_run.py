@@ -1,6 +1,13 @@
-"""The steps every per-model command shares (``registry transfer``, ``registry tune``): extracting a model's tasks,
-opening the measurer and the registry database its records are filed in, timing wall-clock parts, compiling the
-result and reporting it."""
+"""The steps every per-model command shares (``registry transfer``, ``registry tune``), one job per function:
+
+- **extraction**: the model's tasks, recorded in the registry (``extract``);
+- **the measurer's lifecycle**: started before the tasks are extracted (it says which device this is), stopped when
+  the command ends (``model_runs``);
+- **the budget's reserve**: what a time budget keeps back for the end (``finishing_s``);
+- **the compile and the report**: the model compiled with the registry, timed against the untuned build (``finish``).
+
+Wall time goes to the report's parts through the run's ``Clock`` (``registry.pipeline.clock``), passed explicitly.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +29,11 @@ from registry.measure.jobs import before_and_after, kernel_arguments, model_job
 from registry.measure.measurer import Measurer
 from registry.measure.tracker import Tracker
 from registry.measure.types import UNTUNED, Measurement, ModelJob
+from registry.pipeline.clock import Clock
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.store.interface import RegistryStorage
-from registry.store.rows import DeviceSpec, RecordIn, Signature, WorkloadIn
+from registry.store.rows import DeviceSpec, ModelIn, RecordIn, Signature, WorkloadIn
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.compile import compile_model, plain_module, task_module
 from registry.tvm_side.defaults import default_schedule, default_trace
@@ -47,11 +55,13 @@ def say(progress: Progress, text: str) -> None:
 
 
 @dataclass
-class Task:
+class RunTask:
+    """A task of the model being tuned or transferred (see the glossary): its workload as the registry stores it."""
+
     name: str
     weight: int
     mod: IRModule
-    ident: tuple[str, str]  # (structural hash, module equality), as the store keys workloads
+    ident: tuple[str, str]  # (structural hash, module equality), as the registry keys workloads
     workload_id: int
     signature: Signature
     arguments: tuple  # (ArgInfo JSON, bounds of the integer arguments): what every schedule of it is timed on
@@ -66,24 +76,8 @@ class Where:
     verbose: bool = False  # show the workers' own output (TVM's warnings and errors)
 
 
-class Clock:
-    """Adds wall time to one of the report's parts: ``with clock("donors"): ...``."""
-
-    def __init__(self, timings: Timings) -> None:
-        self.timings = timings
-
-    @contextlib.contextmanager
-    def __call__(self, part: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            attr = f"{part}_s"
-            setattr(self.timings, attr, getattr(self.timings, attr) + time.perf_counter() - start)
-
-
-def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list[Task]:
-    """The model's tuning tasks, recorded in the store with their weights.
+def extract(storage: RegistryStorage, loaded: LoadedModel, target: Target) -> list[RunTask]:
+    """The model's tuning tasks, recorded in the registry with their weights.
 
     Each task's module is the one the registry stores for its workload, which another model may have stored first.
     The structural hash that keys workloads ignores block names, and traces name the blocks they schedule: a trace
@@ -92,15 +86,17 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
     """
     extracted = ms.relax_integration.extract_tasks(task_module(loaded.mod, target, loaded.exact_math), target)
     workloads = [workload_in(t.dispatched[0], task_name=t.task_name) for t in extracted]
-    store.record_model(
-        loaded.name,
-        loaded.sha256,
-        loaded.input_shapes,
-        [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
-        plain_tasks(loaded, target, {w.ident for w in workloads}),
+    storage.save_model(
+        ModelIn(
+            loaded.name,
+            loaded.sha256,
+            loaded.input_shapes,
+            [(w, t.task_name, int(t.weight)) for w, t in zip(workloads, extracted, strict=True)],
+            plain_tasks(loaded, target, {w.ident for w in workloads}),
+        )
     )
-    ids = store.workload_ids([w.ident for w in workloads])
-    stored = store.workloads_by_id(sorted(set(ids.values())))
+    ids = storage.workload_ids([w.ident for w in workloads])
+    stored = storage.workloads_by_id(sorted(set(ids.values())))
     tasks = []
     for w, t in zip(workloads, extracted, strict=True):
         wid = ids[w.ident]
@@ -108,7 +104,7 @@ def extract(store: RegistryStorage, loaded: LoadedModel, target: Target) -> list
         # the task's records, and the task keeps its own module)
         same = wid not in stored or stored[wid].mod_json == w.mod_json
         mod = t.dispatched[0] if same else tvm.ir.load_json(stored[wid].mod_json)
-        tasks.append(Task(t.task_name, int(t.weight), mod, w.ident, wid, w.signature, kernel_arguments(mod)))
+        tasks.append(RunTask(t.task_name, int(t.weight), mod, w.ident, wid, w.signature, kernel_arguments(mod)))
     return tasks
 
 
@@ -128,25 +124,25 @@ def plain_tasks(loaded: LoadedModel, target: Target, ours: set) -> list[tuple[Wo
 
 @dataclass
 class ModelRun:
-    """One per-model command's run: the model's tasks, what measures them, and the registry database that files
-    their records under the measurer's device."""
+    """One per-model command's run: the model's tasks, what measures them, and the TVM database (the registry's view
+    for the measurer's device) that files their records."""
 
-    store: RegistryStorage
+    storage: RegistryStorage
     loaded: LoadedModel
     target: Target
     clock: Clock
-    tasks: list[Task]
+    tasks: list[RunTask]
     measurer: Measurer
-    db: RegistryDatabase
+    tvm_database: RegistryDatabase
 
-    def database(self, tasks: list[Task], source: str, team: str | None) -> RegistryDatabase:
+    def tvm_database_for(self, tasks: list[RunTask], source: str, team: str | None) -> RegistryDatabase:
         """Another view of the registry for this run's device, filing records as ``source``."""
-        return registry_database(self.store, self.measurer.device, tasks, source, team, self.loaded.name)
+        return registry_database(self.storage, self.measurer.device, tasks, source, team, self.loaded.name)
 
 
 @contextlib.contextmanager
 def model_run(
-    store: RegistryStorage,
+    storage: RegistryStorage,
     loaded: LoadedModel,
     target: Target,
     threads: int | None,
@@ -156,14 +152,14 @@ def model_run(
     where: Where | None = None,
 ) -> Iterator[ModelRun]:
     """What every per-model command does first: start the measurer (which says which device this is), start the
-    clock, extract and record the tasks, open the registry database. The measurer's workers stop at the end."""
-    with model_runs(store, [loaded], target, threads, source, team, import_s, where) as runs:
+    clock, extract and record the tasks, open the TVM database. The measurer's workers stop at the end."""
+    with model_runs(storage, [loaded], target, threads, source, team, import_s, where) as runs:
         yield runs[0]
 
 
 @contextlib.contextmanager
 def model_runs(
-    store: RegistryStorage,
+    storage: RegistryStorage,
     models: list[LoadedModel],
     target: Target,
     threads: int | None,
@@ -174,26 +170,46 @@ def model_runs(
 ) -> Iterator[list[ModelRun]]:
     """``model_run`` for several models at once (``registry tune A.onnx B.onnx``): one measurer and one clock, each
     model's tasks extracted and recorded."""
-    where = where or Where()
     clock = Clock(Timings(import_s=import_s))
+    with running_measurer(target, threads, where or Where(), clock) as measurer:
+        yield [_prepared(storage, loaded, target, clock, measurer, source, team) for loaded in models]
+
+
+@contextlib.contextmanager
+def running_measurer(target: Target, threads: int | None, where: Where, clock: Clock) -> Iterator[Measurer]:
+    """The measurer's lifecycle: its workers started (the start counts as import time), stopped however the
+    command ends."""
     with clock("import"):
         measurer = Measurer(target, threads, rpc=where.rpc, dop=where.dop, verbose=where.verbose)
     try:
-        runs = []
-        for loaded in models:
-            with clock("import"):
-                tasks = extract(store, loaded, target)
-                db = registry_database(store, measurer.device, tasks, source, team, loaded.name)
-            runs.append(ModelRun(store, loaded, target, clock, tasks, measurer, db))
-        yield runs
+        yield measurer
     finally:
         measurer.close()
 
 
-def registry_database(store: RegistryStorage, device: DeviceSpec, tasks: list[Task], source: str, team, model):
+def _prepared(
+    storage: RegistryStorage,
+    loaded: LoadedModel,
+    target: Target,
+    clock: Clock,
+    measurer: Measurer,
+    source: str,
+    team: str | None,
+) -> ModelRun:
+    """One model's run: its tasks extracted and recorded, and its TVM database opened for the measurer's device."""
+    with clock("import"):
+        tasks = extract(storage, loaded, target)
+        tvm_database = registry_database(storage, measurer.device, tasks, source, team, loaded.name)
+    return ModelRun(storage, loaded, target, clock, tasks, measurer, tvm_database)
+
+
+def registry_database(
+    storage: RegistryStorage, device: DeviceSpec, tasks: list[RunTask], source: str, team, model
+) -> RegistryDatabase:
+    """The TVM database of ``device`` over ``storage``, filing records as ``source`` and naming them by task."""
     return RegistryDatabase(
         device.target,
-        store,
+        storage,
         device=device,
         source=source,
         team=team,
@@ -202,7 +218,7 @@ def registry_database(store: RegistryStorage, device: DeviceSpec, tasks: list[Ta
     )
 
 
-def default_timings(run: ModelRun, tasks: list[Task]) -> dict[int, Measurement]:
+def default_timings(run: ModelRun, tasks: list[RunTask]) -> dict[int, Measurement]:
     """Each task's default schedule (what the model runs without records: naive loops on a CPU, DLight's on a GPU),
     timed like the candidates: the "before"."""
     from registry.measure.jobs import module_job
@@ -213,15 +229,39 @@ def default_timings(run: ModelRun, tasks: list[Task]) -> dict[int, Measurement]:
     return {t.workload_id: m for t, m in zip(tasks, measured, strict=True)}
 
 
+# -- the budget's reserve: what a time budget keeps back for the end -------------------------------------------------
+
+# The tuned model takes longer to build than the untuned one (its kernels are unrolled and vectorized), so the reserve
+# is 1.7x the untuned compile; the report, closing the workers and the exit take a few seconds more
+# (docs/BENCHMARKS.md, "Evidence behind the code's rules").
+TUNED_BUILD = 1.7
+FINISH_MARGIN = 1.15
+FINISH_SLACK_S = 5.0
+
+
+def finish_estimate_s(untuned_compile_s: float, untuned_timing_s: float) -> float:
+    """What ``finish`` is expected to spend, from what the untuned model cost: the tuned model's compile and export,
+    and two timings (the untuned model's again, and the tuned one's)."""
+    return TUNED_BUILD * untuned_compile_s + 2 * untuned_timing_s
+
+
+def finishing_s(untuned: list[Untuned]) -> float:
+    """What ``finish`` will take for these models: kept back from a time budget, so the command ends within it."""
+    return sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
+
+
+# -- the compile and the report ----------------------------------------------------------------------------------
+
+
 @dataclass
 class Untuned:
     """The model compiled without records and timed: the report's "untuned", and what the end of the run costs (a
     time budget keeps that much back)."""
 
     measurement: Measurement
-    seconds: float  # what ``finish`` is expected to spend: the tuned model's compile and export, two timings
-    # Its library, exported once and timed again beside the final model, so that their ratio is taken in one run.
-    # (Exported again for that, a YOLOv8n's naive loops took 12 s more of LLVM code generation on a 2-core VM.)
+    seconds: float  # what ``finish`` is expected to spend (``finish_estimate_s``)
+    # Its library, exported once and timed again beside the final model, so that their ratio is taken in one run
+    # without paying the untuned model's code generation twice.
     job: ModelJob
     library: contextlib.ExitStack  # holds the library (``model_job``'s) until ``finish`` closes it
 
@@ -235,39 +275,23 @@ def untuned_model(run: ModelRun) -> Untuned:
     with run.clock("report"):
         measured = run.measurer.model(job, UNTUNED)
     timed = time.perf_counter()
-    return Untuned(measured, TUNED_BUILD * (compiled - start) + 2 * (timed - compiled), job, library)
+    return Untuned(measured, finish_estimate_s(compiled - start, timed - compiled), job, library)
 
 
-# What a time budget keeps back for the end, from what compiling, exporting and timing the untuned model cost. The
-# tuned model takes longer to build: its kernels are unrolled and vectorized (a YOLOv8n with 33 tuned tasks: 54 s
-# against the untuned model's 32 s on a 2-core VM, where the reserve of 1.25x the untuned model's compile had the
-# command end 11 s past a 3-minute budget). The report, closing the workers and the exit take a few seconds more: a
-# YOLOX's first transfer (ddddocr-det, 3 minutes) ended 4.6 s past its budget with 1 s kept for them.
-TUNED_BUILD = 1.7
-FINISH_MARGIN = 1.15
-FINISH_SLACK_S = 5.0
-
-
-def finishing_s(untuned: list[Untuned]) -> float:
-    """What ``finish`` will take for these models: kept back from a time budget, so the command ends within it."""
-    return sum(FINISH_MARGIN * u.seconds for u in untuned) + FINISH_SLACK_S
-
-
-def default_record(run: ModelRun, task: Task, default_us: float, team: str | None) -> RecordIn | None:
+def default_record(run: ModelRun, task: RunTask, default_us: float, team: str | None) -> RecordIn | None:
     """The task's default schedule as a record, for a task whose measured schedules all lose to it (None on a GPU).
 
     Compiling with a registry applies whatever record a workload has, however slow: MetaSchedule does not know the
-    default's time. A ViT's layer norm whose 12 tuned candidates took 155 µs and more, against 10.4 µs unscheduled,
-    made the model 1.54 ms instead of 0.79 (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's
-    plateau"). Filed, the default is the best record and compiling keeps it. Its time is the default's median as
-    this run measured it.
+    default's time. A layer norm whose tuned candidates all took 15 times its unscheduled time doubled the model's
+    latency (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau"). Filed, the default is the best
+    record and compiling keeps it. Its time is the default's median as this run measured it.
     """
     trace = default_trace(task.mod, run.target)
     if trace is None:
         return None
     return RecordIn(
         workload=task.ident,
-        device=run.db.device,
+        device=run.tvm_database.device,
         trace=trace,
         run_secs=(default_us / 1e6,),
         source="tuned",  # measured by this run like a tuned candidate: the schedule that changes nothing
@@ -286,13 +310,9 @@ def finish(
     is still written."""
     loaded, clock = run.loaded, run.clock
     untuned = untuned or untuned_model(run)
-    efforts = run.store.efforts([r.workload_id for r in results], run.db.device_id)
-    for r in results:
-        if r.workload_id in efforts:
-            e = efforts[r.workload_id]
-            r.effort_trials, r.effort_s, r.plateau = e.trials, round(e.seconds, 1), e.plateau
+    _add_efforts(run, results)
     with clock("compile"):
-        final_exe = _compile(run, run.db)
+        final_exe = _compile(run, run.tvm_database)
     if output is not None:
         _writable(output)
     with clock("report"), untuned.library:
@@ -309,9 +329,18 @@ def finish(
         timings=clock.timings,
         output=str(output) if output is not None else None,
         errors=errors,
-        device_id=run.db.device_id,
+        device_id=run.tvm_database.device_id,
         sha256=loaded.sha256,
     )
+
+
+def _add_efforts(run: ModelRun, results: list[TaskResult]) -> None:
+    """Each task's recorded effort on the device (every run's, this one's included), on its result."""
+    efforts = run.storage.efforts([r.workload_id for r in results], run.tvm_database.device_id)
+    for r in results:
+        if r.workload_id in efforts:
+            e = efforts[r.workload_id]
+            r.effort_trials, r.effort_s, r.plateau = e.trials, round(e.seconds, 1), e.plateau
 
 
 def _compile(run: ModelRun, database):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm.ir.utils import derived_object
@@ -33,8 +33,10 @@ from tvm.target import Target
 
 from registry.errors import BadInputError, RegistryError
 from registry.measure.builder import PersistentBuilder
+from registry.options import TRANSFER
+from registry.pipeline.clock import Clock
 from registry.pipeline.donor_schedules import DonorSchedules
-from registry.pipeline.model_run import Clock, Progress, extract
+from registry.pipeline.model_run import Progress, RunTask, extract
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.similarity.index import SimilarityIndex
@@ -50,7 +52,7 @@ from registry.tvm_side.signature import structural_hash
 @dataclass
 class PredictOptions:
     candidates: int = 8  # donor programs built per task, at most: building is cheap beside measuring
-    neighbours: int = 5
+    neighbours: int = TRANSFER.neighbours  # donor workloads considered per task
     output: Path | None = None
 
 
@@ -79,7 +81,7 @@ class _Picks(RegistryDatabase._cls):
 
 
 def predict(
-    store: RegistryStorage,
+    storage: RegistryStorage,
     loaded: LoadedModel,
     device: DeviceSpec,
     device_id: int,
@@ -89,48 +91,27 @@ def predict(
 ) -> ModelReport:
     """Compile ``loaded`` for ``device`` (a registry device, run here or not) with its records and the predictor's
     picks among the donors' schedules of the rest; see the module docstring."""
-    from registry.tvm_side.predictor import load_predictor, sibling_predictor
-
     opts = options or PredictOptions()
     target = Target(device.target)
     clock = Clock(Timings(import_s=import_s))
     with clock("import"):
-        tasks = extract(store, loaded, target)
-    loaded_predictor = load_predictor(store, device_id)
-    source = None
-    if loaded_predictor is None:
-        sibling = sibling_predictor(store, device_id)
-        if sibling is not None:
-            loaded_predictor, source = sibling[:2], sibling[2]
-    if loaded_predictor is None:
-        raise BadInputError(
-            f"device {device_id} has no predictor, nor has any sibling device: `registry predictor train --device "
-            f"{device_id}` trains one on its records (--no-measure lets it choose the schedules)"
-        )
-    model, version = loaded_predictor
+        tasks = extract(storage, loaded, target)
+    model, version, source = _predictor(storage, device_id)
     prepare_tuning(target.kind.name)
-    database = _Picks(store, device)
     with clock("donors"):
-        index = SimilarityIndex(store)
+        index = SimilarityIndex(storage)
         index.load()
-    schedules = DonorSchedules(store, target)
-    builder = PersistentBuilder()
+    chooser = _Chooser(_Picks(storage, device), DonorSchedules(storage, target), index, model, device_id, opts, clock)
     results = []
     try:
         for i, task in enumerate(tasks):
             progress(i, len(tasks), task.name)
-            results.append(_resolve(task, database, schedules, index, builder, model, device_id, opts, clock))
+            results.append(chooser.resolve(task))
     finally:
-        builder.shutdown()
+        chooser.builder.shutdown()
     progress(len(tasks), len(tasks), "compiling")
     with clock("compile"):
-        try:
-            exe = compile_model(database, loaded.mod, target, loaded.exact_math)
-        except TVM_ERRORS as e:
-            raise RegistryError(f"{loaded.name}: compiling the model failed: {error_line(e)}") from None
-        if opts.output is not None:
-            opts.output.parent.mkdir(parents=True, exist_ok=True)
-            exe.export_library(str(opts.output))
+        _compile_and_export(chooser.database, loaded, target, opts.output)
     whose = f" of sibling device {source}" if source else ""
     return ModelReport(
         model=loaded.name,
@@ -152,44 +133,90 @@ def predict(
     )
 
 
-def _resolve(task, database: _Picks, schedules, index, builder, model, device_id, opts, clock) -> TaskResult:
-    result = TaskResult(task.name, task.weight, task.workload_id, "default", None, None)
-    if database.store.top_k(task.workload_id, device_id, 1):
-        result.source = "exact"
-        return result
-    with clock("donors"):
-        donors = schedules.find(index, task, device_id, opts.neighbours)
-        picked = schedules.distinct(task.mod, donors, opts.candidates, resample=opts.candidates)
-    if not picked:
-        return result
-    with clock("measure"):  # building: what a measured transfer would spend before timing
-        built = builder.build([BuilderInput(sch.mod, database.target) for _, sch in picked])
-        for b in built:
-            if b.artifact_path:
-                shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-    ok = [(donor, sch) for (donor, sch), b in zip(picked, built, strict=True) if not b.error_msg]
-    result.candidates = len(ok)
-    if not ok:
-        return result
-    with clock("search"):
-        context = ms.TuneContext(mod=task.mod, target=database.target, task_name=task.name)
-        args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
-        scores = model.predict(context, [MeasureCandidate(sch, args) for _, sch in ok])
-    best = max(range(len(ok)), key=lambda i: scores[i])
-    donor, sch = ok[best]
-    database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
-    result.source = "predicted"
-    result.donor = f"{donor.task_name}#{donor.workload_id}"
-    result.donor_record_id, result.distance, result.same_device = donor.record.id, donor.distance, donor.same_device
-    return result
+def _predictor(storage: RegistryStorage, device_id: int) -> tuple[object, int, str | None]:
+    """The device's predictor, else a sibling device's: (cost model, version, the sibling's name or None)."""
+    from registry.tvm_side.predictor import load_predictor, sibling_predictor
+
+    loaded = load_predictor(storage, device_id)
+    if loaded is not None:
+        return loaded[0], loaded[1], None
+    sibling = sibling_predictor(storage, device_id)
+    if sibling is not None:
+        return sibling
+    raise BadInputError(
+        f"device {device_id} has no predictor, nor has any sibling device: `registry predictor train --device "
+        f"{device_id}` trains one on its records (--no-measure lets it choose the schedules)"
+    )
 
 
-def device_of(store: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:
+def _compile_and_export(database: _Picks, loaded: LoadedModel, target: Target, output: Path | None) -> None:
+    try:
+        exe = compile_model(database, loaded.mod, target, loaded.exact_math)
+    except TVM_ERRORS as e:
+        raise RegistryError(f"{loaded.name}: compiling the model failed: {error_line(e)}") from None
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        exe.export_library(str(output))
+
+
+@dataclass
+class _Chooser:
+    """Resolves one task at a time: its exact records, else the predictor's pick among its donors' schedules that
+    build, else its default schedule."""
+
+    database: _Picks
+    schedules: DonorSchedules
+    index: SimilarityIndex
+    model: object  # the predictor's cost model
+    device_id: int
+    opts: PredictOptions
+    clock: Clock
+    builder: PersistentBuilder = field(default_factory=PersistentBuilder)
+
+    def resolve(self, task: RunTask) -> TaskResult:
+        result = TaskResult(task.name, task.weight, task.workload_id, "default", None, None)
+        if self.database.store.top_k(task.workload_id, self.device_id, 1):
+            result.source = "exact"
+            return result
+        with self.clock("donors"):
+            donors = self.schedules.find(self.index, task, self.device_id, self.opts.neighbours)
+            picked = self.schedules.distinct(task.mod, donors, self.opts.candidates, resample=self.opts.candidates)
+        if not picked:
+            return result
+        ok = self._built(picked)
+        result.candidates = len(ok)
+        if not ok:
+            return result
+        with self.clock("search"):
+            context = ms.TuneContext(mod=task.mod, target=self.database.target, task_name=task.name)
+            args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
+            scores = self.model.predict(context, [MeasureCandidate(sch, args) for _, sch in ok])
+        best = max(range(len(ok)), key=lambda i: scores[i])
+        donor, sch = ok[best]
+        self.database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
+        result.source = "predicted"
+        result.donor = f"{donor.task_name}#{donor.workload_id}"
+        result.donor_record_id, result.distance = donor.record.id, donor.distance
+        result.same_device = donor.same_device
+        return result
+
+    def _built(self, picked: list) -> list:
+        """The (donor, schedule) pairs whose schedule builds for the target: a schedule that does not is never
+        picked."""
+        with self.clock("measure"):  # building: what a measured transfer would spend before timing
+            built = self.builder.build([BuilderInput(sch.mod, self.database.target) for _, sch in picked])
+            for b in built:
+                if b.artifact_path:
+                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+        return [(donor, sch) for (donor, sch), b in zip(picked, built, strict=True) if not b.error_msg]
+
+
+def device_of(storage: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:
     """A registry device by ``--device`` selector, as the spec its records are filed under, and its id. Its TVM
     release must be this one: traces and a predictor's features are a release's own."""
     from registry import hostinfo
 
-    row = store.resolve_one_device(selector)
+    row = storage.resolve_one_device(selector)
     if row.tvm_version != hostinfo.tvm_version():
         raise BadInputError(
             f"device {row.id}:{row.name} was measured with TVM {row.tvm_version}, this is TVM "

@@ -14,8 +14,8 @@ For each task of the model, in order of preference:
 Then the fallback: ``tune_trials`` measured trials for each task left on the default schedule or failed, and for each
 transferred task whose schedule reached less than ``retune_below`` of the best FLOP rate its donors' own records
 reached (``similarity.donors.best_rate``). A donor's schedule beats TVM's naive CPU default by far, so "it beat the
-default" says little: a ResNet bottleneck's transferred convolutions kept 4.2x onnxruntime's time on one machine and
-took 1.6 ms where tuning reached 40 µs on another, and were never tuned. What schedules searched for similar
+default" says little: a transferred convolution can stay several times slower than a tuned one and never be tuned
+(docs/BENCHMARKS.md, "Evidence behind the code's rules"). What schedules searched for similar
 workloads reached says what a good one reaches here. Records that were themselves transferred do not count: a poor
 transfer earlier in the same model would otherwise vouch for the next one.
 
@@ -38,12 +38,13 @@ from registry import hostinfo
 from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
+from registry.options import TRANSFER
 from registry.pipeline.donor_schedules import DonorSchedules, RunDonors
-from registry.pipeline.engine import EngineTask, TuneOptions
+from registry.pipeline.engine import EngineTask
 from registry.pipeline.model_run import (
     ModelRun,
     Progress,
-    Task,
+    RunTask,
     Untuned,
     Where,
     default_record,
@@ -54,6 +55,7 @@ from registry.pipeline.model_run import (
     say,
     untuned_model,
 )
+from registry.pipeline.tuning_policy import EngineOptions
 from registry.records.write import RecordWriter
 from registry.report.model_report import ModelReport, TaskResult
 from registry.similarity.donors import Donor, best_rate
@@ -68,44 +70,44 @@ from registry.tvm_side.output_check import output_check
 
 
 @dataclass
-class TransferOptions:
-    candidates: int = 3  # schedules measured per task, at most (docs/BENCHMARKS.md, "Transfer-tuning": 3 vs 8)
-    neighbours: int = 5  # donor workloads considered per task
+class ModelTransferOptions:
+    """The transfer's settings: ``registry.options.TransferOptions`` as this pipeline takes them, and its own."""
+
+    candidates: int = TRANSFER.candidates  # schedules measured per task, at most
+    neighbours: int = TRANSFER.neighbours  # donor workloads considered per task
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None
     output: Path | None = None  # where to export the compiled library
     # Fallback tuning of the tasks no donor helped, and of poor transfers: this many measured trials per such task
     # (0: none).
-    tune_trials: int = 32
+    tune_trials: int = TRANSFER.tune_trials
     # ... within what is left of this many seconds of the whole command's wall time, once the transfers are measured
     # and the compile is provided for (None: no limit, 0: no tuning): a user who asked to transfer did not ask for
-    # half an hour of tuning. The transfers themselves take fewer candidates a task as it ends. Three minutes: a
-    # detector's first transfer after `registry pull` (49 tasks at 416x416) reached the same latency in 3 minutes as
-    # in 5 (docs/BENCHMARKS.md, "A new user's first transfer of a YOLO").
-    tune_seconds: float | None = 180.0
+    # half an hour of tuning. The transfers themselves take fewer candidates a task as it ends.
+    tune_seconds: float | None = TRANSFER.tune_budget
     # A transferred task whose schedule reached less than this share of its donors' best FLOP rate is tuned too (0:
     # never).
-    retune_below: float = 0.5
-    tune: TuneOptions = field(default_factory=TuneOptions)
+    retune_below: float = TRANSFER.retune_below
+    tune: EngineOptions = field(default_factory=EngineOptions)
     where: Where = field(default_factory=Where)  # where to measure
 
 
 def transfer(
-    store: RegistryStorage,
+    storage: RegistryStorage,
     loaded: LoadedModel,
     target: Target,
     threads: int | None,
-    options: TransferOptions | None = None,
+    options: ModelTransferOptions | None = None,
     progress: Progress = lambda _done, _total, _what: None,
     import_s: float = 0.0,
 ) -> ModelReport:
     """Transfer-tune ``loaded`` for ``target`` at ``threads`` runtime threads (None: the runtime's default); see the
     module docstring."""
-    opts = options or TransferOptions()
+    opts = options or ModelTransferOptions()
     started = time.perf_counter() - import_s  # a time budget counts from the start of the command
-    with model_run(store, loaded, target, threads, "transferred", opts.team, import_s, opts.where) as run:
+    with model_run(storage, loaded, target, threads, "transferred", opts.team, import_s, opts.where) as run:
         with run.clock("donors"):
-            index = SimilarityIndex(store)
+            index = SimilarityIndex(storage)
             index.load()  # rebuilt here if stale, so that the first task does not pay for it
         resolver = _Resolver(run, index, opts)
         progress(0, len(run.tasks), "timing each task's default schedule")
@@ -134,8 +136,8 @@ def _resolve_all(
 ) -> list[TaskResult]:
     """Each task's result, in the model's order. The tasks are resolved heaviest first (the most default time a
     call), so that when ``deadline`` (``time.perf_counter``'s) nears, the tasks left with fewer candidates are the
-    light ones. Each task gets as many candidates (up to ``TransferOptions.candidates``) as what is left of the time
-    allows at the cost of a candidate so far, and at least one: a task left on its default can cost the model more
+    light ones. Each task gets as many candidates (up to ``ModelTransferOptions.candidates``) as what is left of the
+    time allows at the cost of a candidate so far, and at least one: a task left on its default can cost the model more
     than the whole budget (a ddddocr-det's 416x416 convolution runs 230 ms unscheduled, 3.4 ms transferred)."""
     order = sorted(range(len(run.tasks)), key=lambda k: -_default_cost(run.tasks[k], defaults))
     results: dict[int, TaskResult] = {}
@@ -154,7 +156,7 @@ def _resolve_all(
     return [results[k] for k in range(len(run.tasks))]
 
 
-def _default_cost(task: Task, defaults: dict[int, Measurement]) -> float:
+def _default_cost(task: RunTask, defaults: dict[int, Measurement]) -> float:
     """A task's default schedule's time in one call of the model (a task whose default did not run: first)."""
     default = defaults[task.workload_id]
     return task.weight * default.median_s if default.ok else float("inf")
@@ -163,21 +165,24 @@ def _default_cost(task: Task, defaults: dict[int, Measurement]) -> float:
 MIN_TUNING_S = 10.0  # less than this would not finish one batch of a large task
 
 
-def _deadline(opts: TransferOptions, started: float, untuned: Untuned) -> float | None:
+def _deadline(opts: ModelTransferOptions, started: float, untuned: Untuned) -> float | None:
     """When (``time.perf_counter``'s) the budget ends, less what the end will take (None: no limit)."""
     if opts.tune_seconds is None:
         return None
     return started + opts.tune_seconds - finishing_s([untuned])
 
 
-def _tuning_seconds(opts: TransferOptions, started: float, untuned: Untuned) -> float | None:
-    """What the budget leaves for tuning now, less what the end will take (None: no limit). A fixed reserve (20 s and
-    0.5 s a task) let a YOLOX at 416x416, whose untuned build runs 2.7 s a call, overrun 5 minutes by a minute."""
+def _tuning_seconds(opts: ModelTransferOptions, started: float, untuned: Untuned) -> float | None:
+    """What the budget leaves for tuning now, less what the end will take (None: no limit). The end is estimated from
+    the model's own untuned build (``finishing_s``): a fixed reserve lets a model whose untuned build runs seconds a
+    call overrun its budget (docs/BENCHMARKS.md, "Evidence behind the code's rules")."""
     deadline = _deadline(opts, started, untuned)
     return None if deadline is None else max(0.0, deadline - time.perf_counter())
 
 
-def _plan(results: list[TaskResult], fallback: list, opts: TransferOptions, tunes: bool, seconds: float | None) -> str:
+def _plan(
+    results: list[TaskResult], fallback: list, opts: ModelTransferOptions, tunes: bool, seconds: float | None
+) -> str:
     """What transfer found and is about to do, in one line, before any tuning starts."""
     count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred", "tuned")}
     found = f"{len(results)} task(s): {count['exact']} exact, {count['transferred']} transferred"
@@ -203,7 +208,7 @@ def _minutes(seconds: float) -> str:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
+def _needs_tuning(result: TaskResult, opts: ModelTransferOptions) -> bool:
     """Whether the fallback tunes this task: no donor helped it, or its schedule reached a small share of the rate its
     donors reached on their own workloads."""
     if result.source in ("default", "failed"):
@@ -213,7 +218,7 @@ def _needs_tuning(result: TaskResult, opts: TransferOptions) -> bool:
 
 
 def _tune_fallback(
-    run: ModelRun, opts: TransferOptions, resolver: _Resolver, fallback, progress: Progress, seconds: float | None
+    run: ModelRun, opts: ModelTransferOptions, resolver: _Resolver, fallback, progress: Progress, seconds: float | None
 ) -> tuple[dict, list[dict]]:
     """The engine of ``registry tune`` on the tasks ``_needs_tuning`` picked, seeded with the donor schedules transfer
     tried for them; each result is updated in place, a transferred one only where tuning beat its transferred
@@ -223,7 +228,7 @@ def _tune_fallback(
     from registry.pipeline.tune import run_engine, task_result, tuning_summary
 
     tasks = [task for task, _ in fallback]
-    db = run.database(tasks, "tuned", opts.team)
+    tvm_database = run.tvm_database_for(tasks, "tuned", opts.team)
     engine_opts = replace(opts.tune, trials=opts.tune_trials * len(fallback), seconds=seconds)
     deadline = time.perf_counter() + seconds if seconds is not None else None
     engine_tasks = [
@@ -234,8 +239,10 @@ def _tune_fallback(
         task.workload_id: resolver.best_here_us(task.workload_id) for task, r in fallback if r.source == "transferred"
     }
     # a task transfer found no donor for is seeded, when its first batch comes, from those tuned before it
-    donors = RunDonors(run.store, run.target, db.device_id, opts.neighbours, opts.tune.seeds, resolver.index)
-    outcome = run_engine(run, db, engine_opts, opts.team, progress, engine_tasks, deadline, donors)
+    donors = RunDonors(
+        run.storage, run.target, tvm_database.device_id, opts.neighbours, opts.tune.seeds, resolver.index
+    )
+    outcome = run_engine(run, tvm_database, engine_opts, opts.team, progress, engine_tasks, deadline, donors)
     for t, (_, result) in zip(engine_tasks, fallback, strict=True):
         tuned = task_result(t, outcome)
         kept = transferred_us.get(t.task.workload_id)
@@ -254,19 +261,20 @@ def _tune_fallback(
 class _Resolver:
     """Resolves one task at a time: exact hit, else the best donor candidate that beats the default, else default."""
 
-    def __init__(self, run: ModelRun, index: SimilarityIndex, opts: TransferOptions) -> None:
-        self.run, self.store, self.db, self.index, self.target = run, run.store, run.db, index, run.target
+    def __init__(self, run: ModelRun, index: SimilarityIndex, opts: ModelTransferOptions) -> None:
+        self.run, self.storage, self.tvm_database = run, run.storage, run.tvm_database
+        self.index, self.target = index, run.target
         self.opts, self.clock, self.model = opts, run.clock, run.loaded.name
-        self.schedules = DonorSchedules(run.store, run.target)
-        self.writer = RecordWriter(run.store)
+        self.schedules = DonorSchedules(run.storage, run.target)
+        self.writer = RecordWriter(run.storage)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
 
-    def _time(self, task: Task, mod) -> Measurement:
+    def _time(self, task: RunTask, mod) -> Measurement:
         return self.run.measurer.kernels([module_job(mod, self.target, task.arguments)])[0]
 
-    def resolve(self, task: Task, default: Measurement, candidates: int | None = None) -> TaskResult:
+    def resolve(self, task: RunTask, default: Measurement, candidates: int | None = None) -> TaskResult:
         """``default``: the task's default schedule, timed; ``candidates``: donor schedules to measure at most (None:
-        ``TransferOptions.candidates``)."""
+        ``ModelTransferOptions.candidates``)."""
         before = default.median_us
         result = TaskResult(task.name, task.weight, task.workload_id, "default", before, before, candidates=0)
         if not default.ok:
@@ -284,7 +292,7 @@ class _Resolver:
             return result
         with self.clock("donors"):
             donors = self.schedules.find(
-                self.index, task, self.db.device_id, self.opts.neighbours, per_device=self.opts.per_device
+                self.index, task, self.tvm_database.device_id, self.opts.neighbours, per_device=self.opts.per_device
             )
         winner = self._best_candidate(task, donors, result, candidates or self.opts.candidates)
         if winner is None:
@@ -312,14 +320,14 @@ class _Resolver:
             result.of_donor_rate = task.signature.flops / timing.median_s / reference
         return result
 
-    def _keep_default(self, task: Task, default_us: float) -> bool:
+    def _keep_default(self, task: RunTask, default_us: float) -> bool:
         """File the default as the task's record where the registry's best is slower (``model_run.default_record``);
         whether it was filed (not on a GPU, nor where the registry's one check refused it)."""
         record = default_record(self.run, task, default_us, self.opts.team)
         return record is not None and not self.writer.write([record]).refused
 
     def _best_here(self, workload_id: int) -> StoredRecord | None:
-        best = self.store.top_k(workload_id, self.db.device_id, 1)
+        best = self.storage.top_k(workload_id, self.tvm_database.device_id, 1)
         return best[0] if best else None
 
     def best_here_us(self, workload_id: int) -> float | None:
@@ -327,12 +335,11 @@ class _Resolver:
         best = self._best_here(workload_id)
         return best.mean_s * 1e6 if best is not None and best.mean_s is not None else None
 
-    def _best_candidate(self, task: Task, donors: list[Donor], result: TaskResult, candidates: int):
+    def _best_candidate(self, task: RunTask, donors: list[Donor], result: TaskResult, candidates: int):
         """Up to ``candidates`` distinct programs from the donors, and a 1x1 convolution's matrix-product schedules
         (donor None) beside them, timed together (built on every core at once); the fastest that ran and computes the
-        task: (donor, schedule, timing), or None. On a YOLOX's first transfer neither kind won every 1x1 convolution:
-        the best of both took them from 13.1 ms (donors alone) to 9.6 (docs/BENCHMARKS.md, "A new user's first
-        transfer of a YOLO")."""
+        task: (donor, schedule, timing), or None. Neither kind wins every 1x1 convolution, so both are timed
+        (docs/BENCHMARKS.md, "A new user's first transfer of a YOLO")."""
         with self.clock("donors"):
             picked: list = [(None, sch) for sch in matrix_product_seeds(task.mod, self.target)]
             picked += self.schedules.distinct(task.mod, donors, candidates, resample=candidates)
@@ -350,11 +357,11 @@ class _Resolver:
                 return donor, sch, timings[k]
         return None
 
-    def _commit(self, task: Task, donor: Donor | None, sch, timing: Measurement, source: str) -> str | None:
+    def _commit(self, task: RunTask, donor: Donor | None, sch, timing: Measurement, source: str) -> str | None:
         """Store the winner as ``source`` through the registry's one check; why it was refused, if it was."""
         record = RecordIn(
             workload=task.ident,
-            device=self.db.device,
+            device=self.tvm_database.device,
             trace=apply_trace.trace_json(sch),
             run_secs=timing.run_secs,
             source=source,

@@ -18,13 +18,13 @@ from pathlib import Path
 from tvm.target import Target
 
 from registry.errors import BadInputError
+from registry.options import TRIALS_PER_TASK, TuneOptions
 from registry.pipeline.donor_schedules import RunDonors
-from registry.pipeline.effort import DEFAULT_LEASE_S, DEFAULT_WINDOW
-from registry.pipeline.engine import Engine, EngineTask, Outcome, TuneOptions
+from registry.pipeline.engine import Engine, EngineTask, Outcome
 from registry.pipeline.model_run import (
     ModelRun,
     Progress,
-    Task,
+    RunTask,
     Where,
     default_timings,
     finish,
@@ -33,47 +33,29 @@ from registry.pipeline.model_run import (
     registry_database,
     untuned_model,
 )
+from registry.pipeline.tuning_policy import EngineOptions, TrimOptions
 from registry.report.model_report import ModelReport, TaskResult
 from registry.store.interface import RegistryStorage
 from registry.tvm_side.frontend import LoadedModel
 
-DEFAULT_TRIALS_PER_TASK = 32  # the budget when neither trials nor seconds is given
-
 
 @dataclass
 class ModelTuneOptions:
-    engine: TuneOptions = field(default_factory=TuneOptions)
+    engine: EngineOptions = field(default_factory=EngineOptions)
     neighbours: int = 5  # donor workloads whose traces seed each task
     team: str | None = None
     output: Path | None = None
     where: Where = field(default_factory=Where)  # where to measure
 
     @classmethod
-    def from_flags(
-        cls,
-        *,
-        trials: int | None,
-        seconds: float | None,
-        batch: int,
-        keep: float,
-        min_gain: float,
-        min_share: float,
-        predictor: bool,
-        floor: int = 0,
-        plateau: int = DEFAULT_WINDOW,
-        retune: bool = False,
-        lease: float = DEFAULT_LEASE_S,
-        team: str | None,
-        output: Path | None,
-        where: Where,
-    ) -> ModelTuneOptions:
-        """The options as `registry tune` and `registry.tune()` take them (``min_gain``, ``min_share`` in percent)."""
-        from registry.pipeline.tuning_policy import TrimOptions
-
-        trim = TrimOptions(min_share=min_share / 100, min_gain_per_min=min_gain / 100, keep=keep, floor=floor)
-        engine = TuneOptions(
-            trials=trials, seconds=seconds, batch=batch, trim=trim, use_predictor=predictor, plateau_window=plateau,
-            retune=retune, lease_s=lease,
+    def of(cls, options: TuneOptions, *, team: str | None, output: Path | None, where: Where) -> ModelTuneOptions:
+        """The settings for ``options`` as `registry tune` and `registry.tune()` take them (``min_gain``,
+        ``min_share`` in percent, the planner's rules in shares)."""
+        o = options
+        trim = TrimOptions(min_share=o.min_share / 100, min_gain_per_min=o.min_gain / 100, keep=o.keep, floor=o.floor)
+        engine = EngineOptions(
+            trials=o.trials, seconds=o.seconds, batch=o.batch, trim=trim, use_predictor=o.predictor,
+            plateau_window=o.plateau, retune=o.retune, lease_s=o.lease,
         )  # fmt: skip
         return cls(engine=engine, team=team, output=output, where=where)
 
@@ -113,19 +95,19 @@ def tune_models(
         defaults = default_timings(run, run.tasks)
         untuned = [untuned_model(r) for r in runs]
         with run.clock("donors"):
-            donors = RunDonors(store, target, run.db.device_id, opts.neighbours, opts.engine.seeds)
+            donors = RunDonors(store, target, run.tvm_database.device_id, opts.neighbours, opts.engine.seeds)
         engine_tasks = {
             t.workload_id: EngineTask(t, defaults[t.workload_id].median_us, [], defaults[t.workload_id].error)
             for t in run.tasks
         }
         engine_opts = opts.engine
         if engine_opts.trials is None and engine_opts.seconds is None:
-            engine_opts = replace(engine_opts, trials=DEFAULT_TRIALS_PER_TASK * len(run.tasks))
+            engine_opts = replace(engine_opts, trials=TRIALS_PER_TASK * len(run.tasks))
         deadline = None
         if engine_opts.seconds is not None:
             deadline = started + engine_opts.seconds - finishing_s(untuned)
         tasks = list(engine_tasks.values())
-        outcome = run_engine(run, run.db, engine_opts, opts.team, progress, tasks, deadline, donors)
+        outcome = run_engine(run, run.tvm_database, engine_opts, opts.team, progress, tasks, deadline, donors)
         reports = []
         for model_run, model_untuned in zip(runs, untuned, strict=True):
             # each model's report weighs a task by that model's own count of it
@@ -141,21 +123,28 @@ def joined(runs: list[ModelRun], team: str | None) -> ModelRun:
     the first model (a record has one model; ``registry report`` finds every model's tasks by workload)."""
     if len(runs) == 1:
         return runs[0]
-    tasks: dict[int, Task] = {}
+    tasks: dict[int, RunTask] = {}
     for run in runs:
         for t in run.tasks:
             known = tasks.get(t.workload_id)
             tasks[t.workload_id] = t if known is None else replace(known, weight=known.weight + t.weight)
     lead = runs[0]
     merged = list(tasks.values())
-    db = registry_database(lead.store, lead.measurer.device, merged, "tuned", team, lead.loaded.name)
-    return replace(lead, tasks=merged, db=db)
+    tvm_database = registry_database(lead.storage, lead.measurer.device, merged, "tuned", team, lead.loaded.name)
+    return replace(lead, tasks=merged, tvm_database=tvm_database)
 
 
 def run_engine(
-    run: ModelRun, db, options, team, progress, tasks: list[EngineTask], deadline=None, donors: RunDonors | None = None
+    run: ModelRun,
+    tvm_database,
+    options,
+    team,
+    progress,
+    tasks: list[EngineTask],
+    deadline=None,
+    donors: RunDonors | None = None,
 ) -> Outcome:
-    engine = Engine(run, db, options, team, progress, donors)
+    engine = Engine(run, tvm_database, options, team, progress, donors)
     try:
         return engine.run(tasks, deadline)
     finally:
@@ -176,7 +165,7 @@ def task_result(t: EngineTask, outcome: Outcome) -> TaskResult:
         candidates=state.measurements,
         trials=state.measurements,
         measurements=state.measurements,
-        proposed=state.trials,
+        proposed=state.candidates,
         tune_s=state.seconds,
         stopped=state.stopped,
         error=t.default_error if failed else None,

@@ -10,13 +10,12 @@ tune next.
   task's best latency, as a share of the model's estimated latency) is divided by the batch's wall time. A task
   whose rate stays below ``min_gain_per_min`` for ``patience`` batches in a row is stopped. Under a time budget it
   is stopped only until every task is: then the slow ones resume while time is left, for the time a user gave is
-  better spent than returned unused (every task of the ViT stopped at 327 s of a 528 s budget, 9% short of plain
-  MetaSchedule's plateau).
+  better spent than returned unused (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau", rule 4).
 - **Pause on negligible share.** A task whose ``weight x latency`` is below ``min_share`` of the model's estimated
   latency is paused: no schedule of it can move the end-to-end number. Early on that estimate is mostly untuned
   tasks (naive loops, 10-50x slower than tuned), so a share grows as the others get tuned: a paused task draws
-  batches again once its share is back above ``min_share``. (Stopped for good, a ResNet's 259 µs convolution was
-  "0.96% of the model" when the model was still 60 ms, and kept its one batch while the model went to 3.4 ms.)
+  batches again once its share is back above ``min_share``: a task stopped for good on an early share would keep
+  one batch while the model around it gets many times faster (the same section, rule 2).
 - **A floor per task** (``floor``, off by default). Every live task gets ``floor`` measured candidates (stored ones
   counted) before any task gets more, and the gain rule stops none below it: a benchmark that must say "at least 32
   measured trials on every task of at least 1% of the model" can say it of the run, not hope for it. The share rule
@@ -30,14 +29,40 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from registry.options import TUNE
+
 
 @dataclass
 class TrimOptions:
-    min_share: float = 0.01  # of the model's estimated latency
-    min_gain_per_min: float = 0.01  # share of the model's estimated latency gained per minute of tuning
+    """The planner's rules, as shares where ``registry.options.TuneOptions`` has percentages."""
+
+    min_share: float = TUNE.min_share / 100  # of the model's estimated latency
+    min_gain_per_min: float = TUNE.min_gain / 100  # share of the model's estimated latency gained per minute
     patience: int = 3  # batches in a row below min_gain_per_min before a task stops
-    keep: float = 0.75  # share of each batch that is measured; the predicted-worst rest is dropped unmeasured
-    floor: int = 0  # measured candidates every live task gets first, and below which the gain rule stops none
+    keep: float = TUNE.keep  # share of each batch that is measured; the predicted-worst rest is dropped unmeasured
+    floor: int = TUNE.floor  # measured candidates every live task gets first, and below which the gain rule stops none
+
+
+@dataclass
+class EngineOptions:
+    """The engine's settings: ``registry.options.TuneOptions`` as the engine takes them, and the search's own."""
+
+    trials: int | None = None  # measured candidates across the model, counting those stored by earlier runs
+    seconds: float | None = None  # wall time of this run's tuning (run()'s deadline replaces it)
+    batch: int = TUNE.batch  # candidates proposed per batch
+    population: int = 128  # EvolutionarySearch population (MetaSchedule's default is 512)
+    genetic_iters: int = 2  # EvolutionarySearch generations per batch (default 4)
+    # MetaSchedule's share of each batch picked from fresh design-space samples rather than evolved: it truncates
+    # batch x eps_greedy, so at the batch of 16 this picks none (every candidate is evolved); fresh samples per batch
+    # do not help depthwise searches (docs/BENCHMARKS.md, "Fresh samples in each batch").
+    eps_greedy: float = 0.05
+    trim: TrimOptions = field(default_factory=TrimOptions)
+    use_predictor: bool = TUNE.predictor  # start from the device's stored predictor, if it has one
+    seeds: int = 4  # donor schedules measured per task before its first batch
+    seed: int = 1
+    plateau_window: int = TUNE.plateau  # trials: a task whose last ones gained under 1% has plateaued
+    retune: bool = TUNE.retune  # tune plateaued tasks too
+    lease_s: float = TUNE.lease  # how long a task stays leased to this run after its last batch
 
 
 @dataclass
@@ -49,7 +74,7 @@ class TaskState:
     default_us: float | None  # TVM's default schedule; None if it did not build
     best_us: float | None = None  # best stored record on this device
     stored: int = 0  # tuned records found in the registry before this run
-    trials: int = 0  # candidates proposed in this run (measured, dropped by the predictor, or found stored)
+    candidates: int = 0  # proposed in this run (measured, dropped by the predictor, or found stored): not trials
     measurements: int = 0  # candidates built and timed in this run
     batches: int = 0
     seconds: float = 0.0  # wall time spent on this task in this run
@@ -60,6 +85,7 @@ class TaskState:
     slow: bool = False  # stopped for its gain per minute, which a time budget may still afford
     held_by: str | None = None  # another run tuning it now (registry.pipeline.effort): not this run's to tune
     others: int = 0  # candidates other runs measured on it since this run began
+    workload_id: int | None = None  # the registry's id of its workload (None where no registry is involved)
 
     @property
     def measured(self) -> int:
@@ -99,10 +125,10 @@ class Planner:
 
     def out_of_budget(self, elapsed_s: float, task: TaskState | None = None) -> str | None:
         """Why no batch (of ``task``, when given) may start now, or None. A batch is expected to take the median
-        batch's time, or ``task``'s own longest where that is longer. A model's batches differ (a ResNet's stem
-        convolution took 4 s a batch where its other tasks took 1-2 s), and one task's grow as its cost model trains
-        on more records and as the machine's load varies. (Expected to take the task's mean, the ViT's last batch
-        ended 10 s past the deadline, and the command 7 s past its budget.)"""
+        batch's time, or ``task``'s own longest where that is longer. A model's batches differ (a large stem
+        convolution's take a few times its neighbours'), and one task's grow as its cost model trains on more records
+        and as the machine's load varies; expected to take the task's mean, a last batch ends past the deadline
+        (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau", rule 5)."""
         left = self.trials_left()
         if left is not None and left <= 0:
             return f"trial budget of {self.budget.trials} spent"
@@ -152,8 +178,8 @@ class Planner:
         if not total or task.latency_us is None:
             return
         # What the model ran with before the batch: a better candidate that is still slower than the default gains
-        # the model nothing. (Measured against the best candidate instead, the ViT's softmax, whose 120 candidates
-        # all lost to its 15.5 µs default, looked like it kept improving and took 207 s of a 464 s run.)
+        # the model nothing, and measured against the best candidate a task whose candidates all lose to its default
+        # looks as if it kept improving (docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau", 3).
         before = min((x for x in (best_before_us, task.default_us) if x is not None), default=task.latency_us)
         gained = task.weight * (before - task.latency_us) / total
         rate = gained / (seconds / 60.0) if seconds > 0 else float("inf")
