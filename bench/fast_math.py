@@ -61,7 +61,7 @@ def time_builds(name: str, work: Path, rounds: int) -> dict:
     from bench.corpus.ort_reference import session, timed_with_onnxruntime
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
-    from registry.store.interface import open_storage
+    from registry.store.factory import open_storage
     from registry.tvm_side import onnx_prep
     from registry.tvm_side.compile import compile_model
     from registry.tvm_side.frontend import load_onnx

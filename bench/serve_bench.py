@@ -52,6 +52,7 @@ from bench.machine_speed import stamped  # noqa: E402
 from bench.store_bench import RECORDS_PER_WORKLOAD, PgScratch, fill_synthetic, write_logs  # noqa: E402
 from bench.sync_bench import settle  # noqa: E402
 from registry import testing  # noqa: E402
+from registry.store.rows import ModelIn  # noqa: E402
 from registry.store.sql.revision import HEAD  # noqa: E402
 from registry.store.sql.store import Store  # noqa: E402
 
@@ -186,7 +187,7 @@ def fill(url: str, n: int) -> dict:
     with Store(url) as store:
         fill_synthetic(store, n)
         tasks = [(testing.workload(k * step), f"task_{k}", 1 + k % 3) for k in range(MODEL_TASKS)]
-        store.record_model(MODEL, "ab" * 32, {"x": [1, 3, 224, 224]}, tasks)
+        store.save_model(ModelIn(MODEL, "ab" * 32, {"x": [1, 3, 224, 224]}, tasks))
     return {"fill_s": round(time.perf_counter() - start, 1), "model_tasks_with_records": min(MODEL_TASKS, n_wl)}
 
 

@@ -67,7 +67,7 @@ def time_model(path: Path, shapes: dict, db: Path, rounds: int) -> dict:
 
     from registry.measure.measurer import Measurer
     from registry.records.database import RegistryDatabase
-    from registry.store.interface import open_storage
+    from registry.store.factory import open_storage
     from registry.tvm_side.compile import compile_model
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.target import host_target

@@ -38,7 +38,7 @@ from bench.machine_speed import python_reference_s, stamped  # noqa: E402
 from bench.store_bench import write_logs  # noqa: E402
 from registry.share.log_import import import_logs  # noqa: E402
 from registry.share.sync import sync  # noqa: E402
-from registry.store.interface import open_storage  # noqa: E402
+from registry.store.factory import open_storage  # noqa: E402
 from registry.store.values import ExchangeFilters  # noqa: E402
 from registry.tvm_side import tvmlog  # noqa: E402
 

@@ -6,7 +6,11 @@ import click
 
 from registry.cli.options import Context, common_options, output_options, pass_ctx
 from registry.cli.output import echo_model
-from registry.errors import printable
+from registry.config import resolve_database_url
+from registry.errors import BadInputError, printable
+from registry.store.factory import open_storage
+from registry.store.urls import redact
+from registry.store.values import READ_ONLY, WRITER
 
 
 @click.group()
@@ -34,19 +38,16 @@ def upgrade(ctx: Context, fmt: str) -> None:
     Example:
       registry --db postgresql://registry@db-host/registry db upgrade
     """
-    from registry.store.interface import open_storage
-    from registry.store.sql.engine import redact
-    from registry.store.sql.revision import HEAD
-
     store = open_storage(ctx.url, check_schema=False)
     try:
         before, after = store.upgrade_schema()
+        head = store.schema_head()
     finally:
         store.close()
     if fmt == "json":
         from registry.schemas import DbOutput
 
-        echo_model(DbOutput(database=redact(store.url), before=before, revision=after, head=HEAD, up_to_date=True))
+        echo_model(DbOutput(database=redact(store.url), before=before, revision=after, head=head, up_to_date=True))
         return
     click.echo(
         f"{redact(store.url)}: {before or 'empty'} -> {after}" if before != after else f"already at revision {after}"
@@ -65,22 +66,18 @@ def current(ctx: Context, fmt: str) -> None:
     Example:
       registry db current
     """
-    from registry.store.interface import open_storage
-    from registry.store.sql.engine import redact
-    from registry.store.sql.revision import HEAD
-
     store = open_storage(ctx.url, check_schema=False, create_new=False)
     try:
-        rev = store.schema_revision()
+        rev, head = store.schema_revision(), store.schema_head()
     finally:
         store.close()
     if fmt == "json":
         from registry.schemas import DbOutput
 
-        echo_model(DbOutput(database=redact(store.url), revision=rev, head=HEAD, up_to_date=rev == HEAD))
+        echo_model(DbOutput(database=redact(store.url), revision=rev, head=head, up_to_date=rev == head))
         return
-    state = "up to date" if rev == HEAD else ("empty" if rev is None else "needs `registry db upgrade`")
-    click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {HEAD}; {state})")
+    state = "up to date" if rev == head else ("empty" if rev is None else "needs `registry db upgrade`")
+    click.echo(f"database: {redact(store.url)}\nrevision: {rev or '-'} (this registry needs {head}; {state})")
 
 
 @db.command()
@@ -104,37 +101,20 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
       registry --db postgresql://registry@db-host/registry db grant reader --read-only
       registry --db postgresql://registry@db-host/registry db grant ci --writer --print-sql | psql ...
     """
-    from sqlalchemy.engine import make_url
-
-    from registry.config import resolve_database_url
-    from registry.errors import BadInputError
-    from registry.store.sql import roles
-    from registry.store.sql.engine import redact, translated_errors
-    from registry.store.sql.store import Store
-
     if read_only == writer:
         raise click.UsageError("give one of --read-only and --writer")
-    access = roles.READ_ONLY if read_only else roles.WRITER
+    access = READ_ONLY if read_only else WRITER
     url = resolve_database_url(ctx.url)
-    if make_url(url).get_backend_name() != "postgresql":
+    if url.split(":", 1)[0].split("+", 1)[0] != "postgresql":  # before opening: a missing SQLite file is no matter
         raise BadInputError(
             f"{redact(url)} is not PostgreSQL: an SQLite registry has no roles; its file's permissions decide who may "
             "read or write it (see docs/SHARING.md)"
         )
-    roles.check_name(role)
-    if print_sql:
-        database = make_url(url).database
-        if not database:  # printed, not run: the URL is the only place its name can come from
-            raise BadInputError(f"{redact(url)} names no database; --print-sql needs one to grant CONNECT on")
-        sql, schema, owner = roles.script(role, access, database), "public", None
-    else:
-        store = Store(url, check_schema=False, create_new=False)
-        try:
-            with translated_errors(store.url), store.engine.begin() as conn:
-                place, statements = roles.grant(conn, role, access)
-        finally:
-            store.close()
-        database, schema, owner, sql = place.database, place.schema, place.owner, ";\n".join(statements) + ";\n"
+    store = open_storage(url, check_schema=False, create_new=False)  # a script (--print-sql) connects to nothing
+    try:
+        done = store.grant_script(role, access) if print_sql else store.grant_role(role, access)
+    finally:
+        store.close()
     if fmt == "json":
         from registry.schemas import GrantOutput
 
@@ -143,16 +123,16 @@ def grant(ctx: Context, role: str, read_only: bool, writer: bool, print_sql: boo
                 database=redact(url),
                 role=role,
                 access=access,
-                schema_name=schema,
-                owner=owner,
-                sql=sql,
+                schema_name=done.schema,
+                owner=done.owner,
+                sql=done.sql,
                 granted=not print_sql,
             )
         )
     elif print_sql:
-        click.echo(sql, nl=False)
+        click.echo(done.sql, nl=False)
     else:
-        click.echo(f"{role}: {access} on the registry in {redact(url)} (schema {schema}, owned by {owner})")
+        click.echo(f"{role}: {access} on the registry in {redact(url)} (schema {done.schema}, owned by {done.owner})")
 
 
 @db.command("release-leases")
@@ -181,14 +161,10 @@ def release_leases(ctx: Context, model: str | None, force: bool, fmt: str) -> No
       registry db release-leases --model resnet50 --force     # every tune of it is stopped
     """
     from registry.pipeline.effort import may_be_running
-    from registry.store.interface import open_storage
-    from registry.store.sql import efforts
 
     store = open_storage(ctx.url, create_new=False)
     try:
-        released, left = store.transact(
-            lambda conn: efforts.release_leases(conn, model, (lambda _: False) if force else may_be_running)
-        )
+        released, left = store.release_leases(model, (lambda _: False) if force else may_be_running)
     finally:
         store.close()
     if fmt == "json":

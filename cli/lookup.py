@@ -6,8 +6,10 @@ import click
 
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx, trust_option
 from registry.cli.output import echo_model, echo_rows
+from registry.store.factory import open_lookup
+from registry.store.query import parse_shape, parse_workload
 from registry.store.rows import shapes_text
-from registry.store.sql.lookup import parse_shape, parse_workload
+from registry.store.values import LookupFilter
 
 
 @click.command()
@@ -46,9 +48,8 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
       registry lookup --op matmul --format csv > matmul.csv
     """
     from registry.config import resolve_database_url
-    from registry.store.sql import lookup as q
 
-    f = q.LookupFilter(
+    f = LookupFilter(
         op=op,
         shape=parse_shape(shape),
         dtype=dtype,
@@ -58,13 +59,11 @@ def lookup(ctx: Context, op, shape, dtype, device, model, workload, top_k, limit
         limit=limit,
         trust=ctx.trust,
     )
-    sql = q.connect(resolve_database_url(ctx.url))
-    if sql is not None:  # the fast path: plain DB-API, no SQLAlchemy
-        try:
-            f.device_ids = [d.id for d in q.resolve_devices(sql, device)] if device else None
-            rows = q.lookup(sql, f)
-        finally:  # an open read transaction would hold PostgreSQL locks for as long as this process lives
-            sql.conn.close()
+    direct = open_lookup(resolve_database_url(ctx.url))
+    if direct is not None:  # the fast path: plain DB-API, no SQLAlchemy
+        with direct:
+            f.device_ids = [d.id for d in direct.resolve_devices(device)] if device else None
+            rows = direct.lookup(f)
     else:  # a fresh database (migrated first), another dialect, or one to explain: through the Store
         store = ctx.existing_store
         f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from registry.config import DATABASE_URL_ENV
+from registry.store.trust import DEFAULT_TRUST, TRUST_CHOICES
 
 # The Python loggers of MetaSchedule (TVM 0.27 moved it under tvm.s_tir) and of the registry itself.
 LOGGERS = ("tvm.meta_schedule", "tvm.s_tir.meta_schedule", "registry")
@@ -32,7 +33,7 @@ class Context:
     def __init__(self, url: str | None = None, verbosity: int = 0) -> None:
         self.url = url
         self.verbosity = verbosity  # -1: -q (errors only); 0: default; 1: -v (INFO); 2: -vv (DEBUG)
-        self.trust = "imported"  # --trust: the least trusted records read (registry.store.sql.trust)
+        self.trust = DEFAULT_TRUST  # --trust: the least trusted records read (registry.store.trust)
         self.overlay: str | None = None  # --overlay: the SQLite file that takes the writes; --db is then only read
         self._store = None
         self._new_file: Path | None = None  # an SQLite registry this command created (see undo_new_registry)
@@ -60,15 +61,14 @@ class Context:
             self._store = open_overlay(self.url, self.overlay, trust=self.trust)
         elif self._store is None:
             from registry.config import resolve_database_url
-            from registry.store.interface import open_storage
-            from registry.store.sql import sqlite_file
+            from registry.store.factory import file_of, not_writable, open_storage, read_only_uri
 
-            path = sqlite_file.file_of(resolve_database_url(self.url))
+            path = file_of(resolve_database_url(self.url))
             self._new_file = path if path is not None and not path.exists() else None
-            if path is not None and sqlite_file.read_only_uri(path) is not None:  # before any work, not at its end
+            if path is not None and read_only_uri(path) is not None:  # before any work, not at its end
                 from registry.errors import DatabaseError
 
-                raise DatabaseError(sqlite_file.not_writable(path))
+                raise DatabaseError(not_writable(path))
             self._store = open_storage(self.url, trust=self.trust)
         return self._store
 
@@ -80,7 +80,7 @@ class Context:
         if self._new_file is None or self._store is None:
             return
         try:
-            empty = not any(d["records"] for d in self._store.devices())
+            empty = not any(d.records for d in self._store.devices())
         except Exception:  # noqa: BLE001 - a registry that cannot even be read back is not one to keep either
             empty = True
         self._store.close()
@@ -98,7 +98,7 @@ class Context:
         or a database without a registry, is one error line, and nothing is created (no file, folder, lock file or
         table)."""
         if self._store is None:
-            from registry.store.interface import open_storage
+            from registry.store.factory import open_storage
 
             self._store = open_storage(self.url, create_new=False, trust=self.trust)
         return self._store
@@ -345,17 +345,15 @@ def complete_devices(ctx: click.Context, _param, incomplete: str) -> list:
     items = [CompletionItem("host", help="this machine")]
     try:
         from registry.config import resolve_database_url
-        from registry.store.sql import lookup as q
+        from registry.store.factory import open_lookup
 
         url = ctx.find_object(Context).url if ctx.find_object(Context) else None
-        sql = q.connect(resolve_database_url(url))
-        if sql is not None:
-            try:
-                for d in q.all_devices(sql):
+        direct = open_lookup(resolve_database_url(url))
+        if direct is not None:
+            with direct:
+                for d in direct.all_devices():
                     items.append(CompletionItem(d.name, help=f"device {d.id}, {d.host_model}, TVM {d.tvm_version}"))
                     items.append(CompletionItem(str(d.id), help=d.name))
-            finally:
-                sql.conn.close()
     except Exception:  # noqa: BLE001 - a completion that fails offers what it has
         pass
     seen: set[str] = set()
@@ -372,7 +370,7 @@ def device_option(help: str, **kwargs) -> Callable:  # noqa: A002 - click's own 
 
 
 def trust_option(what: str) -> Callable:
-    """``--trust imported|verified``: which records ``what`` reads (the choices are registry.store.sql.trust's)."""
+    """``--trust imported|verified``: which records ``what`` reads (the choices are registry.store.trust's)."""
 
     def remember(ctx: click.Context, _param, value: str) -> str:
         ctx.ensure_object(Context).trust = value
@@ -380,8 +378,8 @@ def trust_option(what: str) -> Callable:
 
     return click.option(
         "--trust",
-        type=click.Choice(["imported", "verified"]),
-        default="imported",
+        type=click.Choice(TRUST_CHOICES),
+        default=DEFAULT_TRUST,
         show_default=True,
         expose_value=False,
         callback=remember,

@@ -9,6 +9,8 @@ import click
 from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 from registry.cli.pull import page_size_option, token_file_option
+from registry.store.factory import open_storage
+from registry.store.urls import redact
 
 
 @click.command()
@@ -54,7 +56,6 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
         raise click.UsageError("--token-file applies to a sync with a registry server's URL")
     from registry.share.export import exchange_filters
     from registry.share.sync import sync as run_sync
-    from registry.store.interface import open_storage
 
     src = open_storage(source, create_new=False)
     dst = open_storage(destination)
@@ -83,7 +84,6 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
     """A sync with a server on one side: a pull from SOURCE's URL, or a push to DESTINATION's."""
     from registry.share.export import exchange_filters
     from registry.share.remote import Remote, is_url, pull, push, read_token
-    from registry.store.interface import open_storage
 
     if is_url(source) and is_url(destination):
         raise click.UsageError("one side of a sync must be a database: sync through one, or pull on the server")
@@ -105,8 +105,6 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
             result = push(Remote(destination, token), store, filters, full=full, page=page_size)
         finally:
             store.close()
-    from registry.store.sql.engine import redact
-
     out = dict(
         source=source if is_url(source) else redact(store.url),
         destination=destination if is_url(destination) else redact(store.url),

@@ -47,9 +47,9 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "Store":
-        from registry.store.sql.store import Store
+        from registry.store.factory import store_class
 
-        return Store
+        return store_class()
     if name == "RegistryDatabase":
         from registry.records.database import RegistryDatabase
 

@@ -41,7 +41,7 @@ class Argument(Open):
     dtype: str
 
 
-class LookupRow(BaseModel):
+class LookupEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workload: str = Field(description="Structural hash of the workload.")
     op: str = Field(description="Operator kind: conv2d, matmul, ...")
@@ -74,7 +74,7 @@ class LookupRow(BaseModel):
 
 class LookupOutput(Output):
     command: ClassVar[str] = "lookup"
-    rows: list[LookupRow]
+    rows: list[LookupEntry]
 
 
 # -- stats, devices -----------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class StatsOutput(Output):
     by_team: list[TeamCount] = Field(description="Records per team, the team whose records arrived last first.")
 
 
-class Device(BaseModel):
+class DeviceEntry(BaseModel):
     id: int
     name: str
     kind: str
@@ -122,7 +122,7 @@ class Device(BaseModel):
 
 class DevicesOutput(Output):
     command: ClassVar[str] = "devices"
-    rows: list[Device]
+    rows: list[DeviceEntry]
 
 
 # -- import, export, db, index ------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ class PredictorTrainOutput(Output, Open):
     train_seconds: float
 
 
-class Predictor(BaseModel):
+class PredictorEntry(BaseModel):
     id: int
     device_id: int
     device: str
@@ -315,7 +315,7 @@ class Predictor(BaseModel):
 
 class PredictorListOutput(Output):
     command: ClassVar[str] = "predictor list"
-    rows: list[Predictor]
+    rows: list[PredictorEntry]
 
 
 # -- transfer, tune -----------------------------------------------------------------------------------------------

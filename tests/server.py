@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from registry.cli.main import cli
 from registry.server.app import ServeConfig, create_app
 from registry.server.auth import digest, new_token
+from registry.store.rows import ModelIn
 from registry.store.sql.store import Store
 
 EVIL_MODEL = 'evil"<b>model</b>&amp;'
@@ -90,7 +91,7 @@ def fill(url: str, logs: Path, keep=lambda i: True) -> int:
     with Store(url) as store:
         n = measured_here(store, logs, EVIL_TEAM, keep, host=EVIL_HOST, model=EVIL_MODEL)
         tasks = [(w, f"task<{i}>", 1 + i) for i, w in enumerate(logged_workloads(logs))]
-        store.record_model(EVIL_MODEL, "ab" * 32, {"x": [8, 64]}, tasks)
+        store.save_model(ModelIn(EVIL_MODEL, "ab" * 32, {"x": [8, 64]}, tasks))
     return n
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from registry import testing
 from registry.cli.main import cli
+from registry.store.rows import ModelIn
 from registry.store.sql.store import Store
 
 EVIL = "\x1b[2J\x1b]0;title\x07\nrun: curl x | sh\r\u202e\x9b"
@@ -29,7 +30,7 @@ def _fill(url: str, model: str = "m") -> None:
     try:
         wl, dev = testing.workload(0), testing.device()
         store.ingest([wl], [testing.record(0, 0, dev)])
-        store.record_model(model, "ab" * 32, {"x": [1, 3]}, [(wl, "t", 1)])
+        store.save_model(ModelIn(model, "ab" * 32, {"x": [1, 3]}, [(wl, "t", 1)]))
     finally:
         store.close()
 
@@ -157,7 +158,7 @@ def test_a_report_of_a_very_long_model_name_gets_a_bounded_file_name(sqlite_url,
     _fill(sqlite_url)
     store = Store(sqlite_url)
     try:
-        store.record_model("second", "cd" * 32, {"x": [1, 3]}, [(testing.workload(0), "t", 1)])
+        store.save_model(ModelIn("second", "cd" * 32, {"x": [1, 3]}, [(testing.workload(0), "t", 1)]))
         with store.engine.begin() as conn:
             for model_id, name in enumerate(names, 1):
                 conn.execute(text("UPDATE model SET name = :n WHERE id = :i"), {"n": name, "i": model_id})

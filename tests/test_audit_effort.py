@@ -32,10 +32,12 @@ from registry import hostinfo, testing
 from registry.cli.main import cli
 from registry.errors import BadInputError, RegistryWarning
 from registry.pipeline.effort import Leases
+from registry.store.rows import ModelIn
 from registry.store.sql.efforts import IMPORTED
 from registry.store.sql.models import TaskEffort
 from registry.store.sql.store import Store
 from registry.store.validation import MAX_WEIGHT, effort_problem
+from registry.store.values import EffortUpdate
 from registry.tvm_side import zoo
 from tests.test_effort import _forged_effort, _registry
 
@@ -69,7 +71,7 @@ def _workloads(url: str, n: int) -> tuple[Store, list[int], int]:
     store.ingest([testing.workload(i) for i in range(n)], [testing.record(i, 0, dev) for i in range(n)])
     with store.read() as s:
         ids = list(s.execute(text("SELECT id FROM workload ORDER BY id")).scalars())
-    return store, ids, store.device_id(dev)
+    return store, ids, store.add_device(dev)
 
 
 def _sql(store: Store, statement: str, **params) -> None:
@@ -144,7 +146,7 @@ def test_release_leases_frees_those_of_ended_runs_and_leaves_the_running(db_url,
         assert store.take_task(wid, device, holder, 600) is None
     _sql(store, "UPDATE task_effort SET lease_until = :t WHERE holder = 'expired:1:dd'", t="2000-01-01 00:00:00")
     _sql(store, "UPDATE task_effort SET lease_until = :t WHERE holder = 'far:1:ee'", t="9999-01-01 00:00:00")
-    store.record_model("m", "0" * 64, {"x": [1]}, [(testing.workload(0), "t0", 1)])
+    store.save_model(ModelIn("m", "0" * 64, {"x": [1]}, [(testing.workload(0), "t0", 1)]))
 
     def run(*args: str):
         return CliRunner().invoke(cli, ["--db", db_url, "db", "release-leases", *args])
@@ -262,7 +264,7 @@ def test_an_export_leaves_out_a_corrupt_effort_row_so_pulls_go_on(db_url, tuned_
         (wid, did), *others = s.execute(text("SELECT DISTINCT workload_id, device_id FROM tuning_record")).all()
     for w, d in others:  # honest effort on the others
         assert store.take_task(w, d, "run:1:a", 60) is None
-        assert store.save_effort(w, d, "run:1:a", (4, 2.0), [(0, 9.0), (4, 8.0)], False, None)
+        assert store.save_effort(EffortUpdate(w, d, "run:1:a", (4, 2.0), [(0, 9.0), (4, 8.0)], False, None))
     assert store.take_task(wid, did, "run:1:a", 60) is None
     _sql(store, "UPDATE task_effort SET trials = 5000, seconds = 0, holder = NULL WHERE workload_id = :w", w=wid)
     bundle, copy = tmp_path / "out.bundle", f"sqlite:///{tmp_path / 'copy.db'}"

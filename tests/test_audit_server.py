@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, text
 from registry.cli.main import cli
 from registry.errors import BadInputError
 from registry.server.auth import digest, new_token
+from registry.store.rows import ModelIn
 from registry.store.sql.store import Store
 from registry.testing import workload
 from tests.server import make_token, problem, request, serving
@@ -35,7 +36,7 @@ MODEL = "audit-model"
 def registry(db_url) -> str:
     """A registry with one model (its input shapes {"x": [8, 64]}) and no records."""
     with Store(db_url) as store:
-        store.record_model(MODEL, "ab" * 32, {"x": [8, 64]}, [(workload(0), "task0", 1)])
+        store.save_model(ModelIn(MODEL, "ab" * 32, {"x": [8, 64]}, [(workload(0), "task0", 1)]))
     return db_url
 
 

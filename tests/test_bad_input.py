@@ -310,7 +310,7 @@ def _export_under_a_file(env: Env) -> list[str]:
 
 def _train_a_device_without_records(env: Env) -> list[str]:
     store = Store(env.db_url)
-    dev = store.device_id(testing.device(mcpu="no-records"))
+    dev = store.add_device(testing.device(mcpu="no-records"))
     store.close()
     return ["predictor", "train", "--device", str(dev)]
 

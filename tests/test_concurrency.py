@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from registry.store.sql import schema
 from registry.store.sql.models import BestRecord, TuningRecord, Workload
@@ -36,7 +37,7 @@ def test_concurrent_writers_on_a_fresh_database(db_url):
     with store.engine.connect() as conn:
         assert schema.current_revision(conn) == schema.HEAD
     expected = WORKLOADS * PER * (1 + WORKERS)  # the shared records once, plus each worker's own
-    with store.read() as s:
+    with Session(store.engine) as s:
         assert s.execute(select(func.count()).select_from(Workload)).scalar() == WORKLOADS
         assert s.execute(select(func.count()).select_from(TuningRecord)).scalar() == expected
         distinct = select(TuningRecord.workload_id, TuningRecord.device_id, TuningRecord.trace_hash).distinct()

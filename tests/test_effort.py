@@ -20,19 +20,21 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from registry.cli.main import cli
 from registry.pipeline.effort import Leases, plateaued, thinned
 from registry.store.rows import DeviceSpec
 from registry.store.sql.models import TaskEffort, TuningRecord
 from registry.store.sql.store import Store
+from registry.store.values import EffortUpdate
 from registry.tvm_side import zoo
 
 # -- the store's leases, no TVM --------------------------------------------------------------------------------------
 
 
 def _device(store: Store) -> int:
-    return store.device_id(DeviceSpec({"kind": "llvm", "mcpu": "test"}, 1, "Test CPU", "0.0"))
+    return store.add_device(DeviceSpec({"kind": "llvm", "mcpu": "test"}, 1, "Test CPU", "0.0"))
 
 
 def test_a_lease_is_one_runs_until_it_is_released_or_expires(db_url):
@@ -41,16 +43,20 @@ def test_a_lease_is_one_runs_until_it_is_released_or_expires(db_url):
     assert store.take_task(7, device, "a", 60) is None  # free: a takes it
     assert store.take_task(7, device, "a", 60) is None  # a renews it
     assert store.take_task(7, device, "b", 60) == "a"  # b is told who holds it
-    assert store.save_effort(7, device, "b", (4, 1.0), [(4, 10.0)], False, 60) is False  # b cannot write it
-    assert store.save_effort(7, device, "a", (4, 2.5), [(0, 20.0), (4, 10.0)], False, 60) is True
-    assert store.save_effort(7, device, "a", (4, 2.5), [(0, 20.0), (4, 10.0), (8, 9.0)], False, None) is True
+    assert (
+        store.save_effort(EffortUpdate(7, device, "b", (4, 1.0), [(4, 10.0)], False, 60)) is False
+    )  # b cannot write it
+    assert store.save_effort(EffortUpdate(7, device, "a", (4, 2.5), [(0, 20.0), (4, 10.0)], False, 60)) is True
+    assert (
+        store.save_effort(EffortUpdate(7, device, "a", (4, 2.5), [(0, 20.0), (4, 10.0), (8, 9.0)], False, None)) is True
+    )
     effort = store.efforts([7, 8], device)
     assert list(effort) == [7] and effort[7].trials == 8 and effort[7].seconds == pytest.approx(5.0)
     assert effort[7].curve == ((0, 20.0), (4, 10.0), (8, 9.0)) and effort[7].best_us == 9.0
     assert effort[7].holder is None and not effort[7].plateau  # released by the last save
     assert store.take_task(7, device, "b", -1) is None  # free again: b takes it, with a lease already expired
     assert store.take_task(7, device, "a", 60) is None  # so a may take it back
-    assert store.save_effort(7, device, "b", (1, 0.1), [(9, 8.0)], True, 60) is False  # b lost it
+    assert store.save_effort(EffortUpdate(7, device, "b", (1, 0.1), [(9, 8.0)], True, 60)) is False  # b lost it
     assert store.renew_tasks("a", 60) == 1 and store.release_tasks("a") == 1 and store.release_tasks("a") == 0
     assert store.efforts([7], device)[7].trials == 8  # nothing written by the run that lost the lease
 
@@ -129,7 +135,7 @@ def _forged_effort(bundle: Path, out: Path, field: int, value) -> Path:
 
 
 def _efforts(url: str) -> list[TaskEffort]:
-    with Store(url).read() as s:
+    with Session(Store(url).engine) as s:
         return list(s.execute(select(TaskEffort).order_by(TaskEffort.workload_id)).scalars())
 
 
@@ -181,7 +187,7 @@ def test_effort_is_recorded_travels_in_bundles_and_plateaued_tasks_are_skipped_u
     device = efforts[0].device_id
     for e in efforts:  # both tasks declared plateaued, as a run whose last trials gained nothing would leave them
         assert store.take_task(e.workload_id, device, "test", 60) is None
-        store.save_effort(e.workload_id, device, "test", (0, 0.0), json.loads(e.curve_json), True, None)
+        store.save_effort(EffortUpdate(e.workload_id, device, "test", (0, 0.0), json.loads(e.curve_json), True, None))
     skipped = _tune(sqlite_url, str(mlp), "--trials", "32", "--batch", "4")
     assert skipped["tuning"]["trials"]["measured"] == 0 and skipped["final_ms"] is not None
     assert all("plateaued" in t["stopped"] for t in skipped["tasks"]), skipped["tasks"]

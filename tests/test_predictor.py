@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from registry.cli.main import cli
 from registry.errors import RegistryError
 from registry.store.rows import DeviceSpec
-from registry.store.sql.predictors import list_predictors
 from registry.store.sql.store import Store
 
 # Six dense layers at batch 8, each its own matmul workload: 64->128, 128->32, ... 80->112. Four workloads of 16
@@ -75,10 +74,10 @@ def tuned(tmp_path_factory):
     target = host_target()
     store = Store(url)
     _tune_layers(tmp_path_factory.mktemp("predictor_work"), store, target)
-    device_id = store.device_id(device_spec(target, 1))
+    device_id = store.add_device(device_spec(target, 1))
     stats = store.stats()
-    assert stats["workloads"] == N_WORKLOADS and stats["per_device"][0]["tuned_workloads"] == N_WORKLOADS, stats
-    return SimpleNamespace(url=url, store=store, device_id=device_id, target=target, ok_records=stats["records_ok"])
+    assert stats.workloads == N_WORKLOADS and stats.per_device[0].tuned_workloads == N_WORKLOADS, stats
+    return SimpleNamespace(url=url, store=store, device_id=device_id, target=target, ok_records=stats.records_ok)
 
 
 # -- without TVM runs ------------------------------------------------------------------------------------------
@@ -115,13 +114,13 @@ def test_split_says_what_is_missing():
 
 def test_training_a_device_without_records_is_one_clear_error(sqlite_url):
     store = Store(sqlite_url)
-    empty = store.device_id(DeviceSpec({"kind": "llvm", "num-cores": 2}, 1, "some cpu", "0.27.0"))
+    empty = store.add_device(DeviceSpec({"kind": "llvm", "num-cores": 2}, 1, "some cpu", "0.27.0"))
     result = run(sqlite_url, "predictor", "train", "--device", str(empty))
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert lines[0].startswith("Error:") and "no ok records" in lines[0] and "at least 1 workload" in lines[0]
-    assert list_predictors(store) == []
+    assert store.list_predictors() == []
 
 
 def test_predictor_list_reads_the_table_without_importing_tvm(sqlite_url):

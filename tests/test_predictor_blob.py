@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from registry.cli.main import cli
 from registry.errors import RegistryWarning
-from registry.store.sql.predictors import save_predictor
 from registry.store.sql.store import Store
+from registry.store.values import PredictorIn
 from registry.tvm_side import predictor_blob, zoo
 
 
@@ -161,7 +161,7 @@ def test_the_crafted_legacy_blob_does_run_code_in_xgbmodel_load(tmp_path):
 
 
 def _plant(store: Store, device_id: int, kind: str, blob: bytes) -> None:
-    save_predictor(store, device_id, kind, blob, {}, n_workloads=1, n_records=1, tvm_version="0.27.0")
+    store.save_predictor(PredictorIn(device_id, kind, blob, {}, n_workloads=1, n_records=1, tvm_version="0.27.0"))
 
 
 @pytest.mark.parametrize(("kind", "fragment"), [("xgb", "old format"), ("xgb-v2", "cannot be read")])
@@ -170,7 +170,7 @@ def test_load_predictor_skips_a_bad_blob_with_one_warning(sqlite_url, tmp_path, 
     from registry.tvm_side.target import device_spec, host_target
 
     store = Store(sqlite_url)
-    device_id = store.device_id(device_spec(host_target(), 1))
+    device_id = store.add_device(device_spec(host_target(), 1))
     marker = tmp_path / "ran"
     _plant(store, device_id, kind, _legacy_blob(marker) if kind == "xgb" else pickle.dumps(_WritesAFile(marker)))
     with pytest.warns(RegistryWarning, match=fragment) as caught:
@@ -189,7 +189,7 @@ def test_tune_and_transfer_finish_past_crafted_predictors(sqlite_url, tmp_path):
     onnx.save(zoo.mlp(8, (32, 16), seed=7), models[0])
     onnx.save(zoo.mlp(4, (48, 24), seed=8), models[1])
     store = Store(sqlite_url)
-    device_id = store.device_id(device_spec(host_target(), runtime_threads()))
+    device_id = store.add_device(device_spec(host_target(), runtime_threads()))
     marker = tmp_path / "ran"
     runs = [  # transfer first: with no donor in the registry yet, its task goes to the tuning engine
         ("xgb-v2", pickle.dumps(_WritesAFile(marker)), ["transfer", str(models[0]), "--tune-trials", "4"]),

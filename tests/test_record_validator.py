@@ -144,7 +144,7 @@ def test_failed_runs_import_as_failed_records(sqlite_url, tuned_logs, tmp_path):
     logs = _copy(tuned_logs, tmp_path, _failed_run)
     assert run(sqlite_url, "import", str(logs)).exit_code == 0
     stats = Store(sqlite_url).stats()
-    assert stats["records"] == len(_records(logs)) and stats["records_ok"] == 0
+    assert stats.records == len(_records(logs)) and stats.records_ok == 0
 
 
 def test_a_trace_that_crashes_tvm_costs_a_worker_not_the_caller(tuned_logs):

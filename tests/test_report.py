@@ -20,6 +20,7 @@ from sqlalchemy import func, select, update
 from registry import testing
 from registry.cli.main import cli
 from registry.report.svg import PALETTE, Series, log_ticks, nice_ticks, step_chart
+from registry.store.rows import ModelIn
 from registry.store.sql.models import TuningRecord
 from registry.store.sql.store import Store
 from registry.tvm_side import zoo
@@ -37,7 +38,7 @@ def _fill(url: str) -> None:
     dev = testing.device()
     wls = [testing.workload(i) for i in range(4)]
     tasks = [(wls[0], EVIL_TASK, 2), (wls[1], "dense_1", 1), (wls[2], "idle", 3)]
-    store.record_model(EVIL_MODEL, "ab" * 32, {"x": [1, 3]}, tasks)
+    store.save_model(ModelIn(EVIL_MODEL, "ab" * 32, {"x": [1, 3]}, tasks))
     store.ingest(wls, [testing.record(3, 0, dev)])  # the donor: workload 3, not in the model
     with store.read() as conn:
         donor = conn.execute(select(func.max(TuningRecord.id))).scalar()
@@ -135,7 +136,7 @@ def test_an_unknown_model_and_an_unwritable_path_are_one_line_and_change_nothing
 
 def test_a_model_without_records_still_gets_a_page(sqlite_url, tmp_path):
     store = Store(sqlite_url)
-    store.record_model("lonely", "cd" * 32, {}, [(testing.workload(5), "t", 1)])
+    store.save_model(ModelIn("lonely", "cd" * 32, {}, [(testing.workload(5), "t", 1)]))
     store.close()
     out = tmp_path / "lonely.html"
     result = CliRunner().invoke(cli, ["--db", sqlite_url, "report", "lonely", "-o", str(out)])

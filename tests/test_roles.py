@@ -13,9 +13,10 @@ from sqlalchemy.engine import make_url
 from registry import testing
 from registry.cli.main import cli
 from registry.errors import AccessDeniedError, BadInputError
-from registry.store.sql import predictors, roles
+from registry.store.sql import roles
 from registry.store.sql.revision import HEAD, VERSION_TABLE
 from registry.store.sql.store import Store
+from registry.store.values import PredictorIn
 from registry.tvm_side import tvmlog
 from tests.pg_roles import empty, granted_roles, require_postgresql
 from tests.rows import rows_of
@@ -113,7 +114,7 @@ def test_every_write_of_a_read_only_role_is_one_line_and_changes_nothing(shared,
     store = Store(shared["reader"])
     try:  # a predictor: TVM-free, and a SELECT ... FOR UPDATE before its INSERT
         with pytest.raises(AccessDeniedError, match="refused a write"):
-            predictors.save_predictor(store, 1, "xgb", b"blob", {}, 1, 1, "0.27.0")
+            store.save_predictor(PredictorIn(1, "xgb", b"blob", {}, 1, 1, "0.27.0"))
     finally:
         store.close()
     assert rows_of(shared["owner"]) == before

@@ -516,7 +516,7 @@ def test_a_pooled_connection_postgresql_closed_is_pinged_and_replaced(db_url, mo
         store.stats()  # the pool dropped it on the error
         close_the_others()
         monkeypatch.setattr(engine_module, "IDLE_PING_S", 0.0)  # idle: pinged, and replaced before use
-        assert store.stats()["records"] == 0
+        assert store.stats().records == 0
 
 
 def test_a_client_follows_no_redirect_and_never_echoes_a_token(filled, tmp_path):

@@ -1,34 +1,65 @@
-"""The storage interface: nothing outside ``registry/store/`` reaches past it, ``Store`` implements all of it, and the
-SQL implementation is picked by URL. No TVM here."""
+"""The storage interface: nothing outside ``registry/store/sql`` reaches it but the storage factory, ``Store``
+implements all of the interface, the factory picks it by URL, and the modules it moved out of the SQL implementation
+need neither SQLAlchemy nor TVM."""
 
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 
 from registry import testing
-from registry.errors import BadInputError, DatabaseError
-from registry.store.interface import RegistryStorage, open_storage, record_trace_hash
+from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
+from registry.store.factory import open_lookup, open_storage
+from registry.store.interface import RegistryStorage
 from registry.store.sql.store import Store
+from registry.store.traces import record_trace_hash
+from registry.store.urls import redact
+from registry.store.values import LookupFilter
 from tests.imports import ROOT, imported, module_name, source_files
 
-# The store's internals: its tables, its SQL, and the code that writes.
-PRIVATE = {"registry.store.sql.models", "registry.store.sql.queries", "registry.store.sql.ingest"}
+SQL = "registry.store.sql"  # the SQL implementation
+FACTORY = "registry.store.factory"  # the one module outside it that may import it
+# Inside the implementation: its own modules, and the Alembic revisions of its schema (migrations/, which
+# registry.store.sql.migrate runs).
+INSIDE = (SQL, "registry.store.migrations")
 
 
-def _private(names: set[str]) -> set[str]:
-    return {n for n in names if any(n == p or n.startswith(p + ".") for p in PRIVATE)}
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
 
 
-def test_nothing_outside_the_store_imports_its_internals():
-    offenders = []
+def _sql_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """The names of the SQL implementation that ``source`` imports, in any spelling, at any depth (a function's
+    imports included); docstrings and comments that name it are no imports."""
+    names = imported(source, module, is_package)
+    return {n for n in names if _within(n, (SQL,))}
+
+
+def _outside_modules() -> dict[str, set[str]]:
+    """Every module of registry/ and cli/ outside the SQL implementation, with what of the implementation it imports."""
+    found = {}
     for path in source_files():
-        if module_name(path).startswith("registry.store."):
-            continue
-        found = _private(imported(path.read_text(), module_name(path), path.name == "__init__.py"))
-        offenders += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(found)]
-    assert not offenders, "use registry.store.interface.RegistryStorage instead:\n" + "\n".join(offenders)
+        name = module_name(path)
+        if not _within(name, INSIDE):
+            found[name] = _sql_imports(path.read_text(), name, path.name == "__init__.py")
+    return found
+
+
+def test_only_the_factory_imports_the_sql_implementation():
+    found = _outside_modules().items()
+    offenders = [f"{name}: {', '.join(sorted(sql))}" for name, sql in found if sql and name != FACTORY]
+    assert not offenders, f"reach the SQL implementation through {FACTORY} instead:\n" + "\n".join(offenders)
+
+
+def test_the_guard_walks_every_module_outside_the_implementation():
+    walked = _outside_modules()
+    assert {"registry", "registry.cli.lookup", "registry.server.api", "registry.store.own_files"} <= set(walked)
+    assert walked[FACTORY], "the factory is the way in: it imports the implementation"
+    every = {module_name(p) for p in source_files()}
+    assert set(walked) == {m for m in every if not _within(m, INSIDE)}
 
 
 @pytest.mark.parametrize(
@@ -37,30 +68,58 @@ def test_nothing_outside_the_store_imports_its_internals():
         "from registry.store.sql import queries",
         "from registry.store.sql.models import Workload",
         "import registry.store.sql.ingest",
+        "import registry.store.sql",
+        "from registry.store import sql",
         "from registry.store.sql import lookup, ingest as i",
         "from ..store.sql import models",
+        "from .sql import lookup",
         "def f():\n    from registry.store.sql.queries import top_k",
+        "class C:\n    def m(self):\n        import registry.store.sql.engine as e",
     ],
 )
 def test_the_check_sees_every_spelling(source):
-    assert _private(imported(source, "registry.similarity.donors"))
+    module = "registry.store.own_files" if source.startswith("from .sql") else "registry.similarity.donors"
+    assert _sql_imports(source, module)
 
 
-def test_the_check_lets_the_interface_through():
+def test_the_check_lets_the_interface_and_neutral_modules_through():
     source = (
-        "from registry.store.interface import RegistryStorage\n"
-        "from registry.store.sql import lookup\n"
-        "from registry.store import rows"
+        '"""Reads through registry.store.sql.lookup (a mention, not an import)."""\n'
+        "from registry.store.interface import RegistryStorage  # not registry.store.sql\n"
+        "from registry.store.factory import open_storage\n"
+        "from registry.store import rows, sqlite_helpers\n"
+        "from registry.store.urls import redact\n"
+        "import registry.store.sqlx\n"
     )
-    assert not _private(imported(source, "registry.share.export"))
+    assert not _sql_imports(source, "registry.share.export")
+
+
+NEUTRAL = ["registry.store.factory", "registry.store.urls", "registry.store.query", "registry.store.trust",
+           "registry.store.traces", "registry.store.own_files"]  # fmt: skip
+
+
+def test_the_neutral_modules_import_neither_sqlalchemy_nor_tvm():
+    code = (
+        "import sys\n"
+        f"for name in {NEUTRAL!r}:\n"
+        "    __import__(name)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'tvm'))\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def _protocols() -> list[type]:
+    """RegistryStorage and the protocols, one per concern, it is made of."""
+    return [p for p in RegistryStorage.__mro__ if p.__module__ == RegistryStorage.__module__]
 
 
 def _members() -> list[str]:
-    """The protocol's methods, those it takes from RecordReads included."""
+    """The protocol's methods, those it takes from each concern's protocol included."""
     return [
         name
-        for protocol in RegistryStorage.__mro__
-        if protocol.__name__ in ("RegistryStorage", "RecordReads")
+        for protocol in _protocols()
         for name, value in vars(protocol).items()
         if not name.startswith("_") and inspect.isfunction(value)
     ]
@@ -88,7 +147,8 @@ def test_open_storage_picks_the_sql_store_by_url(tmp_path):
     store = open_storage(f"sqlite:///{tmp_path / 'a.db'}")
     try:
         assert isinstance(store, Store)
-        assert hasattr(store, "url") and set(RegistryStorage.__annotations__) <= set(vars(store))
+        attributes = {name for protocol in _protocols() for name in vars(protocol).get("__annotations__", {})}
+        assert "url" in attributes and attributes <= set(vars(store))
         assert store.schema_revision() is not None
     finally:
         store.close()
@@ -111,6 +171,62 @@ def test_open_storage_leaves_a_malformed_url_to_the_engine():
         open_storage("not a url")
 
 
+# URLs as typed, and as SQLAlchemy would misread them: a password with @ or :, IPv6, a port, a query, no URL at all.
+URLS = [
+    "postgresql://u:secret@db.example:5432/reg",
+    "postgresql+psycopg://u:p%40ss:w@[::1]:5432/reg?sslmode=require&application_name=a b&x=",
+    "postgresql://u@h/reg?b=2&a=1&a=0",
+    "postgresql://:pw@h",
+    "postgresql://h:/reg",
+    "sqlite:///relative.db",
+    "sqlite:////abs/path with space/r.db?mode=ro",
+    "sqlite://",
+    "not a url",
+    "/home/u/registry.db",
+    "mysql://u:secret@127.0.0.1/x",
+    "postgresql://us%2Fer:pw@h/d%2Fb#frag",
+]
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_redact_shows_a_url_as_the_engine_does(url):
+    """The same text SQLAlchemy renders (the index of a server registry is named after its digest), or the same
+    error; never the password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        expected = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        expected = url
+    except ValueError:
+        with pytest.raises(ValueError):
+            redact(url)
+        return
+    assert redact(url) == expected
+    assert "secret" not in redact(url)
+
+
+@pytest.mark.parametrize("selector", [None, "name", "id"])
+def test_open_lookup_reads_what_the_storage_reads(filled, db_url, selector):
+    store, device_id = filled
+    with open_lookup(db_url) as direct:
+        [device] = direct.all_devices()
+        assert device.id == device_id
+        chosen = {None: None, "name": device.name, "id": str(device.id)}[selector]
+        devices = direct.resolve_devices(chosen) if chosen else None
+        assert devices == (store.resolve_devices(chosen) if chosen else None)
+        f = LookupFilter(top_k=2, limit=10, device_ids=[d.id for d in devices] if devices else None)
+        assert direct.lookup(f) == store.lookup(f) and len(store.lookup(f)) == 2
+        with pytest.raises(UnknownDeviceError, match="no device 'nope'"):
+            direct.resolve_devices("nope")
+
+
+def test_open_lookup_leaves_a_missing_registry_to_the_storage(tmp_path):
+    assert open_lookup(f"sqlite:///{tmp_path / 'missing.db'}") is None
+    assert not (tmp_path / "missing.db").exists()
+
+
 # -- the reads the TVM side makes, on each backend ---------------------------------------------------------------
 
 
@@ -124,7 +240,7 @@ def filled(db_url):
         [testing.record(0, j, dev) for j in range(3)]
         + [testing.record(0, 9, dev, failed=True), testing.record(1, 0, dev, failed=True)],
     )
-    yield store, store.device_id(dev)
+    yield store, store.add_device(dev)
     store.close()
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import event, func, inspect, select
+from sqlalchemy.orm import Session
 
 from registry import hostinfo, testing
 from registry.errors import BadInputError, UnknownDeviceError
+from registry.store.rows import ModelIn
 from registry.store.sql import schema
 from registry.store.sql.models import BestRecord, TuningRecord
 from registry.store.sql.store import Store
@@ -40,14 +42,14 @@ def test_ingest_counts_new_and_present_and_is_idempotent(store):
     assert (first.workloads_new, first.records_new) == (5, 20)
     again = store.ingest(wls, recs)
     assert (again.workloads_new, again.workloads_present, again.records_new, again.records_present) == (0, 5, 0, 20)
-    assert store.stats()["records"] == 20
+    assert store.stats().records == 20
 
 
 def test_best_record_tracks_the_fastest_ok_record(store):
     dev = testing.device()
     store.ingest([testing.workload(0)], [testing.record(0, j, dev) for j in range(6)])
     store.ingest([], [testing.record(0, 99, dev, failed=True)])
-    with store.read() as s:
+    with Session(store.engine) as s:
         fastest = s.execute(select(func.min(TuningRecord.mean_s))).scalar()
         best = s.execute(select(BestRecord)).scalar_one()
         assert best.mean_s == pytest.approx(fastest)
@@ -82,15 +84,17 @@ def test_lookup_filters(store):
 def test_model_tasks_make_lookup_by_model_work(store):
     fill(store, n_workloads=4)
     wls = [testing.workload(i) for i in (1, 2)]
-    store.record_model("resnet-ish", "ab" * 32, {"x": [1, 3, 32, 32]}, [(w, w.signature.task_name, 2) for w in wls])
+    store.save_model(
+        ModelIn("resnet-ish", "ab" * 32, {"x": [1, 3, 32, 32]}, [(w, w.signature.task_name, 2) for w in wls])
+    )
     assert {r.workload for r in store.lookup(LookupFilter(model="resnet-ish"))} == {w.shash for w in wls}
-    assert store.stats()["models"] == 1
+    assert store.stats().models == 1
 
 
 def test_devices_are_one_row_per_identity(store):
     a, b = testing.device(1), testing.device(2)
-    assert store.device_id(a) == store.device_id(a)
-    assert store.device_id(a) != store.device_id(b)
+    assert store.add_device(a) == store.add_device(a)
+    assert store.add_device(a) != store.add_device(b)
     assert len(store.devices()) == 2
 
 
@@ -98,8 +102,8 @@ def test_unknown_device_and_ambiguous_device(store):
     fill(store)
     with pytest.raises(UnknownDeviceError, match="registry devices"):
         store.resolve_devices("no-such-device")
-    store.device_id(testing.device(num_threads=1, mcpu="other"))
-    store.device_id(
+    store.add_device(testing.device(num_threads=1, mcpu="other"))
+    store.add_device(
         testing.device(num_threads=1, mcpu="synthetic").__class__(
             target=testing.device().target, num_threads=1, host_model="Another CPU", tvm_version="0.27.0"
         )
@@ -120,8 +124,8 @@ def test_host_is_the_device_this_registry_measured_on_when_a_pulled_one_has_the_
     pulled = replace(here, target={**here.target, "mcpu": "emeraldrapids"})
     store.ingest([testing.workload(i) for i in range(2)],
                  [testing.record(0, 0, pulled, source="imported"), testing.record(1, 0, here)])  # fmt: skip
-    assert {d.id for d in store.resolve_devices("host")} == {store.device_id(here), store.device_id(pulled)}
-    assert store.resolve_one_device("host").id == store.device_id(here)
+    assert {d.id for d in store.resolve_devices("host")} == {store.add_device(here), store.add_device(pulled)}
+    assert store.resolve_one_device("host").id == store.add_device(here)
     store.ingest([], [testing.record(0, 1, pulled)])  # measured on both now: ambiguous again, and said so
     with pytest.raises(UnknownDeviceError, match="ambiguous"):
         store.resolve_one_device("host")

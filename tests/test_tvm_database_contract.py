@@ -45,8 +45,8 @@ from tvm.script import tirx as T
 import registry
 from registry.errors import RegistryError
 from registry.records.database import RecordRefusedError
-from registry.store.sql.engine import redact
 from registry.store.sql.store import Store
+from registry.store.urls import redact
 from registry.store.values import LookupFilter
 
 pytestmark = pytest.mark.tvm

@@ -23,8 +23,8 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-# Copies of registry.store.sql.models' SOURCES and TRUST_LEVELS as they are at this revision: a migration describes
-# one step of the schema, and must not change when the models do.
+# Copies of registry.store.sql.models' SOURCES and registry.store.trust's TRUST_LEVELS as they are at this revision:
+# a migration describes one step of the schema, and must not change when the models do.
 SOURCES = ("tuned", "transferred", "imported")
 TRUST_LEVELS = ("measured", "imported", "verified", "disputed")
 

@@ -25,8 +25,9 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.records.write import RecordWriter
-from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord, open_storage
-from registry.store.sql.engine import redact
+from registry.store.factory import open_storage
+from registry.store.interface import Catalogue, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
+from registry.store.urls import redact
 from registry.store.validation import trace_is_sound
 from registry.tvm_side import tvmlog
 from registry.tvm_side.compat import TVM_ERRORS, error_line
@@ -103,7 +104,7 @@ class RegistryDatabase(PyDatabase):
         super().__init__()
         self.store = open_storage(store) if store is None or isinstance(store, str) else store
         self.device = device or device_spec(target, num_threads)
-        self.device_id = self.store.device_id(self.device)
+        self.device_id = self.store.add_device(self.device)
         self._generic = _generic_twins(self.store, self.device)
         self.provenance = dict(source=source, team=team, model=model, host=hostinfo.hostname())
         self.task_names = dict(task_names or {})
@@ -252,7 +253,7 @@ class RegistryDatabase(PyDatabase):
         return self.store.count_records(self.device_id)
 
 
-def _generic_twins(store: RegistryStorage, device: DeviceSpec) -> list[int]:
+def _generic_twins(store: Catalogue, device: DeviceSpec) -> list[int]:
     """For a CPU device whose target names its mcpu: the devices of the same machine (CPU, runtime threads, cores,
     TVM release) whose target names none, which is how plain TVM tunes by default and what an imported log of this
     machine then holds. Their records are usable here (a schedule's code does not depend on the mcpu it was timed

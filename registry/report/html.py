@@ -24,7 +24,7 @@ import numpy as np
 from registry.errors import BadInputError
 from registry.report.model_report import ModelReport
 from registry.report.svg import PALETTE, Series, step_chart
-from registry.store.interface import RecordHistory, RecordPoint, RegistryStorage
+from registry.store.interface import RecordHistory, RecordPoint, ReportReads
 from registry.store.rows import utc
 from registry.store.values import Effort
 
@@ -72,7 +72,7 @@ def _distance(a: bytes, b: bytes) -> float | None:
 
 
 def collect(
-    store: RegistryStorage,
+    store: ReportReads,
     model: str,
     device: str | None = None,
     run: ModelReport | None = None,
@@ -413,7 +413,7 @@ def write(path: Path, page: str) -> None:
 
 
 def write_report(
-    store: RegistryStorage,
+    store: ReportReads,
     model: str,
     path: Path,
     *,

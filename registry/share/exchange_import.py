@@ -19,7 +19,7 @@ from registry.records.validator import RecordValidator
 from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
-from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RecordStorage, WorkloadIn
 from registry.store.rows import GPU_KINDS
 from registry.store.validation import (
     Problem,
@@ -34,7 +34,7 @@ from registry.tvm_side.target import canonical_target
 
 
 def import_exchange(
-    store: RegistryStorage,
+    store: RecordStorage,
     exchange: ExchangeSet,
     *,
     where: str,
@@ -180,7 +180,7 @@ def _record(
 
 
 def import_bundle(
-    store: RegistryStorage, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
+    store: RecordStorage, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
 ) -> IngestResult:
     """``registry import BUNDLE``: checksums first, then everything as ``import_exchange`` checks it."""
     exchange, _manifest = read_bundle(path)

@@ -14,7 +14,7 @@ from registry.errors import UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
 from registry.share.plain_export import plain_records, readme
 from registry.store.decode import parse
-from registry.store.interface import DeviceRow, RegistryStorage
+from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage
 from registry.store.own_files import refuse_own_file
 from registry.store.values import ExchangeFilters
 from registry.tvm_side import tvmlog
@@ -30,9 +30,7 @@ class ExportResult:
     plain_unusable: list[str] = dataclasses.field(default_factory=list)  # task names of the rest
 
 
-def export_database(
-    store: RegistryStorage, folder: Path, device: str | None, *, best_only: bool = False
-) -> ExportResult:
+def export_database(store: RegistryReads, folder: Path, device: str | None, *, best_only: bool = False) -> ExportResult:
     """Write ``folder/database_{workload,tuning_record}.json`` for one device.
 
     Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
@@ -63,7 +61,7 @@ def export_database(
     )  # fmt: skip
 
 
-def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:
+def _pick_device(store: Catalogue, selector: str | None) -> DeviceRow:
     if selector is not None:
         return store.resolve_one_device(selector)
     all_devices = store.all_devices()
@@ -76,7 +74,7 @@ def _pick_device(store: RegistryStorage, selector: str | None) -> DeviceRow:
 
 
 def exchange_filters(
-    store: RegistryStorage,
+    store: Catalogue,
     device: str | None,
     team: str | None,
     model: str | None,

@@ -13,7 +13,7 @@ from registry import hostinfo
 from registry.errors import BadInputError
 from registry.records.validator import RecordValidator
 from registry.records.write import checked_write
-from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RegistryStorage, WorkloadIn
+from registry.store.interface import DeviceSpec, IngestResult, RecordIn, RecordStorage, WorkloadIn
 from registry.store.rows import LOG_ORIGIN, canonical_json
 from registry.store.validation import Problem
 from registry.tvm_side import tvmlog
@@ -24,7 +24,7 @@ BATCH = 5000
 
 
 def import_logs(
-    store: RegistryStorage,
+    store: RecordStorage,
     path: Path,
     *,
     team: str | None = None,

@@ -27,32 +27,56 @@ stats, devices, models and their history) is the overlay's own.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+from registry.store.factory import open_storage
 from registry.store.interface import (
+    Administration,
+    Batches,
+    Catalogue,
+    Check,
     DeviceRecords,
+    DeviceRow,
     DeviceSpec,
     DonorRecord,
     DonorRow,
     Effort,
+    EffortUpdate,
+    Extras,
     IndexedSet,
     IngestResult,
+    LeaseStorage,
+    LookupFilter,
+    LookupRow,
+    ModelIn,
+    ModelRow,
+    PlainTaskRow,
+    PredictorIn,
+    PredictorInfo,
+    RecordHistory,
     RecordIn,
     RecordProvenance,
     RecordReads,
+    RecordWrites,
     RegistryStorage,
+    RoleGrant,
+    Sharing,
     StoredPredictor,
     StoredRecord,
     StoredWorkload,
+    TaskRow,
+    TokenRow,
+    Tokens,
     TuningState,
-    WorkloadIn,
-    open_storage,
+    Verification,
+    Workloads,
 )
-from registry.store.rows import IngestExtras
-from registry.store.validation import Problem
+from registry.store.values import Claim, DeviceListing, ExchangeFilters, ExchangeSet, RegistryStats, Verdict
 
 # Shared rows' ids are shifted by this: far above any id a local SQLite file reaches, within FAISS's int64, and
 # readable: shared record 42 is 1000000000042.
@@ -73,13 +97,12 @@ def open_overlay(shared_url: str | None, overlay_path: str, trust: str = "import
     return OverlayStorage(overlay, shared)
 
 
-class OverlayStorage:
-    """``RegistryStorage`` over (overlay, shared): writes to the overlay, reads from both (see the module doc).
+class OverlayStorage(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration):
+    """Every storage protocol over (overlay, shared): writes to the overlay, reads from both (see the module doc).
 
     What it composes is ``RecordReads``, each method merging both stores' answers, and the writes that must not
-    carry a shared id into the overlay. Every other method of ``RegistryStorage`` (tokens, sync progress, verify,
-    schema, devices, lookup, stats, models and their history) is the overlay's own and answered by it alone
-    (``__getattr__``)."""
+    carry a shared id into the overlay. Every other method (tokens, sync progress, verify, schema, devices, lookup,
+    stats, models and their history) is the overlay's own, answered by it alone."""
 
     def __init__(self, overlay: RegistryStorage, shared: RegistryStorage) -> None:
         self.overlay, self.shared = overlay, shared
@@ -92,12 +115,6 @@ class OverlayStorage:
     def close(self) -> None:
         self.overlay.close()
         self.shared.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # Only what normal lookup did not find comes here: the storage methods this class does not compose.
-        if name in _OVERLAYS_OWN:
-            return getattr(self.overlay, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- mapping ids between the two databases ------------------------------------------------------------------
 
@@ -166,25 +183,14 @@ class OverlayStorage:
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
         return self.overlay.efforts([w for w in workload_ids if w < SHARED_BASE], device_id)
 
-    def ingest(
-        self,
-        workloads: Sequence[WorkloadIn],
-        records: Sequence[RecordIn],
-        *,
-        check: Callable[[Sequence[RecordIn]], list[Problem | None]] | None = None,
-    ) -> IngestResult:
+    def ingest(self, workloads: Workloads, records: Sequence[RecordIn], *, check: Check = None) -> IngestResult:
         return self.overlay.ingest(workloads, self._local(records), check=check)
 
-    def ingest_batches(
-        self,
-        workloads: Sequence[WorkloadIn],
-        batches: Callable[[], Iterable[Sequence[RecordIn]]],
-        extras: IngestExtras | None = None,
-    ) -> IngestResult:
+    def ingest_batches(self, workloads: Workloads, batches: Batches, extras: Extras = None) -> IngestResult:
         return self.overlay.ingest_batches(workloads, lambda: (self._local(b) for b in batches()), extras)
 
-    def device_id(self, spec: DeviceSpec) -> int:
-        found = self.overlay.device_id(spec)
+    def add_device(self, spec: DeviceSpec) -> int:
+        found = self.overlay.add_device(spec)
         self._overlay_keys[found] = spec.key
         return found
 
@@ -304,11 +310,120 @@ class OverlayStorage:
         theirs = [(i + SHARED_BASE, e) for i, e in self.shared.indexed_embeddings()]
         return self.overlay.indexed_embeddings() + theirs
 
+    # -- everything else: the overlay's own, answered by it alone -------------------------------------------------
 
-def _methods(protocol: type) -> set[str]:
-    return {name for name, value in vars(protocol).items() if not name.startswith("_") and callable(value)}
+    def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
+        return self.overlay.keep_faster(records)
 
+    def save_model(self, model: ModelIn) -> int:
+        return self.overlay.save_model(model)
 
-# RegistryStorage's methods beyond RecordReads, which the overlay answers alone. (Those OverlayStorage defines itself
-# never reach __getattr__.)
-_OVERLAYS_OWN = frozenset(_methods(RegistryStorage) - _methods(RecordReads))
+    def save_predictor(self, predictor: PredictorIn) -> int:
+        return self.overlay.save_predictor(predictor)
+
+    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        return self.overlay.take_task(workload_id, device_id, holder, lease_s)
+
+    def renew_tasks(self, holder: str, lease_s: float) -> int:
+        return self.overlay.renew_tasks(holder, lease_s)
+
+    def save_effort(self, update: EffortUpdate) -> bool:
+        return self.overlay.save_effort(update)
+
+    def release_tasks(self, holder: str) -> int:
+        return self.overlay.release_tasks(holder)
+
+    def release_leases(self, model: str | None, may_run: Callable[[str], bool]) -> tuple[int, dict[str, int]]:
+        return self.overlay.release_leases(model, may_run)
+
+    def add_token(self, name: str, role: str, digest: str, expires_at: dt.datetime | None = None) -> None:
+        self.overlay.add_token(name, role, digest, expires_at)
+
+    def tokens(self) -> list[TokenRow]:
+        return self.overlay.tokens()
+
+    def revoke_token(self, name: str) -> bool:
+        return self.overlay.revoke_token(name)
+
+    def token(self, digest: str) -> TokenRow | None:
+        return self.overlay.token(digest)
+
+    def registry_id(self) -> str:
+        return self.overlay.registry_id()
+
+    def read_exchange(
+        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
+    ) -> AbstractContextManager[ExchangeSet]:
+        return self.overlay.read_exchange(filters, after_id, limit)
+
+    def last_synced(self, source_id: str, filters_key: str) -> int:
+        return self.overlay.last_synced(source_id, filters_key)
+
+    def count_imported(self, device_id: int, model: str | None = None) -> int:
+        return self.overlay.count_imported(device_id, model)
+
+    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
+        return self.overlay.imported_ids(device_id, model, limit)
+
+    def claims(self, record_ids: Sequence[int]) -> list[Claim]:
+        return self.overlay.claims(record_ids)
+
+    def record_verdicts(self, found: Sequence[Verdict], at: Any) -> None:
+        self.overlay.record_verdicts(found, at)
+
+    def all_devices(self) -> list[DeviceRow]:
+        return self.overlay.all_devices()
+
+    def resolve_devices(self, selector: str) -> list[DeviceRow]:
+        return self.overlay.resolve_devices(selector)
+
+    def resolve_one_device(self, selector: str) -> DeviceRow:
+        return self.overlay.resolve_one_device(selector)
+
+    def devices(self) -> list[DeviceListing]:
+        return self.overlay.devices()
+
+    def lookup(self, f: LookupFilter) -> list[LookupRow]:
+        return self.overlay.lookup(f)
+
+    def stats(self) -> RegistryStats:
+        return self.overlay.stats()
+
+    def newest_record_id(self) -> int:
+        return self.overlay.newest_record_id()
+
+    def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
+        return self.overlay.list_predictors(device_id)
+
+    def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
+        return self.overlay.find_models(selector, sha256)
+
+    def model_names(self, limit: int = 10) -> list[str]:
+        return self.overlay.model_names(limit)
+
+    def plain_tasks(self) -> list[PlainTaskRow]:
+        return self.overlay.plain_tasks()
+
+    def model_tasks(self, model_id: int) -> list[TaskRow]:
+        return self.overlay.model_tasks(model_id)
+
+    def busiest_device(self, workload_ids: Sequence[int]) -> tuple[int, str] | None:
+        return self.overlay.busiest_device(workload_ids)
+
+    def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
+        return self.overlay.record_history(workload_ids, device_id)
+
+    def schema_revision(self) -> str | None:
+        return self.overlay.schema_revision()
+
+    def upgrade_schema(self) -> tuple[str | None, str | None]:
+        return self.overlay.upgrade_schema()
+
+    def schema_head(self) -> str:
+        return self.overlay.schema_head()
+
+    def grant_role(self, role: str, access: str) -> RoleGrant:
+        return self.overlay.grant_role(role, access)
+
+    def grant_script(self, role: str, access: str) -> RoleGrant:
+        return self.overlay.grant_script(role, access)

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from registry.store.interface import RegistryStorage, StoredWorkload
+from registry.store.interface import RegistryReads, StoredWorkload
 
 if TYPE_CHECKING:
     from tvm.target import Target
@@ -35,7 +35,7 @@ class PlainRecords:
     unusable: list[str] = field(default_factory=list)  # their task names, where no schedule of the model applied
 
 
-def plain_records(store: RegistryStorage, device_id: int, target: dict) -> PlainRecords:
+def plain_records(store: RegistryReads, device_id: int, target: dict) -> PlainRecords:
     """Records for every stored model's plain kernels on the device ``device_id`` (target as its JSON). TVM is
     imported only where a stored model has such kernels: an export of other registries stays without it."""
     out = PlainRecords()

@@ -17,7 +17,7 @@ from registry.errors import BadInputError
 from registry.records.write import Progress
 from registry.share.exchange_import import import_exchange
 from registry.store.interface import RegistryStorage
-from registry.store.sql.engine import redact
+from registry.store.urls import redact
 from registry.store.values import ExchangeFilters
 
 

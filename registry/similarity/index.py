@@ -21,7 +21,7 @@ from registry.errors import RegistryWarning
 from registry.store.embedding import DIM
 from registry.store.interface import RegistryStorage
 from registry.store.own_files import index_path
-from registry.store.sql.engine import redact
+from registry.store.urls import redact
 
 # Bump when embed() changes: an index built by another version is rebuilt.
 EMBEDDING_VERSION = 1

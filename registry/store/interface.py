@@ -1,13 +1,14 @@
-"""``RegistryStorage``: the one interface through which the rest of the registry reads and writes its data.
+"""The storage protocols: the interfaces through which the rest of the registry reads and writes its data, one per
+concern (records read, records written, leases, tokens, sharing, verification, the catalogue, administration), and
+``RegistryStorage``, all of them together.
 
 The pipeline, tuning, similarity, export, report and CLI ask the storage questions, one method each, and get plain
-values back (``registry.store.values``, ``.rows``, ``.lookup``); none of them opens a session or imports the tables,
-queries or ingest code of ``registry.store`` (``tests/test_storage_interface.py`` holds them to it). ``Store``, over
-SQLite or PostgreSQL, is the implementation; ``open_storage`` picks it by URL.
+values back (``registry.store.values``, ``.rows``); each depends on the narrowest protocol it needs, and none opens a
+session or imports the tables, queries or ingest code of ``registry.store.sql`` (``tests/test_storage_interface.py``
+holds them to it). ``Store``, over SQLite or PostgreSQL, implements every protocol; ``registry.store.factory`` opens
+it by URL.
 
-This module imports neither SQLAlchemy nor TVM, so naming the interface and its values costs nothing. The fastest
-read, ``registry lookup``, does not even open a ``Store``: it runs ``registry.store.sql.lookup`` over a plain DB-API
-connection when it can (see ``lookup.connect``), the same code ``RegistryStorage.lookup`` runs.
+This module imports neither SQLAlchemy nor TVM, so naming the interface and its values costs nothing.
 """
 
 from __future__ import annotations
@@ -17,28 +18,31 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from registry.config import resolve_database_url
-from registry.errors import DatabaseError
-from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, Signature, WorkloadIn
+from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, ModelIn, RecordIn, Signature, WorkloadIn
 from registry.store.validation import Problem
 from registry.store.values import (
     Claim,
+    DeviceListing,
     DeviceRecords,
     DeviceRow,
     DonorRecord,
     DonorRow,
     Effort,
+    EffortUpdate,
     ExchangeFilters,
     ExchangeSet,
     IndexedSet,
     LookupFilter,
     LookupRow,
     ModelRow,
-    PlainTask,
+    PlainTaskRow,
+    PredictorIn,
     PredictorInfo,
     RecordHistory,
     RecordPoint,
     RecordProvenance,
+    RegistryStats,
+    RoleGrant,
     StoredPredictor,
     StoredRecord,
     StoredWorkload,
@@ -49,45 +53,65 @@ from registry.store.values import (
 )
 
 __all__ = [
+    "Administration",
+    "Catalogue",
+    "DeviceListing",
     "DeviceRecords",
     "DeviceRow",
     "DeviceSpec",
     "DonorRecord",
     "DonorRow",
     "Effort",
+    "EffortUpdate",
     "IndexedSet",
     "IngestResult",
+    "LeaseStorage",
     "LookupFilter",
     "LookupRow",
+    "ModelIn",
     "ModelRow",
+    "PredictorIn",
     "PredictorInfo",
     "RecordIn",
     "RecordHistory",
     "RecordPoint",
     "RecordProvenance",
     "RecordReads",
+    "RecordStorage",
+    "RecordWrites",
+    "RegistryReads",
+    "RegistryStats",
     "RegistryStorage",
+    "ReportReads",
+    "RoleGrant",
+    "Sharing",
     "Signature",
     "StoredPredictor",
     "StoredRecord",
     "StoredWorkload",
-    "PlainTask",
+    "PlainTaskRow",
     "TaskRow",
     "TokenRow",
+    "Tokens",
     "TuningState",
+    "Verification",
     "WorkloadIn",
-    "open_storage",
-    "record_trace_hash",
 ]
 
 Ident = tuple[str, str]  # a workload's (structural hash, module equality)
+Workloads = Sequence[WorkloadIn]
+Check = Callable[[Sequence[RecordIn]], list[Problem | None]] | None  # records -> each one's problem (None: none)
+Batches = Callable[[], Iterable[Sequence[RecordIn]]]  # yields the batches of records, again from the start per call
+Extras = IngestExtras | None
+
+# A caller depends on the narrowest of these it needs; ``RegistryStorage`` is all of them, for the factory and the
+# commands that use many. No protocol has more than 15 methods (tests/test_storage_protocols.py).
 
 
 class RecordReads(Protocol):
     """The reads that give a compilation or a tuning run its workloads and records back: the part of a storage that
     two stores stacked (``registry.share.overlay``) answer together, each reply merged from both, as TVM's
-    ``OrderedUnionDatabase`` merges its databases' answers. Everything else a storage does (writes, tokens, sync
-    progress, verify, schema, lookup, models and their history) belongs to one store alone."""
+    ``OrderedUnionDatabase`` merges its databases' answers."""
 
     # -- workloads and records, as TVM needs them back --------------------------------------------------------------
 
@@ -98,7 +122,7 @@ class RecordReads(Protocol):
         """These workloads, with their modules."""
 
     def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
-        """The ``k`` fastest ok records of a workload on a device, fastest first."""
+        """The ``k`` fastest ok records of a workload on a device that the storage's trust accepts, fastest first."""
 
     def count_records(self, device_id: int) -> int:
         """How many records a device has, failed ones included."""
@@ -137,33 +161,64 @@ class RecordReads(Protocol):
         """(workload id, float32 embedding bytes) of every workload with good records, by id."""
 
 
-class RegistryStorage(RecordReads, Protocol):
-    """A registry database. Every write is one transaction, all of it or nothing; ids are the database's own. Its
-    reads of workloads and records are ``RecordReads``'s."""
+class RecordWrites(Protocol):
+    """What a model run, an import or a training writes. Every write is one transaction, all of it or nothing; ids are
+    the database's own."""
 
-    url: str  # the database URL, with its password: show it through ``registry.store.sql.engine.redact``
+    def ingest(self, workloads: Workloads, records: Sequence[RecordIn], *, check: Check = None) -> IngestResult:
+        """Add workloads and records, checked first (one invalid record refuses them all); those already present are
+        counted, not duplicated."""
 
-    trust: str  # which records reads for compilation and tuning accept (registry.store.sql.trust)
+    def ingest_batches(self, workloads: Workloads, batches: Batches, extras: Extras = None) -> IngestResult:
+        """Add workloads and every batch of records ``batches()`` yields, unchecked, in one transaction, then
+        ``extras`` (a bundle's or a sync's models, donor links and progress); ``batches`` may be called again from
+        the start, and anything it raises leaves the database as it was."""
 
-    def close(self) -> None:
-        """Release the connections."""
+    def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
+        """Records measured here (no origin) that ``ingest`` found already stored: where one's measurement is faster
+        (lower mean, or ok where the stored one failed) it replaces the stored latencies and the pair's best record
+        follows; True per record that replaced one (``RecordWriter(..., faster_replaces=True)``)."""
 
-    # -- sharing ------------------------------------------------------------------------------------------------
+    def save_model(self, model: ModelIn) -> int:
+        """Store a model and its tasks, adding new workloads; returns its id."""
 
-    def registry_id(self) -> str:
-        """This registry's id: the origin stamped on the records it measures."""
+    def add_device(self, spec: DeviceSpec) -> int:
+        """The id of a device, added if new."""
 
-    def read_exchange(
-        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
-    ) -> AbstractContextManager[ExchangeSet]:
-        """The records matching ``filters`` with ids above ``after_id`` (the ``limit`` lowest ids of them, if
-        given), with their workloads, devices, models and instruction lists, read in one snapshot
-        (``registry.store.sql.exchange``)."""
+    def save_predictor(self, predictor: PredictorIn) -> int:
+        """Store a predictor as its device's next version; returns that version."""
 
-    def last_synced(self, source_id: str, filters_key: str) -> int:
-        """How far syncs from ``source_id`` with these filters have copied (its highest record id; 0: never)."""
 
-    # -- the tokens of `registry serve` (registry.server.auth): their hashes, never the tokens -------------------
+class LeaseStorage(Protocol):
+    """Effort and leases of tuning runs (registry.pipeline.effort): which run tunes a task, and how hard it was
+    searched."""
+
+    def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
+        """The effort recorded for each of these workloads on a device (those with none are left out)."""
+
+    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        """Take or renew the lease on tuning a workload on a device for ``lease_s`` seconds: None when ``holder`` has
+        it now, else the name of the run that holds it."""
+
+    def renew_tasks(self, holder: str, lease_s: float) -> int:
+        """Extend every lease ``holder`` holds by ``lease_s`` seconds from now; how many it holds."""
+
+    def save_effort(self, update: EffortUpdate) -> bool:
+        """Add a batch's trials and seconds to a task's effort, set its curve and plateau, and renew or release its
+        lease; False, with nothing written, when ``update.holder`` no longer holds the lease (it expired and another
+        run took it)."""
+
+    def release_tasks(self, holder: str) -> int:
+        """Release every lease ``holder`` holds (a run's end); how many."""
+
+    def release_leases(self, model: str | None, may_run: Callable[[str], bool]) -> tuple[int, dict[str, int]]:
+        """Release the leases of runs that have ended (of ``model``'s tasks, if given): expired ones, ones longer than
+        a lease may be, and those whose holder ``may_run`` says is not running. Returns how many were released and,
+        by holder, the leases left to runs that may still be running (`registry db release-leases`)."""
+
+
+class Tokens(Protocol):
+    """The tokens of `registry serve` (registry.server.auth): their hashes, never the tokens."""
 
     def add_token(self, name: str, role: str, digest: str, expires_at: dt.datetime | None = None) -> None:
         """Store a new token's sha256 ``digest`` under a unique ``name`` with a role of ``ROLES``, admitted until
@@ -178,89 +233,26 @@ class RegistryStorage(RecordReads, Protocol):
     def token(self, digest: str) -> TokenRow | None:
         """The token whose sha256 is ``digest``, revoked or not; None when there is none."""
 
-    # -- effort and leases of tuning runs (registry.pipeline.effort) ---------------------------------------------
 
-    def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
-        """The effort recorded for each of these workloads on a device (those with none are left out)."""
+class Sharing(Protocol):
+    """What `registry sync`, bundles and the server exchange: the registry's identity, its records as exchange sets,
+    and how far syncs from elsewhere have copied."""
 
-    def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
-        """Take or renew the lease on tuning a workload on a device for ``lease_s`` seconds: None when ``holder`` has
-        it now, else the name of the run that holds it."""
+    def registry_id(self) -> str:
+        """This registry's id: the origin stamped on the records it measures."""
 
-    def renew_tasks(self, holder: str, lease_s: float) -> int:
-        """Extend every lease ``holder`` holds by ``lease_s`` seconds from now; how many it holds."""
+    def read_exchange(
+        self, filters: ExchangeFilters, after_id: int = 0, limit: int | None = None
+    ) -> AbstractContextManager[ExchangeSet]:
+        """The records matching ``filters`` with ids above ``after_id`` (the ``limit`` lowest ids of them, if
+        given), with their workloads, devices, models and instruction lists, read in one snapshot."""
 
-    def save_effort(
-        self,
-        workload_id: int,
-        device_id: int,
-        holder: str,
-        added: tuple[int, float],
-        curve: Sequence[tuple[int, float]],
-        plateau: bool,
-        lease_s: float | None,
-    ) -> bool:
-        """Add ``added`` (trials, seconds) to a task's effort, set its best-latency ``curve`` and ``plateau``, and
-        renew its lease (``lease_s``) or release it (None); False, with nothing written, when ``holder`` no longer
-        holds the lease (it expired and another run took it)."""
+    def last_synced(self, source_id: str, filters_key: str) -> int:
+        """How far syncs from ``source_id`` with these filters have copied (its highest record id; 0: never)."""
 
-    def release_tasks(self, holder: str) -> int:
-        """Release every lease ``holder`` holds (a run's end); how many."""
 
-    # -- writes -------------------------------------------------------------------------------------------------
-
-    def ingest(
-        self,
-        workloads: Sequence[WorkloadIn],
-        records: Sequence[RecordIn],
-        *,
-        check: Callable[[Sequence[RecordIn]], list[Problem | None]] | None = None,
-    ) -> IngestResult:
-        """Add workloads and records, checked first (one invalid record refuses them all); those already present are
-        counted, not duplicated."""
-
-    def ingest_batches(
-        self,
-        workloads: Sequence[WorkloadIn],
-        batches: Callable[[], Iterable[Sequence[RecordIn]]],
-        extras: IngestExtras | None = None,
-    ) -> IngestResult:
-        """Add workloads and every batch of records ``batches()`` yields, unchecked, in one transaction, then
-        ``extras`` (a bundle's or a sync's models, donor links and progress); ``batches`` may be called again from
-        the start, and anything it raises leaves the database as it was."""
-
-    def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
-        """Records measured here (no origin) that ``ingest`` found already stored: where one's measurement is faster
-        (lower mean, or ok where the stored one failed) it replaces the stored latencies and the pair's best record
-        follows; True per record that replaced one (``RecordWriter(..., faster_replaces=True)``)."""
-
-    def record_model(
-        self,
-        name: str,
-        sha256: str,
-        input_shapes: dict[str, list[int]],
-        tasks: Sequence[tuple[WorkloadIn, str, int]],
-        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
-    ) -> int:
-        """Record a model and its tasks as (workload, task name, weight), adding new workloads; returns its id.
-        ``plain``: its kernels as plain TVM extracts them, where they differ from ``tasks`` (``PlainTask``)."""
-
-    def device_id(self, spec: DeviceSpec) -> int:
-        """The id of a device, added if new."""
-
-    def save_predictor(
-        self,
-        device_id: int,
-        kind: str,
-        blob: bytes,
-        metrics: dict[str, Any],
-        n_workloads: int,
-        n_records: int,
-        tvm_version: str,
-    ) -> int:
-        """Store a predictor as the device's next version; returns that version."""
-
-    # -- registry verify ----------------------------------------------------------------------------------------
+class Verification(Protocol):
+    """`registry verify`: imported records to measure again here, and the verdicts."""
 
     def count_imported(self, device_id: int, model: str | None = None) -> int:
         """The imported ok records of a device (and model)."""
@@ -274,15 +266,10 @@ class RegistryStorage(RecordReads, Protocol):
     def record_verdicts(self, found: Sequence[Verdict], at: Any) -> None:
         """Mark records verified or disputed with the latency measured here; their pairs' best records follow."""
 
-    # -- schema -------------------------------------------------------------------------------------------------
 
-    def schema_revision(self) -> str | None:
-        """The database's schema revision; None for an empty database."""
-
-    def upgrade_schema(self) -> tuple[str | None, str | None]:
-        """Migrate to this registry's schema; returns the revisions before and after."""
-
-    # -- devices and lookup (no TVM) -------------------------------------------------------------------------------
+class Catalogue(Protocol):
+    """What the registry holds, as plain values for display (no TVM): devices, lookup, counts, predictors, models and
+    their history (``registry report``)."""
 
     def all_devices(self) -> list[DeviceRow]:
         """Every device, by id."""
@@ -293,13 +280,13 @@ class RegistryStorage(RecordReads, Protocol):
     def resolve_one_device(self, selector: str) -> DeviceRow:
         """The one device a selector names; UnknownDeviceError when it names none or several."""
 
-    def devices(self) -> list[dict]:
+    def devices(self) -> list[DeviceListing]:
         """Every device with its target and record count, as ``registry devices`` prints them."""
 
     def lookup(self, f: LookupFilter) -> list[LookupRow]:
         """The best records of each (workload, device) matching the filter."""
 
-    def stats(self) -> dict:
+    def stats(self) -> RegistryStats:
         """Counts of what the registry holds, as ``registry stats`` prints them."""
 
     def newest_record_id(self) -> int:
@@ -309,15 +296,13 @@ class RegistryStorage(RecordReads, Protocol):
     def list_predictors(self, device_id: int | None = None) -> list[PredictorInfo]:
         """Every predictor (of one device), without blobs, by device and version."""
 
-    # -- models and their history (``registry report``) --------------------------------------------------------------
-
     def find_models(self, selector: str, sha256: str | None = None) -> list[ModelRow]:
         """Models with this name (or id), and ``sha256`` if given, newest first."""
 
     def model_names(self, limit: int = 10) -> list[str]:
         """The names of the most recently recorded models."""
 
-    def plain_tasks(self) -> list[PlainTask]:
+    def plain_tasks(self) -> list[PlainTaskRow]:
         """Every model's kernels as plain TVM extracts them, where they differ from the registry's own."""
 
     def model_tasks(self, model_id: int) -> list[TaskRow]:
@@ -331,34 +316,48 @@ class RegistryStorage(RecordReads, Protocol):
         written, and its count of ok records (``RecordHistory``)."""
 
 
-# The URL schemes (before any "+driver") of the databases the SQL implementation keeps a registry in.
-SQL_SCHEMES = ("sqlite", "postgresql")
+class Administration(Protocol):
+    """The database behind the registry: where it is, its schema and who may use it."""
+
+    url: str  # the database URL, with its password: show it through ``redact``
+
+    def close(self) -> None:
+        """Release the connections."""
+
+    def schema_revision(self) -> str | None:
+        """The database's schema revision; None for an empty database."""
+
+    def upgrade_schema(self) -> tuple[str | None, str | None]:
+        """Migrate to this registry's schema; returns the revisions before and after."""
+
+    def schema_head(self) -> str:
+        """The schema revision this registry reads and writes (what ``upgrade_schema`` migrates to)."""
+
+    def grant_role(self, role: str, access: str) -> RoleGrant:
+        """Make a database role exactly an ``access`` (``READ_ONLY`` or ``WRITER``) user of the registry, run by the
+        owner of its tables; refused, with nothing changed, by any other role."""
+
+    def grant_script(self, role: str, access: str) -> RoleGrant:
+        """The statements ``grant_role`` would run, for the owner to run instead; connects to nothing."""
 
 
-def open_storage(
-    url: str | None = None, *, check_schema: bool = True, create_new: bool = True, trust: str = "imported"
-) -> RegistryStorage:
-    """The storage at ``url`` (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file; a plain path is an
-    SQLite file), by its scheme. Raises DatabaseError, in one line, for a scheme no implementation speaks.
-
-    ``check_schema``, ``create_new`` and ``trust`` as ``Store`` takes them.
-    """
-    resolved = resolve_database_url(url)
-    scheme = resolved.split(":", 1)[0].split("+", 1)[0].lower()
-    if "://" in resolved and scheme not in SQL_SCHEMES:
-        from registry.store.sql.engine import redact
-
-        raise DatabaseError(
-            f"cannot use database {redact(resolved)}: the registry keeps its data in SQLite (sqlite:///FILE) or "
-            f"PostgreSQL (postgresql://...), not {scheme}"
-        )
-    from registry.store.sql.store import Store  # SQLAlchemy, only once a database is opened
-
-    return Store(resolved, check_schema=check_schema, create_new=create_new, trust=trust)
+# -- the pairs several callers need together (each adds no method of its own) ------------------------------------
 
 
-def record_trace_hash(trace: Any) -> str:
-    """The key ``TuningState.traces`` files a record of this trace JSON (``[instructions, decisions]``) under."""
-    from registry.store.sql.ingest import record_trace_hash as key  # SQLAlchemy: by now a storage is open anyway
+class RecordStorage(RecordReads, RecordWrites, Protocol):
+    """Records read and written: what an import and a record writer (``registry.records.write``) need."""
 
-    return key(trace)
+
+class RegistryReads(RecordReads, Catalogue, Protocol):
+    """Records and the catalogue, read: what an export and a predictor's training need."""
+
+
+class ReportReads(RecordReads, Catalogue, LeaseStorage, Protocol):
+    """What a model's report reads: its tasks and their history (the catalogue), donors (records) and efforts."""
+
+
+class RegistryStorage(
+    RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration, Protocol
+):
+    """A registry database: every concern of a storage, for the factory and the commands that use many of them.
+    Everything else takes the narrowest protocol above that it needs."""

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from registry.config import registry_home
 from registry.errors import BadInputError
-from registry.store.sql import sqlite_file
+from registry.store.factory import file_of
+from registry.store.urls import redact
 
 # Beside an SQLite file ``reg.db``: SQLite's own, named by appending to the file name.
 SQLITE_SIDE_FILES = {"-wal": "write-ahead log", "-shm": "shared-memory index", "-journal": "rollback journal"}
@@ -35,11 +36,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite dat
 def index_path(url: str) -> Path:
     """Where the similarity index of the registry at ``url`` is saved: beside an SQLite file, else in this user's
     data folder under a digest of the URL (without its password)."""
-    path = sqlite_file.file_of(url)
+    path = file_of(url)
     if path is not None:
         return path.with_suffix(".faiss")
-    from registry.store.sql.engine import redact
-
     digest = hashlib.sha256(redact(url).encode()).hexdigest()[:16]
     return registry_home() / "index" / f"{digest}.faiss"
 
@@ -47,7 +46,7 @@ def index_path(url: str) -> Path:
 def own_files(url: str) -> dict[Path, str]:
     """Every file the registry at ``url`` keeps, existing or not yet, with what it is."""
     files: dict[Path, str] = {}
-    path = sqlite_file.file_of(url)
+    path = file_of(url)
     if path is not None:
         files[path] = "database file"
         files.update({Path(f"{path}{suffix}"): what for suffix, what in SQLITE_SIDE_FILES.items()})

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,3 +214,15 @@ class IngestExtras:
     # the sender's effort per (its workload, device key): (trials, seconds, curve, plateau), kept where it says more
     # trials than this registry's (registry.store.sql.efforts.merge)
     efforts: list[tuple[tuple[str, str], str, int, float, tuple, bool]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelIn:
+    """A model to store: its name, file sha256 and input shapes, and its tasks as (workload, task name, weight);
+    ``plain``: its kernels as plain TVM extracts them, where they differ from ``tasks`` (``values.PlainTaskRow``)."""
+
+    name: str
+    sha256: str
+    input_shapes: dict[str, list[int]]
+    tasks: Sequence[tuple[WorkloadIn, str, int]]
+    plain: Sequence[tuple[WorkloadIn, str, int]] = ()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -122,7 +122,7 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
-class PlainTask:
+class PlainTaskRow:
     """A kernel of a model as plain TVM extracts it (``plain_task``), by its workload's id."""
 
     model_id: int
@@ -192,6 +192,19 @@ class PredictorInfo:
 @dataclass
 class StoredPredictor(PredictorInfo):
     blob: bytes = b""
+
+
+@dataclass(frozen=True)
+class PredictorIn:
+    """A trained predictor to store as its device's next version: the blob and what it was trained on."""
+
+    device_id: int
+    kind: str
+    blob: bytes
+    metrics: dict[str, Any]
+    n_workloads: int
+    n_records: int
+    tvm_version: str
 
 
 # -- what one registry hands another (registry.store.sql.exchange, registry.share.bundle) ----------------------------
@@ -331,6 +344,23 @@ class Verdict:
 ROLES = ("reader", "writer", "admin")
 
 
+# What `registry db grant` makes a PostgreSQL role of a registry (docs/SHARING.md): no role may change the schema.
+READ_ONLY = "read-only"
+WRITER = "writer"
+ACCESS = (READ_ONLY, WRITER)
+
+
+@dataclass(frozen=True)
+class RoleGrant:
+    """A role made a ``READ_ONLY`` or ``WRITER`` user of a registry: where (its database, schema and the role owning its
+    tables; None for a script the owner runs) and the SQL that did it, or the psql script that will."""
+
+    database: str
+    schema: str
+    owner: str | None
+    sql: str
+
+
 @dataclass(frozen=True)
 class TokenRow:
     """A token as the store keeps it: never the token, only its name, role and times (``expires_at``
@@ -374,6 +404,22 @@ class Effort:
 
 
 NO_EFFORT = Effort(0, 0.0, (), False)
+
+
+@dataclass(frozen=True)
+class EffortUpdate:
+    """What a tuning run adds to a task's effort after a batch: ``added`` (trials, seconds), the best-latency
+    ``curve`` and ``plateau`` as they stand now, and the lease: renewed for ``lease_s`` seconds, or released (None)."""
+
+    workload_id: int
+    device_id: int
+    holder: str
+    added: tuple[int, float]
+    curve: Sequence[tuple[int, float]]
+    plateau: bool
+    lease_s: float | None
+
+
 # The holder of an effort another registry sent: its claim, never a run of this one (those are host:pid:random).
 IMPORTED_EFFORT = "imported"
 
@@ -390,6 +436,57 @@ class DeviceRow:
     target_json: str
     key: str
     num_threads: int
+
+
+@dataclass(frozen=True)
+class DeviceListing:
+    """A device with its record count: what ``registry devices`` lists."""
+
+    id: int
+    name: str
+    kind: str
+    mcpu: str | None
+    num_cores: int | None
+    threads: int
+    host_model: str
+    tvm_version: str
+    records: int  # failed ones included
+    target: Any  # the full TVM target as JSON; None where the row holds no JSON (a listing must not fail on one row)
+
+
+@dataclass(frozen=True)
+class TunedOnDevice:
+    """How much of a device's tuning the registry holds: its (workload, device) pairs with a best record and their
+    ok records."""
+
+    id: int
+    name: str
+    tuned_workloads: int
+    ok_records: int
+
+
+@dataclass(frozen=True)
+class TeamArrivals:
+    """The records tagged with one team (None: untagged) and when the newest of them arrived (ISO 8601, UTC)."""
+
+    team: str | None
+    records: int
+    last_at: str | None
+
+
+@dataclass(frozen=True)
+class RegistryStats:
+    """Counts of what the registry holds: what ``registry stats`` prints."""
+
+    devices: int
+    workloads: int
+    records: int
+    records_ok: int
+    models: int
+    records_by_source: dict[str, int]
+    workloads_by_op: dict[str, int]  # the most common operator first
+    per_device: tuple[TunedOnDevice, ...]  # by device id
+    by_team: tuple[TeamArrivals, ...]  # the team whose records arrived last first, at most 20
 
 
 @dataclass

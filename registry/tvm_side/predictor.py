@@ -35,7 +35,7 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
-from registry.store.interface import RegistryStorage
+from registry.store.interface import PredictorIn, RecordReads, RecordWrites, RegistryReads
 from registry.tvm_side import cpus, predictor_blob, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
@@ -66,9 +66,9 @@ def xgboost_threads() -> int:
     """``$OMP_NUM_THREADS`` when set, else every core this process may use.
 
     TVM's runtime pins this thread to one core once its thread pool starts, so the affinity from before TVM loaded
-    is the one that counts. The variable is for shared machines: measured on 2 cores with another job busy on one,
-    training took 3-10 s with 2 threads against 0.6 s with 1, as XGBoost's OpenMP threads wait at every barrier for
-    the one that is not running.
+    is the one that counts. The variable is for shared machines: with another job busy on one of the cores, training
+    on all of them takes several times as long as on one (docs/BENCHMARKS.md, "Evidence behind the code's rules"), as
+    XGBoost's OpenMP threads wait at every barrier for the one that is not running.
     """
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
@@ -102,7 +102,7 @@ class _Group:
 class _Source:
     """Reads one device's workloads and records from the store and turns them into TVM objects."""
 
-    def __init__(self, store: RegistryStorage, device_id: int) -> None:
+    def __init__(self, store: RegistryReads, device_id: int) -> None:
         self.store, self.device_id = store, device_id
         device = store.resolve_one_device(str(device_id))
         self.device_name = f"{device.id}:{device.name}"
@@ -250,7 +250,7 @@ def _split(source: _Source, holdout: float, seed: int) -> tuple[list[int], list[
 
 
 def train(
-    store: RegistryStorage,
+    store: RegistryReads,
     device_id: int,
     *,
     holdout: float = 0.25,
@@ -358,22 +358,24 @@ def from_bytes(blob: bytes) -> XGBModel:
     return model
 
 
-def save(store: RegistryStorage, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
+def save(store: RecordWrites, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
     """Store ``model`` as the device's next predictor version; returns the version."""
     if model.booster is None:
         raise RegistryError("the model was never trained: there is nothing to store")
     return store.save_predictor(
-        device_id,
-        KIND,
-        to_bytes(model),
-        metrics,
-        n_workloads=len(model.data),
-        n_records=int(model.data_size),
-        tvm_version=hostinfo.tvm_version(),
+        PredictorIn(
+            device_id,
+            KIND,
+            to_bytes(model),
+            metrics,
+            n_workloads=len(model.data),
+            n_records=int(model.data_size),
+            tvm_version=hostinfo.tvm_version(),
+        )
     )
 
 
-def load_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, int] | None:
+def load_predictor(store: RecordReads, device_id: int) -> tuple[XGBModel, int] | None:
     """The device's newest XGBModel predictor and its version, ready to rank candidates; None when it has none.
 
     A predictor that cannot be used is not fatal: tuning goes on with a fresh model after one RegistryWarning, which
@@ -402,7 +404,7 @@ def load_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, in
     return None
 
 
-def sibling_predictor(store: RegistryStorage, device_id: int) -> tuple[XGBModel, int, str] | None:
+def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel, int, str] | None:
     """For a device with no predictor of its own: the predictor of a sibling (another device of its target kind and
     TVM release: another mcpu, thread count or GPU) trained on the most records, with its version and device; None
     when no sibling has one. A sibling's ranking of schedules carries over better than none: what makes a loop nest

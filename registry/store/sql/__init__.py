@@ -2,5 +2,5 @@
 tables (``models``), queries, transactional ingest, schema checks and engines, the exchange behind bundles and sync,
 and the plain-SQL path of ``registry lookup``.
 
-Nothing outside ``registry/store/`` imports its models, queries or ingest (tests/test_storage_interface.py).
+Outside it, only ``registry.store.factory`` imports it (tests/test_storage_interface.py).
 """

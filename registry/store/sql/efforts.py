@@ -30,7 +30,7 @@ from registry.errors import BadInputError, RegistryWarning
 from registry.store.rows import utc
 from registry.store.sql.models import Model, ModelTask, TaskEffort
 from registry.store.validation import MAX_CURVE, MAX_LEASE_S, effort_problem
-from registry.store.values import IMPORTED_EFFORT, Effort
+from registry.store.values import IMPORTED_EFFORT, Effort, EffortUpdate
 
 IMPORTED = IMPORTED_EFFORT
 CLOCK_SLACK = dt.timedelta(minutes=10)
@@ -162,29 +162,21 @@ def renew(conn: Connection, holder: str, lease_s: float) -> int:
     return conn.execute(update(TaskEffort).where(TaskEffort.holder == holder).values(lease_until=until)).rowcount
 
 
-def save(
-    conn: Connection,
-    workload_id: int,
-    device_id: int,
-    holder: str,
-    added: tuple[int, float],
-    curve: Sequence[tuple[int, float]],
-    plateau: bool,
-    lease_s: float | None,
-) -> bool:
-    """Add ``added`` (trials, seconds) to a task's effort and set its curve and plateau, if ``holder`` still holds its
-    lease; renew the lease for ``lease_s`` more seconds, or release it (None). False when another run took it."""
+def save(conn: Connection, u: EffortUpdate) -> bool:
+    """Add ``u.added`` (trials, seconds) to a task's effort and set its curve and plateau, if ``u.holder`` still holds
+    its lease; renew the lease for ``u.lease_s`` more seconds, or release it (None). False when another run took it."""
     t = now()
+    held = (TaskEffort.workload_id == u.workload_id, TaskEffort.device_id == u.device_id, TaskEffort.holder == u.holder)
     done = conn.execute(
         update(TaskEffort)
-        .where(TaskEffort.workload_id == workload_id, TaskEffort.device_id == device_id, TaskEffort.holder == holder)
+        .where(*held)
         .values(
-            trials=TaskEffort.trials + added[0],
-            seconds=TaskEffort.seconds + added[1],
-            curve_json=json.dumps([[n, round(us, 4)] for n, us in curve]),
-            plateau=plateau,
-            holder=holder if lease_s is not None else None,
-            lease_until=t + dt.timedelta(seconds=lease_s) if lease_s is not None else None,
+            trials=TaskEffort.trials + u.added[0],
+            seconds=TaskEffort.seconds + u.added[1],
+            curve_json=json.dumps([[n, round(us, 4)] for n, us in u.curve]),
+            plateau=u.plateau,
+            holder=u.holder if u.lease_s is not None else None,
+            lease_until=t + dt.timedelta(seconds=u.lease_s) if u.lease_s is not None else None,
             updated_at=t,
         )
     )

@@ -7,7 +7,9 @@ import getpass
 import os
 import random
 import re
+import sqlite3
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -17,8 +19,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from registry.errors import ACCESS_HINT, AccessDeniedError, DatabaseError
+from registry.errors import ACCESS_HINT, AccessDeniedError, DatabaseError, RegistryWarning
 from registry.store.sql import sqlite_file
+from registry.store.urls import redact
 
 T = TypeVar("T")
 
@@ -32,13 +35,6 @@ POOL_SIZE = 10
 IDLE_PING_S = 10.0
 
 
-def redact(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
 def create(url: str) -> Engine:
     """An engine for ``url``. Raises DatabaseError for a URL that is malformed or names a missing driver."""
     try:
@@ -46,7 +42,7 @@ def create(url: str) -> Engine:
     except ArgumentError as e:
         raise DatabaseError(f"not a database URL: {url!r}") from e
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
-        # psycopg 3 is the driver we ship; SQLAlchemy would otherwise look for psycopg2.
+        # psycopg 3 is the driver the package depends on; SQLAlchemy would otherwise look for psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
         if parsed.get_backend_name() == "sqlite":
@@ -62,7 +58,7 @@ def create(url: str) -> Engine:
 
 def _ping_when_idle(engine: Engine) -> None:
     """Check a pooled connection before use only when it has been idle for ``IDLE_PING_S``: one that was just used is
-    alive, and a ping on every checkout (``pool_pre_ping``) was a third of a served lookup's round trips. One idle
+    alive, and a ping on every checkout (``pool_pre_ping``) would be a third of a served lookup's round trips. One idle
     longer may have been closed by a database restart or a firewall: it is pinged, and replaced if dead."""
 
     @event.listens_for(engine, "checkout")
@@ -133,8 +129,6 @@ def _use_wal(cur) -> None:
     """Turn the database to WAL mode. On a fresh file, processes opening it at once race to convert it, and SQLite
     answers the loser "database is locked" at once, without its busy handler (two shared locks each waiting to become
     exclusive would deadlock), so the loser tries again until the busy timeout."""
-    import sqlite3
-
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     while True:
         try:
@@ -155,8 +149,6 @@ def _begin_writing(raw, path: Path) -> None:
     """BEGIN IMMEDIATE on an SQLite registry: take the writer's lock, waiting for another writer's for up to
     SQLITE_BUSY_TIMEOUT_MS. A wait longer than a second is said once (and for which processes, where /proc shows
     them); one that runs out is one error line, not a silent hang or a retry loop."""
-    import sqlite3
-
     raw.execute(f"PRAGMA busy_timeout={SQLITE_QUIET_WAIT_MS}")
     try:
         try:
@@ -168,10 +160,6 @@ def _begin_writing(raw, path: Path) -> None:
         wait_s = (SQLITE_BUSY_TIMEOUT_MS - SQLITE_QUIET_WAIT_MS) / 1000
         if path not in _said_waiting:
             _said_waiting.add(path)
-            import warnings
-
-            from registry.errors import RegistryWarning
-
             warnings.warn(
                 RegistryWarning(f"{path} is locked by another writer{_holders(path)}: waiting up to {wait_s:g} s"),
                 stacklevel=2,

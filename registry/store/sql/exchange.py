@@ -24,6 +24,7 @@ from sqlalchemy.orm import aliased
 
 from registry.store.decode import Skipped, inflate, parse
 from registry.store.rows import IngestExtras, canonical_json
+from registry.store.sql.efforts import efforts, merge
 from registry.store.sql.ingest import insert, registry_id, upsert_model, whole_trace_hash
 from registry.store.sql.models import (
     BestRecord,
@@ -145,8 +146,6 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0, li
 
 def _efforts(conn: Connection, idents: dict, keys: dict) -> list[ExEffort]:
     """The recorded effort on the travelling workloads and devices."""
-    from registry.store.sql.efforts import efforts
-
     out = []
     for did, key in keys.items():
         for wid, e in efforts(conn, list(idents), did).items():
@@ -237,7 +236,7 @@ def _sqlite_chunks(conn: Connection, stmt: Select) -> Iterator[list[list[Any]]]:
     """SQLite: each chunk of rows as one JSON array, built by SQLite and parsed by orjson.
 
     Python's sqlite3 releases the GIL for every row it steps. While the write-behind thread runs Python, each of
-    those re-acquisitions waits for it to let go: a third of a 200,000-record sync was spent there. One aggregate
+    those re-acquisitions waits for it to let go, for a third of a 200,000-record sync. One aggregate
     row per chunk steps once, and SQLite builds it with the GIL released."""
     chunk = stmt.where(TuningRecord.id > bindparam("after")).limit(CHUNK).subquery()
     agg = select(func.json_group_array(func.json_array(*chunk.c)), func.max(chunk.c.id))
@@ -267,8 +266,6 @@ def write_extras(conn: Connection, extras: IngestExtras, ids: dict[tuple[str, st
     if extras.donors:
         _link_donors(conn, extras.donors, local, {mine: ids[mine] for mine in extras.local.values() if mine in ids})
     if extras.efforts:
-        from registry.store.sql.efforts import merge
-
         merge(conn, extras.efforts, local)
     if extras.sync_mark is not None:
         source_id, key, last = extras.sync_mark

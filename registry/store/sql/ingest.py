@@ -18,8 +18,6 @@ from registry.store.embedding import embed
 from registry.store.rows import DeviceSpec, IngestResult, RecordIn, WorkloadIn, canonical_json, shape_text, utc
 from registry.store.sql.models import (
     SOURCES,
-    TRUST_LEVELS,
-    TRUST_TIER,
     BestRecord,
     Device,
     Model,
@@ -31,6 +29,9 @@ from registry.store.sql.models import (
     Workload,
     WorkloadArg,
 )
+from registry.store.sql.trust import TIER as tier
+from registry.store.traces import trace_hash, whole_trace_hash
+from registry.store.trust import TRUST_LEVELS, TRUST_TIER
 
 # Bound parameters per statement stay well under SQLite's 32766 and PostgreSQL's 65535.
 CHUNK = 1000
@@ -53,22 +54,6 @@ def insert(conn: Connection, model):
 def _chunks(rows: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
     for i in range(0, len(rows), size):
         yield rows[i : i + size]
-
-
-def trace_hash(trace_text: str) -> str:
-    """128 bits of sha256, in hex (see TuningRecord.trace_hash)."""
-    return hashlib.sha256(trace_text.encode()).hexdigest()[:32]
-
-
-def whole_trace_hash(insts_json: str, decisions_json: str) -> str:
-    """The ``trace_hash`` a record is stored under, from the canonical JSON of its instructions and decisions: the
-    hash of the whole trace's canonical JSON, ``[instructions, decisions]``."""
-    return trace_hash(f"[{insts_json},{decisions_json}]")
-
-
-def record_trace_hash(trace: Any) -> str:
-    """The ``trace_hash`` a record of this trace JSON is stored under."""
-    return whole_trace_hash(canonical_json(trace[0]), canonical_json(trace[1]))
 
 
 def fitted(value: str | None, column, what: str, *, cut: bool = False) -> str | None:
@@ -416,8 +401,6 @@ def keep_faster(conn: Connection, records: Sequence[RecordIn], here: str) -> lis
 def recompute_best(conn: Connection, pairs: Iterable[tuple[int, int]]) -> None:
     """Choose the preferred record of each (workload, device) pair again from its records: after a record's trust
     changed (``registry verify``), which the incremental merge cannot undo."""
-    from registry.store.sql.trust import TIER as tier
-
     for chunk in _chunks(sorted(set(pairs)), 400):
         pair = tuple_(BestRecord.workload_id, BestRecord.device_id)
         conn.execute(BestRecord.__table__.delete().where(pair.in_(chunk)))

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from registry import hostinfo
-from registry.errors import BadInputError, DatabaseError, UnknownDeviceError
+from registry.errors import BadInputError, DatabaseError, DeviceNotFoundError, UnknownDeviceError
+from registry.store.rows import shape_text
 from registry.store.sql import sqlite_file
 from registry.store.sql.revision import HEAD, VERSION_TABLE
 from registry.store.validation import effort_problem
@@ -25,6 +26,11 @@ class Sql:
 
     def __init__(self, conn, paramstyle: str) -> None:
         self.conn, self.pyformat = conn, paramstyle == "pyformat"
+
+    @classmethod
+    def under(cls, conn) -> Sql:
+        """The DB-API connection under a SQLAlchemy ``Connection`` (``Store.read``), in its driver's style."""
+        return cls(conn.connection.dbapi_connection, "pyformat" if conn.dialect.name == "postgresql" else "named")
 
     def all(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
         """Rows of one statement. Raises DatabaseError (one line for the user) on any driver error."""
@@ -97,7 +103,7 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
     if not found:
         known = ", ".join(f"{d.id}:{d.name}" for d in all_devices(sql))
         where_ = "on this machine " if sel == "host" else ""
-        raise UnknownDeviceError(
+        raise DeviceNotFoundError(
             f"no device {sel!r} {where_}in the registry (known: {known or 'none yet'}); see `registry devices`"
         )
     return found
@@ -144,28 +150,6 @@ def _measured_here(sql: Sql, device_ids: list[int]) -> set[int]:
 # -- lookup ---------------------------------------------------------------------------------------------------
 
 
-def parse_shape(text: str | None) -> tuple[int, ...] | None:
-    """An argument shape as `--shape` and the server's ``shape`` take it: ``1,3,224,224`` or ``1x3x224x224``."""
-    if text is None:
-        return None
-    compact = re.sub(r"\s+", "", text)
-    if not re.fullmatch(r"\d+([,x]\d+)*", compact):
-        raise BadInputError(f"--shape {text!r}: expected dimensions like 1,3,224,224 or 1x3x224x224")
-    dims = re.split(r"[,x]", compact)
-    if any(len(d) > 18 for d in dims):  # int() of 5,000 digits is refused by Python itself; no tensor is that big
-        raise BadInputError(f"--shape {text[:40]!r}...: a dimension of more than 18 digits is no tensor's")
-    return tuple(int(p) for p in dims)
-
-
-def parse_workload(text: str | None) -> str | None:
-    """A structural hash as the registry stores it: a whole number below 2^64, in decimal."""
-    if text is None:
-        return None
-    if not (re.fullmatch(r"\d{1,20}", text) and int(text) < 2**64):
-        raise BadInputError(f"--workload {text[:40]!r}: a structural hash is a whole number below 2^64, in decimal")
-    return text
-
-
 def _in_list(prefix: str, values: list[Any], params: dict[str, Any]) -> str:
     names = []
     for i, v in enumerate(values):
@@ -179,8 +163,6 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
 
     Driven by ``best_record``, so its cost grows with the rows returned, not with the records stored.
     """
-    from registry.store.rows import shape_text
-
     where, params = [], {"limit": f.limit}
     if f.op:
         where.append("w.op_kind = :op")

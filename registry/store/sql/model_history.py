@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
 
-from registry.store.sql.models import Device, Model, ModelTask, TuningRecord, Workload
-from registry.store.sql.models import PlainTask as PlainTaskRow
-from registry.store.values import DonorRow, ModelRow, PlainTask, RecordHistory, RecordPoint, TaskRow
+from registry.store.sql.models import Device, Model, ModelTask, PlainTask, TuningRecord, Workload
+from registry.store.values import DonorRow, ModelRow, PlainTaskRow, RecordHistory, RecordPoint, TaskRow
 
 
-def find_models(conn: Session, selector: str, sha256: str | None = None) -> list[ModelRow]:
+def find_models(conn: Connection, selector: str, sha256: str | None = None) -> list[ModelRow]:
     """Models named ``selector`` (or with that id), newest first; only the one with ``sha256`` when it is given."""
     stmt = select(Model.id, Model.name, Model.sha256, Model.input_shapes_json, Model.created_at)
     if selector.isdigit():
@@ -27,12 +25,12 @@ def find_models(conn: Session, selector: str, sha256: str | None = None) -> list
     return [ModelRow(*r) for r in conn.execute(stmt.order_by(Model.id.desc())).all()]
 
 
-def model_names(conn: Session, limit: int = 10) -> list[str]:
+def model_names(conn: Connection, limit: int = 10) -> list[str]:
     rows = conn.execute(select(Model.name).group_by(Model.name).order_by(func.max(Model.id).desc()).limit(limit))
     return [r[0] for r in rows]
 
 
-def model_tasks(conn: Session, model_id: int) -> list[TaskRow]:
+def model_tasks(conn: Connection, model_id: int) -> list[TaskRow]:
     rows = conn.execute(
         select(ModelTask.workload_id, ModelTask.task_name, ModelTask.weight, Workload.op_kind, Workload.embedding)
         .join(Workload, Workload.id == ModelTask.workload_id)
@@ -42,16 +40,16 @@ def model_tasks(conn: Session, model_id: int) -> list[TaskRow]:
     return [TaskRow(*r) for r in rows]
 
 
-def plain_tasks(conn: Session) -> list[PlainTask]:
+def plain_tasks(conn: Connection) -> list[PlainTaskRow]:
     rows = conn.execute(
-        select(PlainTaskRow.model_id, PlainTaskRow.workload_id, PlainTaskRow.task_name).order_by(
-            PlainTaskRow.model_id, PlainTaskRow.workload_id
+        select(PlainTask.model_id, PlainTask.workload_id, PlainTask.task_name).order_by(
+            PlainTask.model_id, PlainTask.workload_id
         )
     ).all()
-    return [PlainTask(*r) for r in rows]
+    return [PlainTaskRow(*r) for r in rows]
 
 
-def busiest_device(conn: Session, workload_ids: Sequence[int]) -> tuple[int, str] | None:
+def busiest_device(conn: Connection, workload_ids: Sequence[int]) -> tuple[int, str] | None:
     """The device (id, name) with the most ok records of these workloads; None when none has any."""
     if not workload_ids:
         return None
@@ -66,7 +64,7 @@ def busiest_device(conn: Session, workload_ids: Sequence[int]) -> tuple[int, str
     return None if row is None else (row[0], row[1])
 
 
-def record_history(conn: Session, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
+def record_history(conn: Connection, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
     """Each workload's improving ok records on a device (``RecordHistory``). The database picks them with a window
     over each workload's records in time order, so a model whose tasks hold 10^5 records hands Python only the few
     hundred points its curves have."""
@@ -108,7 +106,7 @@ def record_history(conn: Session, workload_ids: Sequence[int], device_id: int) -
     return RecordHistory(points, counts, last_at)
 
 
-def donors(conn: Session, record_ids: Sequence[int]) -> dict[int, DonorRow]:
+def donors(conn: Connection, record_ids: Sequence[int]) -> dict[int, DonorRow]:
     """Donor records by id, with their workload's task name and embedding."""
     if not record_ids:
         return {}

@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql import expression
 
 from registry.store.rows import LOG_ORIGIN  # noqa: F401 - the origin column's value for TVM logs, named here too
+from registry.store.trust import TRUST_LEVELS
 
 # Stable constraint names, so that Alembic's batch mode (SQLite) and PostgreSQL agree on what to alter.
 NAMING_CONVENTION = {
@@ -42,14 +43,6 @@ NAMING_CONVENTION = {
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 SOURCES = ("tuned", "transferred", "imported")
-
-# How far a record is trusted here (see docs/SHARING.md). "measured": taken by this registry's own tuning or transfer;
-# "imported": from a TVM log, a bundle or a sync, as claimed by its origin; "verified"/"disputed": an imported record
-# re-measured by `registry verify` on its device, and found within tolerance of its claim, or not.
-TRUST_LEVELS = ("measured", "imported", "verified", "disputed")
-# The order in which records are preferred: a measured or verified record beats any imported one, whatever it
-# claims; a disputed record is never used (it stays stored, with its re-measured latency beside the claim).
-TRUST_TIER = {"measured": 0, "verified": 0, "imported": 1}
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
 
 from registry.errors import NotFoundError, RegistryWarning
 from registry.store.decode import CorruptRow, RecordReader, inflate, parse
@@ -21,18 +20,23 @@ from registry.store.sql.models import (
     TuningRecord,
     Workload,
 )
-from registry.store.sql.trust import DEFAULT_TRUST, TIER, accepted
+from registry.store.sql.trust import TIER
+from registry.store.trust import DEFAULT_TRUST, accepted
 from registry.store.values import (
+    DeviceListing,
     DonorRecord,
     IndexedSet,
     RecordProvenance,
+    RegistryStats,
     StoredRecord,
     StoredWorkload,
+    TeamArrivals,
+    TunedOnDevice,
     TuningState,
 )
 
 
-def stats(conn: Session) -> dict[str, Any]:
+def stats(conn: Connection) -> RegistryStats:
     def count(stmt) -> int:
         return conn.execute(stmt).scalar() or 0
 
@@ -53,41 +57,31 @@ def stats(conn: Session) -> dict[str, Any]:
     by_team = conn.execute(
         select(TuningRecord.team, func.count(), last).group_by(TuningRecord.team).order_by(last.desc()).limit(20)
     ).all()
-    return {
-        "devices": count(select(func.count()).select_from(Device)),
-        "workloads": count(select(func.count()).select_from(Workload)),
-        "records": count(select(func.count()).select_from(TuningRecord)),
-        "records_ok": count(select(func.count()).select_from(TuningRecord).where(TuningRecord.ok)),
-        "models": count(select(func.count()).select_from(Model)),
-        "records_by_source": by_source,
-        "workloads_by_op": dict(by_op),
-        "per_device": [{"id": i, "name": n, "tuned_workloads": w, "ok_records": int(r)} for i, n, w, r in per_device],
-        "by_team": [{"team": t, "records": n, "last_at": utc_text(at)} for t, n, at in by_team],
-    }
+    return RegistryStats(
+        devices=count(select(func.count()).select_from(Device)),
+        workloads=count(select(func.count()).select_from(Workload)),
+        records=count(select(func.count()).select_from(TuningRecord)),
+        records_ok=count(select(func.count()).select_from(TuningRecord).where(TuningRecord.ok)),
+        models=count(select(func.count()).select_from(Model)),
+        records_by_source=by_source,
+        workloads_by_op=dict(by_op),
+        per_device=tuple(TunedOnDevice(i, n, w, int(r)) for i, n, w, r in per_device),
+        by_team=tuple(TeamArrivals(t, n, utc_text(at)) for t, n, at in by_team),
+    )
 
 
-def devices(conn: Session) -> list[dict[str, Any]]:
+def devices(conn: Connection) -> list[DeviceListing]:
     n_records = select(TuningRecord.device_id, func.count().label("n")).group_by(TuningRecord.device_id).subquery()
     stmt = (
-        select(Device, func.coalesce(n_records.c.n, 0))
+        select(*Device.__table__.c, func.coalesce(n_records.c.n, 0).label("n_records"))
         .outerjoin(n_records, n_records.c.device_id == Device.id)
         .order_by(Device.id)
     )
     return [
-        {
-            "id": d.id,
-            "name": d.name,
-            "kind": d.kind,
-            "mcpu": d.mcpu,
-            "num_cores": d.num_cores,
-            "threads": d.num_threads,
-            "host_model": d.host_model,
-            "tvm_version": d.tvm_version,
-            "records": n,
-            "target": _loads(d.target_json),
-        }
-        for d, n in conn.execute(stmt)
-    ]
+        DeviceListing(d.id, d.name, d.kind, d.mcpu, d.num_cores, d.num_threads, d.host_model, d.tvm_version,
+                      d.n_records, _loads(d.target_json))
+        for d in conn.execute(stmt)
+    ]  # fmt: skip
 
 
 def _loads(text: str) -> Any:
@@ -98,7 +92,7 @@ def _loads(text: str) -> Any:
         return None
 
 
-def reader(conn: Session, preload=None) -> RecordReader:
+def reader(conn: Connection, preload=None) -> RecordReader:
     """Stored records from rows of ``_RECORD_COLS``, each skeleton decoded once; ``preload``: a select of skeleton
     ids to fetch in one query up front."""
     found = RecordReader(
@@ -121,7 +115,7 @@ _RECORD_COLS = (
 )
 
 
-def top_k(conn: Session, workload_id: int, device_id: int, k: int, trust: str = DEFAULT_TRUST) -> list[StoredRecord]:
+def top_k(conn: Connection, workload_id: int, device_id: int, k: int, trust: str = DEFAULT_TRUST) -> list[StoredRecord]:
     """The ``k`` preferred ok records of one workload on one device that ``trust`` accepts: those measured here or
     verified first, fastest first."""
     stmt = (
@@ -138,7 +132,7 @@ def top_k(conn: Session, workload_id: int, device_id: int, k: int, trust: str = 
 
 
 def device_records(
-    conn: Session, device_id: int, *, best_only: bool = False, unsound: bool = False
+    conn: Connection, device_id: int, *, best_only: bool = False, unsound: bool = False
 ) -> Iterator[StoredRecord]:
     """Every record of a device (or only each workload's best), in workload order; with ``unsound`` those that
     cannot be used too, with their ``problem``."""
@@ -158,12 +152,12 @@ def device_records(
         records.warn()
 
 
-def count_records(conn: Session, device_id: int) -> int:
+def count_records(conn: Connection, device_id: int) -> int:
     stmt = select(func.count()).select_from(TuningRecord).where(TuningRecord.device_id == device_id)
     return conn.execute(stmt).scalar() or 0
 
 
-def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
+def workloads_by_id(conn: Connection, ids: list[int]) -> dict[int, StoredWorkload]:
     stmt = select(
         Workload.id, Workload.shash, Workload.module_equality, Workload.mod_json_z, Workload.args_info_json
     ).where(Workload.id.in_(ids))
@@ -178,12 +172,12 @@ def workloads_by_id(conn: Session, ids: list[int]) -> dict[int, StoredWorkload]:
     return found
 
 
-def workload_id(conn: Session, shash: str, module_equality: str) -> int | None:
+def workload_id(conn: Connection, shash: str, module_equality: str) -> int | None:
     stmt = select(Workload.id).where(Workload.shash == shash, Workload.module_equality == module_equality)
     return conn.execute(stmt).scalar()
 
 
-def donor_records(conn: Session, workload_ids: list[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+def donor_records(conn: Connection, workload_ids: list[int], per_device: int, target_kind: str) -> list[DonorRecord]:
     """The ``per_device`` fastest ok records of each workload on each device of ``target_kind`` it was measured on."""
     rank = (
         func.row_number()
@@ -217,7 +211,7 @@ def donor_records(conn: Session, workload_ids: list[int], per_device: int, targe
     return out
 
 
-def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState:
+def tuning_state(conn: Connection, workload_id: int, device_id: int) -> TuningState:
     stmt = select(TuningRecord.trace_hash, TuningRecord.run_secs_json, TuningRecord.source).where(
         TuningRecord.workload_id == workload_id, TuningRecord.device_id == device_id
     )
@@ -228,7 +222,7 @@ def tuning_state(conn: Session, workload_id: int, device_id: int) -> TuningState
     )
 
 
-def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
+def record_provenance(conn: Connection, record_id: int) -> RecordProvenance:
     cols = (
         *_RECORD_COLS,
         Workload.shash,
@@ -281,7 +275,7 @@ def record_provenance(conn: Session, record_id: int) -> RecordProvenance:
 # -- what export, predictor training and the similarity index read -----------------------------------------------
 
 
-def device_workload_ids(conn: Session, device_id: int, *, best_only: bool = False) -> list[int]:
+def device_workload_ids(conn: Connection, device_id: int, *, best_only: bool = False) -> list[int]:
     """The workloads a device has records of (with ``best_only``: ok records), in id order."""
     if best_only:
         stmt = select(BestRecord.workload_id).where(BestRecord.device_id == device_id)
@@ -290,7 +284,7 @@ def device_workload_ids(conn: Session, device_id: int, *, best_only: bool = Fals
     return sorted(conn.execute(stmt).scalars())
 
 
-def ok_record_counts(conn: Session, device_id: int) -> dict[int, tuple[str, int]]:
+def ok_record_counts(conn: Connection, device_id: int) -> dict[int, tuple[str, int]]:
     """Workload id -> (task name, ok records) of every workload with ok records on a device, in id order."""
     stmt = (
         select(TuningRecord.workload_id, Workload.task_name, func.count())
@@ -302,7 +296,7 @@ def ok_record_counts(conn: Session, device_id: int) -> dict[int, tuple[str, int]
     return {w: (t, n) for w, t, n in conn.execute(stmt)}
 
 
-def indexed_set(conn: Session) -> IndexedSet:
+def indexed_set(conn: Connection) -> IndexedSet:
     """The summary of the workloads with good records (a ``best_record`` on some device)."""
     ids = select(BestRecord.workload_id.label("id")).distinct().subquery()
     n, total, top = conn.execute(
@@ -311,7 +305,7 @@ def indexed_set(conn: Session) -> IndexedSet:
     return IndexedSet(int(n), int(total), int(top))
 
 
-def indexed_embeddings(conn: Session) -> list[tuple[int, bytes]]:
+def indexed_embeddings(conn: Connection) -> list[tuple[int, bytes]]:
     """(workload id, embedding as float32 bytes) of every workload with good records, in id order."""
     good = select(BestRecord.workload_id).distinct()
     stmt = select(Workload.id, Workload.embedding).where(Workload.id.in_(good)).order_by(Workload.id)

@@ -18,10 +18,7 @@ from sqlalchemy.dialects import postgresql
 
 from registry.errors import AccessDeniedError, BadInputError, NoRegistryError
 from registry.store.sql.revision import VERSION_TABLE
-
-READ_ONLY = "read-only"
-WRITER = "writer"
-ACCESS = (READ_ONLY, WRITER)
+from registry.store.values import ACCESS, READ_ONLY, WRITER
 
 # PostgreSQL's identifiers are at most 63 bytes; pg_ is reserved for its own roles. Quoting alone would make any name
 # safe in SQL, but a name with spaces or quotes is far more likely a mistake than a role.

@@ -4,24 +4,53 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from sqlalchemy import Connection
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
 
 from registry.config import resolve_database_url
 from registry.errors import BadInputError, NoRegistryError
 from registry.perf import paused_gc
 from registry.store import values
-from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, RecordIn, WorkloadIn
-from registry.store.sql import lookup, model_history, predictors, queries, schema, sqlite_file
+from registry.store.interface import (
+    Administration,
+    Batches,
+    Catalogue,
+    Check,
+    Extras,
+    LeaseStorage,
+    RecordReads,
+    RecordWrites,
+    Sharing,
+    Tokens,
+    Verification,
+    Workloads,
+)
+from registry.store.rows import DeviceSpec, IngestResult, ModelIn, RecordIn
+from registry.store.sql import (
+    efforts,
+    exchange,
+    ingest,
+    lookup,
+    model_history,
+    predictors,
+    queries,
+    roles,
+    schema,
+    sqlite_file,
+    tokens,
+    verdicts,
+)
 from registry.store.sql.engine import WRITE, create, translated_errors, with_retries
-from registry.store.sql.trust import DEFAULT_TRUST, accepted
+from registry.store.sql.models import TuningRecord
+from registry.store.sql.revision import HEAD
 from registry.store.sql.write_behind import write_behind
-from registry.store.validation import Problem, Refusals, record_problems
-from registry.store.values import DeviceRow, ExchangeFilters, ExchangeSet, LookupFilter, LookupRow
+from registry.store.trust import DEFAULT_TRUST, accepted
+from registry.store.urls import redact
+from registry.store.validation import Refusals, record_problems
+from registry.store.values import DeviceRow, EffortUpdate, ExchangeFilters, ExchangeSet, LookupFilter, LookupRow
 
 T = TypeVar("T")
 
@@ -29,8 +58,8 @@ T = TypeVar("T")
 BULK = 1000
 
 
-class Store:
-    """A registry database: the SQL implementation of ``registry.store.interface.RegistryStorage``.
+class Store(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration):
+    """A registry database: the SQL implementation of every protocol of ``registry.store.interface``.
 
     ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty
     database is migrated on first use; one at an older schema revision raises SchemaOutdatedError naming
@@ -80,20 +109,23 @@ class Store:
         self.close()
 
     @contextlib.contextmanager
-    def read(self, *, snapshot: bool = False) -> Iterator[Session]:
-        """A read-only session (rolled back, never committed).
+    def read(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        """A connection to read through, never committed: the one way this store reads (``transact`` writes).
 
+        On PostgreSQL a plain read runs without a transaction, each statement seeing what is committed when it runs
+        (as at READ COMMITTED): a BEGIN and a ROLLBACK are two round trips of the four a short read would take, and a
+        server answering lookups makes several reads per request (docs/BENCHMARKS.md, "Serving over HTTP").
         ``snapshot``: every statement sees the same committed state, even while others write. SQLite's WAL gives a
         read transaction that already; PostgreSQL needs REPEATABLE READ for it.
         """
-        engine = self.engine
-        if snapshot and engine.dialect.name == "postgresql":
-            engine = engine.execution_options(isolation_level="REPEATABLE READ")
-        with translated_errors(self.url), Session(engine) as session:
-            yield session
+        with translated_errors(self.url), self.engine.connect() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
+            yield conn
 
     def transact(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one write transaction, again from the start if it lost a lock race."""
+        """Run ``fn`` in one write transaction, again from the start if it lost a lock race: the one way this store
+        writes."""
 
         def attempt() -> T:
             with self.engine.execution_options(**{WRITE: True}).begin() as conn:
@@ -104,18 +136,12 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------------------------
 
-    def ingest(
-        self,
-        workloads: Sequence[WorkloadIn],
-        records: Sequence[RecordIn],
-        *,
-        check: Callable[[Sequence[RecordIn]], list[Problem | None]] | None = None,
-    ) -> IngestResult:
+    def ingest(self, workloads: Workloads, records: Sequence[RecordIn], *, check: Check = None) -> IngestResult:
         """Add workloads and records; those already present are counted, not duplicated.
 
         Every record is checked first, by ``check`` (default ``registry.store.validation.record_problems``: latencies,
-        trace shape, each decision against its instruction; no TVM). ``RegistryDatabase`` passes a
-        ``registry.records.validator.RecordValidator``'s, which also replays traces on their workloads. One invalid
+        trace shape, each decision against its instruction; no TVM). Callers that replay traces on
+        their workloads validate through ``registry.records.write`` instead. One invalid
         record refuses the whole call with BadInputError ("N of M records ...") before anything is written.
         """
         refusals = Refusals()
@@ -126,12 +152,7 @@ class Store:
             raise BadInputError(refusals.message(len(records)))
         return self.ingest_batches(workloads, lambda: [records])
 
-    def ingest_batches(
-        self,
-        workloads: Sequence[WorkloadIn],
-        batches: Callable[[], Iterable[Sequence[RecordIn]]],
-        extras: IngestExtras | None = None,
-    ) -> IngestResult:
+    def ingest_batches(self, workloads: Workloads, batches: Batches, extras: Extras = None) -> IngestResult:
         """Add ``workloads``, then every batch of records ``batches()`` yields, in one transaction.
 
         For ``registry import``: a log of millions of records streams through in little memory, and the caller checks
@@ -139,7 +160,6 @@ class Store:
         a refusal found in the last batch, leaves the database as it was. It is called again, from the start, when
         the transaction lost a lock race, so each call must yield the same records.
         """
-        from registry.store.sql import ingest
 
         def write(conn: Connection) -> IngestResult:
             result = IngestResult()
@@ -155,12 +175,10 @@ class Store:
                     wl_ids.update(ingest.workload_ids(conn, list(missing)))
                 ingest.insert_records(conn, batch, wl_ids, device_ids, result)
 
-            # Each batch is stored while the next is read, checked and made rows (a third of a sync's time, before).
+            # Each batch is stored while the next is read, checked and made rows (see write_behind).
             write_behind((ingest.prepare_records(records, here) for records in batches()), write_batch)
             if extras is not None:
-                from registry.store.sql.exchange import write_extras
-
-                write_extras(conn, extras, wl_ids)
+                exchange.write_extras(conn, extras, wl_ids)
             return result
 
         with paused_gc():
@@ -171,8 +189,6 @@ class Store:
     def keep_faster(self, records: Sequence[RecordIn]) -> list[bool]:
         """Records measured here that are already stored: each one's measurement replaces the stored one where it
         is faster (``ingest.keep_faster``). True per record that replaced one."""
-        from registry.store.sql import ingest
-
         return self.transact(lambda conn: ingest.keep_faster(conn, records, ingest.registry_id(conn)))
 
     def after_bulk_write(self, n_records: int) -> None:
@@ -184,47 +200,28 @@ class Store:
         """
         if n_records < BULK:
             return
-        with translated_errors(self.url), self.engine.connect() as conn:
-            if self.engine.dialect.name == "sqlite":
-                conn.exec_driver_sql("PRAGMA analysis_limit=1000")
-                conn.exec_driver_sql("ANALYZE")
-            elif self.engine.dialect.name == "postgresql":
-                conn.exec_driver_sql("ANALYZE workload, workload_arg, best_record, tuning_record")
-            conn.commit()
+        self.transact(_analyze)
 
-    def record_model(
-        self,
-        name: str,
-        sha256: str,
-        input_shapes: dict[str, list[int]],
-        tasks: Sequence[tuple[WorkloadIn, str, int]],
-        plain: Sequence[tuple[WorkloadIn, str, int]] = (),
-    ) -> int:
-        """Record a model and its tasks as (workload, task name, weight); the workloads are added if new. ``plain``:
-        its kernels as plain TVM extracts them, where they differ."""
-        from registry.store.sql import ingest
+    def save_model(self, model: ModelIn) -> int:
+        """Store a model and its tasks; their workloads are added if new."""
 
         def write(conn: Connection) -> int:
-            ids = ingest.upsert_workloads(conn, [w for w, _, _ in [*tasks, *plain]], IngestResult())
-            by_id = {ids[w.ident]: (task, weight) for w, task, weight in tasks}
-            plain_by_id = {ids[w.ident]: (task, weight) for w, task, weight in plain}
-            return ingest.upsert_model(conn, name, sha256, input_shapes, by_id, plain_by_id)
+            ids = ingest.upsert_workloads(conn, [w for w, _, _ in [*model.tasks, *model.plain]], IngestResult())
+            by_id = {ids[w.ident]: (task, weight) for w, task, weight in model.tasks}
+            plain_by_id = {ids[w.ident]: (task, weight) for w, task, weight in model.plain}
+            return ingest.upsert_model(conn, model.name, model.sha256, model.input_shapes, by_id, plain_by_id)
 
         return self.transact(write)
 
-    def device_id(self, spec: DeviceSpec) -> int:
-        from registry.store.sql import ingest
-
+    def add_device(self, spec: DeviceSpec) -> int:
         return self.transact(lambda conn: ingest.upsert_devices(conn, [spec])[spec.key])
 
     # -- sharing: identity, exchange sets, sync progress ---------------------------------------------------------
 
     def registry_id(self) -> str:
         """This registry's id: the origin stamped on what it measures."""
-        from registry.store.sql.ingest import registry_id
-
         with self.read() as conn:
-            return registry_id(conn.connection())
+            return ingest.registry_id(conn)
 
     @contextlib.contextmanager
     def read_exchange(
@@ -232,151 +229,96 @@ class Store:
     ) -> Iterator[ExchangeSet]:
         """The records matching ``filters`` above ``after_id`` (the first ``limit`` of them), with what they refer
         to, read in one snapshot that stays open while the set's records are read."""
-        from registry.store.sql.exchange import read_exchange
-
         with self.read(snapshot=True) as conn:
-            yield read_exchange(conn.connection(), filters, after_id=after_id, limit=limit)
+            yield exchange.read_exchange(conn, filters, after_id=after_id, limit=limit)
 
     def last_synced(self, source_id: str, filters_key: str) -> int:
-        from registry.store.sql.exchange import last_synced
-
         with self.read() as conn:
-            return last_synced(conn.connection(), source_id, filters_key)
+            return exchange.last_synced(conn, source_id, filters_key)
 
     # -- the tokens of `registry serve` -------------------------------------------------------------------------
 
     def add_token(self, name: str, role: str, digest: str, expires_at: dt.datetime | None = None) -> None:
-        from registry.store.sql import tokens
-
         self.transact(lambda conn: tokens.add(conn, name, role, digest, expires_at))
 
     def tokens(self) -> list[values.TokenRow]:
-        from registry.store.sql import tokens
-
         with self.read() as conn:
-            return tokens.all_tokens(conn.connection())
+            return tokens.all_tokens(conn)
 
     def revoke_token(self, name: str) -> bool:
-        from registry.store.sql import tokens
-
         return self.transact(lambda conn: tokens.revoke(conn, name))
 
     def token(self, digest: str) -> values.TokenRow | None:
-        from registry.store.sql import tokens
-
-        with self._reading() as conn:  # every request to the server asks this: one round trip
+        with self.read() as conn:  # every request to the server asks this: one round trip
             return tokens.by_digest(conn, digest)
 
     # -- effort and leases of tuning runs (registry.pipeline.effort) ---------------------------------------------
 
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, values.Effort]:
-        from registry.store.sql import efforts
-
-        with self._reading() as conn:
+        with self.read() as conn:
             return efforts.efforts(conn, workload_ids, device_id)
 
     def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
-        from registry.store.sql import efforts
-
         return self.transact(lambda conn: efforts.take(conn, workload_id, device_id, holder, lease_s))
 
     def renew_tasks(self, holder: str, lease_s: float) -> int:
-        from registry.store.sql import efforts
-
         return self.transact(lambda conn: efforts.renew(conn, holder, lease_s))
 
-    def save_effort(
-        self,
-        workload_id: int,
-        device_id: int,
-        holder: str,
-        added: tuple[int, float],
-        curve: Sequence[tuple[int, float]],
-        plateau: bool,
-        lease_s: float | None,
-    ) -> bool:
-        from registry.store.sql import efforts
-
-        return self.transact(
-            lambda conn: efforts.save(conn, workload_id, device_id, holder, added, curve, plateau, lease_s)
-        )
+    def save_effort(self, update: EffortUpdate) -> bool:
+        return self.transact(lambda conn: efforts.save(conn, update))
 
     def release_tasks(self, holder: str) -> int:
-        from registry.store.sql import efforts
-
         return self.transact(lambda conn: efforts.release(conn, holder))
+
+    def release_leases(self, model: str | None, may_run: Callable[[str], bool]) -> tuple[int, dict[str, int]]:
+        return self.transact(lambda conn: efforts.release_leases(conn, model, may_run))
 
     # -- registry verify ----------------------------------------------------------------------------------------
 
     def count_imported(self, device_id: int, model: str | None = None) -> int:
         """The imported ok records of a device (and model): what ``registry verify`` may re-measure."""
-        from registry.store.sql import verdicts
-
         with self.read() as conn:
             return verdicts.count_imported(conn, device_id, model)
 
     def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
-        from registry.store.sql import verdicts
-
         with self.read() as conn:
             return verdicts.imported_ids(conn, device_id, model, limit)
 
     def claims(self, record_ids: Sequence[int]) -> list[values.Claim]:
-        from registry.store.sql import verdicts
-
         with self.read() as conn:
             return verdicts.claims(conn, record_ids)
 
     def record_verdicts(self, found: Sequence[values.Verdict], at) -> None:
         """Mark records verified or disputed, with what was measured, and choose their pairs' best records again."""
-        from registry.store.sql import verdicts
-
         self.transact(lambda conn: verdicts.record_verdicts(conn, found, at))
 
     # -- reads --------------------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def sql(self) -> Iterator[lookup.Sql]:
-        """The engine's DB-API connection, for the plain-SQL read path shared with the CLI."""
-        with self._reading() as conn:
-            raw = conn.connection.dbapi_connection
-            yield lookup.Sql(raw, "pyformat" if self.engine.dialect.name == "postgresql" else "named")
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Connection]:
-        """A connection for a few independent reads. On PostgreSQL it runs without a transaction: a BEGIN and a
-        ROLLBACK are two round trips of the four a short read would take, and a server answering lookups makes
-        several such reads per request (docs/BENCHMARKS.md, "Serving over HTTP")."""
-        with translated_errors(self.url), self.engine.connect() as conn:
-            if self.engine.dialect.name == "postgresql":
-                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
-
     def lookup(self, f: LookupFilter) -> list[LookupRow]:
-        with self.sql() as sql:
-            return lookup.lookup(sql, f)
+        with self.read() as conn:
+            return lookup.lookup(lookup.Sql.under(conn), f)
 
     def resolve_devices(self, selector: str) -> list[DeviceRow]:
-        with self.sql() as sql:
-            return lookup.resolve_devices(sql, selector)
+        with self.read() as conn:
+            return lookup.resolve_devices(lookup.Sql.under(conn), selector)
 
     def resolve_one_device(self, selector: str) -> DeviceRow:
-        with self.sql() as sql:
-            return lookup.resolve_one_device(sql, selector)
+        with self.read() as conn:
+            return lookup.resolve_one_device(lookup.Sql.under(conn), selector)
 
     def all_devices(self) -> list[DeviceRow]:
-        with self.sql() as sql:
-            return lookup.all_devices(sql)
+        with self.read() as conn:
+            return lookup.all_devices(lookup.Sql.under(conn))
 
-    def stats(self) -> dict:
+    def stats(self) -> values.RegistryStats:
         with self.read() as conn:
             return queries.stats(conn)
 
     def newest_record_id(self) -> int:
-        with self.sql() as sql:
-            return sql.all("SELECT max(id) FROM tuning_record")[0][0] or 0
+        with self.read() as conn:
+            return conn.execute(select(func.max(TuningRecord.id))).scalar() or 0
 
-    def devices(self) -> list[dict]:
+    def devices(self) -> list[values.DeviceListing]:
         with self.read() as conn:
             return queries.devices(conn)
 
@@ -388,18 +330,37 @@ class Store:
     # -- schema (RegistryStorage) -------------------------------------------------------------------------------
 
     def schema_revision(self) -> str | None:
-        with translated_errors(self.url), self.engine.connect() as conn:
+        with self.read() as conn:
             return schema.current_revision(conn)
 
     def upgrade_schema(self) -> tuple[str | None, str | None]:
         with translated_errors(self.url):
             return schema.upgrade(self.engine)
 
+    def schema_head(self) -> str:
+        return HEAD
+
+    def grant_role(self, role: str, access: str) -> values.RoleGrant:
+        self._refuse_roles_on_sqlite()
+        roles.check_name(role)
+        place, statements = self.transact(lambda conn: roles.grant(conn, role, access))
+        return values.RoleGrant(place.database, place.schema, place.owner, ";\n".join(statements) + ";\n")
+
+    def grant_script(self, role: str, access: str) -> values.RoleGrant:
+        self._refuse_roles_on_sqlite()
+        roles.check_name(role)
+        database = self.engine.url.database
+        if not database:  # printed, not run: the URL is the only place its name can come from
+            raise BadInputError(f"{redact(self.url)} names no database; --print-sql needs one to grant CONNECT on")
+        return values.RoleGrant(database, "public", None, roles.script(role, access, database))
+
+    def _refuse_roles_on_sqlite(self) -> None:
+        if self.engine.dialect.name != "postgresql":
+            raise BadInputError(f"{redact(self.url)} is not PostgreSQL: an SQLite registry has no roles")
+
     # -- workloads and records, as TVM needs them back (RegistryStorage) ----------------------------------------
 
     def workload_ids(self, idents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        from registry.store.sql import ingest
-
         with self.read() as conn:
             return ingest.workload_ids(conn, idents)
 
@@ -446,12 +407,18 @@ class Store:
         with self.read() as conn:
             return queries.ok_record_counts(conn, device_id)
 
-    # -- predictors (RegistryStorage) ----------------------------------------------------------------------------
-    # registry.store.sql.predictors holds their SQL; its functions take the store first, so they serve as methods as is.
+    # -- predictors ------------------------------------------------------------------------------------------------
 
-    save_predictor = predictors.save_predictor
-    latest_predictor = predictors.latest_predictor
-    list_predictors = predictors.list_predictors
+    def save_predictor(self, predictor: values.PredictorIn) -> int:
+        return self.transact(lambda conn: predictors.save(conn, predictor))
+
+    def latest_predictor(self, device_id: int, kind: str | None = None) -> values.StoredPredictor | None:
+        with self.read() as conn:
+            return predictors.latest(conn, device_id, kind)
+
+    def list_predictors(self, device_id: int | None = None) -> list[values.PredictorInfo]:
+        with self.read() as conn:
+            return predictors.all_predictors(conn, device_id)
 
     # -- the similarity index (RegistryStorage) ------------------------------------------------------------------
 
@@ -473,7 +440,7 @@ class Store:
         with self.read() as conn:
             return model_history.model_names(conn, limit)
 
-    def plain_tasks(self) -> list[values.PlainTask]:
+    def plain_tasks(self) -> list[values.PlainTaskRow]:
         with self.read() as conn:
             return model_history.plain_tasks(conn)
 
@@ -492,3 +459,12 @@ class Store:
     def donor_rows(self, record_ids: Sequence[int]) -> dict[int, values.DonorRow]:
         with self.read() as conn:
             return model_history.donors(conn, record_ids)
+
+
+def _analyze(conn: Connection) -> None:
+    """Refresh the query planner's statistics of the tables lookups and compilation read."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA analysis_limit=1000")
+        conn.exec_driver_sql("ANALYZE")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("ANALYZE workload, workload_arg, best_record, tuning_record")

@@ -10,7 +10,6 @@ import datetime as dt
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, bindparam, func, or_, select, update
-from sqlalchemy.orm import Session
 
 from registry.store.decode import parse
 from registry.store.sql.ingest import recompute_best
@@ -29,7 +28,7 @@ def _imported(device_id: int, model: str | None):
     return cond
 
 
-def imported_ids(conn: Session, device_id: int, model: str | None, limit: int | None) -> list[int]:
+def imported_ids(conn: Connection, device_id: int, model: str | None, limit: int | None) -> list[int]:
     """Ids of the imported records of a device to verify, best-first (see the module docstring)."""
     stmt = (
         select(TuningRecord.id)
@@ -41,12 +40,12 @@ def imported_ids(conn: Session, device_id: int, model: str | None, limit: int | 
     return list(conn.execute(stmt).scalars())
 
 
-def count_imported(conn: Session, device_id: int, model: str | None) -> int:
+def count_imported(conn: Connection, device_id: int, model: str | None) -> int:
     stmt = select(func.count()).select_from(TuningRecord).where(*_imported(device_id, model))
     return conn.execute(stmt).scalar() or 0
 
 
-def claims(conn: Session, ids: Sequence[int]) -> list[Claim]:
+def claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
     """The records of ``ids``, in that order."""
     stmt = (
         select(
