@@ -35,7 +35,7 @@ API_ROUTES = {
 }  # fmt: skip
 PAGE_ROUTES = {
     ("GET", "/"), ("GET", "/models"), ("GET", "/models/{name:path}"), ("GET", "/search"), ("GET", "/workloads/{shash}"),
-    ("GET", "/login"), ("POST", "/login"), ("POST", "/logout"),
+    ("GET", "/login"), ("POST", "/login"), ("POST", "/logout"), ("GET", "/records/{record_id}"), ("GET", "/compare"),
 }  # fmt: skip
 
 

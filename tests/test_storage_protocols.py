@@ -20,6 +20,7 @@ PROTOCOLS = (
     interface.Sharing,
     interface.Verification,
     interface.Catalogue,
+    interface.Browsing,
     interface.Administration,
 )
 IMPLEMENTATIONS = (Store, OverlayStorage)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 
@@ -43,6 +44,7 @@ class TaskLine:
     curve: list[tuple[float, float]]  # (seconds since the first record, best latency so far in µs)
     share: float | None = None  # of the model's estimated latency, 0..1
     effort: Effort | None = None  # how hard tuning runs searched it on this device (None: no run recorded it)
+    workload: str | None = None  # its structural hash, for a link to its page (the web view)
 
 
 @dataclass
@@ -57,7 +59,7 @@ class ReportData:
     span_s: float
     tasks: list[TaskLine]
     model_curve: list[tuple[float, float]]  # (seconds, Σ weight x latency in µs)
-    before_kind: str  # what "before" is: "default schedule" (a run's report) or "first record"
+    before_kind: str  # what "before" is: "default schedule" (a run's report) or BEFORE_STORED
     untuned_ms: float | None = None
     final_ms: float | None = None
     history: list[dict] | None = None
@@ -100,6 +102,8 @@ def collect(
     else:
         dev = store.busiest_device(wids)
     history = store.record_history(wids, dev[0]) if dev else RecordHistory([], {}, None)
+    defaults = store.default_latencies(wids, dev[0]) if dev and run is None else {}
+    hashes = store.workload_hashes(wids)
     efforts = store.efforts(wids, dev[0]) if dev else {}
     records = history.points
     by_wid: dict[int, list[RecordPoint]] = {}
@@ -134,11 +138,12 @@ def collect(
             best.source if best else "no record",
             donor,
             distance,
-            recs[0].mean_s * 1e6 if recs else None,
+            _before(defaults.get(t.workload_id), recs),
             best.mean_s * 1e6 if best else None,
             history.counts.get(t.workload_id, 0),
             curve,
             effort=efforts.get(t.workload_id),
+            workload=hashes.get(t.workload_id),
         )
         result = ran.get(t.workload_id)
         if result is not None:  # the run knows more: the default schedule's time and where "after" came from
@@ -165,12 +170,23 @@ def collect(
         span_s=span,
         tasks=lines,
         model_curve=_model_curve(lines),
-        before_kind="default schedule" if run is not None else "first record",
+        before_kind="default schedule" if run is not None else BEFORE_STORED,
         untuned_ms=run.untuned_ms if run else None,
         final_ms=run.final_ms if run else None,
         history=run.history if run else None,
         notes=notes,
     )
+
+
+BEFORE_STORED = "TVM default where stored, else first record"
+
+
+def _before(default_us: float | None, recs: list[RecordPoint]) -> float | None:
+    """A task's "before" from the store alone: its default schedule's time where a record of it is stored, else its
+    first record's, unless that record is its best (a transfer's one record): then it is unknown, not "1.0x"."""
+    if default_us is not None:
+        return default_us
+    return recs[0].mean_s * 1e6 if len(recs) > 1 else None
 
 
 def _model_curve(lines: list[TaskLine]) -> list[tuple[float, float]]:
@@ -249,9 +265,10 @@ def render(data: ReportData) -> str:
     return "\n".join([*head, content(data), "</body></html>", ""])
 
 
-def content(data: ReportData) -> str:
+def content(data: ReportData, links: bool = False) -> str:
     """The report without its page: the meta line, summary, task table and curves. ``registry report`` writes it in
-    a page of its own, the server's model page in the web view's: one report, two outputs."""
+    a page of its own, the server's model page in the web view's (``links``: task names link to their workloads'
+    pages): one report, two outputs."""
     e = escape
     head = [
         f'<div class="meta">model id {data.model_id}, sha256 {e(data.sha256[:16])}…, input shapes '
@@ -265,7 +282,9 @@ def content(data: ReportData) -> str:
     summary = [
         f"{len(data.tasks)} tasks, {len(tuned)} with records on this device, "
         f"{sum(t.records for t in data.tasks)} ok records",
-        f"model estimate (Σ weight × after): {estimate / 1e3:,.3f} ms"
+        "model estimate: no records on this device"
+        if all(t.after_us is None for t in data.tasks)
+        else f"model estimate (Σ weight × after): {estimate / 1e3:,.3f} ms"
         + ("" if all(t.after_us is not None for t in data.tasks) else " (tasks without a latency left out)"),
     ]
     if data.untuned_ms is not None or data.final_ms is not None:
@@ -274,11 +293,11 @@ def content(data: ReportData) -> str:
     body = ["<ul>" + "".join(f"<li>{e(s)}</li>" for s in summary) + "</ul>"]
     if data.notes:
         body.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in data.notes) + "</ul>")
-    body += _table(data)
+    body += _table(data, links)
     body.append("<h2>Best latency over time</h2>")
     before = (
-        "at its first record's latency from the start"
-        if data.before_kind == "first record"
+        "with its stored default until its first record, else at its first record's latency from the start"
+        if data.before_kind == BEFORE_STORED
         else f"with its {e(data.before_kind)} until its first record"
     )
     body.append(
@@ -299,7 +318,7 @@ def content(data: ReportData) -> str:
     return "\n".join(head + body)
 
 
-def _table(data: ReportData) -> list[str]:
+def _table(data: ReportData, links: bool = False) -> list[str]:
     e = escape
     headers = ["task", "weight", "source", "donor", "distance", f"before µs ({data.before_kind})", "after µs"]
     headers += ["speedup", "share", "records", "searched"]
@@ -310,8 +329,11 @@ def _table(data: ReportData) -> list[str]:
     out.append("<tbody>")
     for t in sorted(data.tasks, key=lambda t: -(t.share or 0)):
         speedup = f"{t.before_us / t.after_us:.1f}x" if t.before_us and t.after_us else "-"
+        name = e(t.name)
+        if links and t.workload:
+            name = f'<a href="/workloads/{quote(t.workload, safe="")}">{name}</a>'
         cells = [
-            (e(t.name), "name"),
+            (name, "name"),
             (str(t.weight), "n"),
             (e(t.source), ""),
             (e(t.donor or "-"), "name"),

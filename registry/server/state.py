@@ -58,7 +58,7 @@ class ReportCache:
 
         newest, data, html = self._entry(name, device)
         if html is None:
-            html = content(data)
+            html = content(data, links=True)
             with self.lock:
                 if self.kept.get((name, device), (None,))[0] == newest:
                     self.kept[(name, device)] = (newest, data, html)

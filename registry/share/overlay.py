@@ -38,8 +38,12 @@ from registry.store.factory import open_storage
 from registry.store.interface import (
     Administration,
     Batches,
+    BrowseFilter,
+    BrowsePage,
+    Browsing,
     Catalogue,
     Check,
+    DeviceCoverage,
     DeviceRecords,
     DeviceRow,
     DeviceSpec,
@@ -97,7 +101,9 @@ def open_overlay(shared_url: str | None, overlay_path: str, trust: str = "import
     return OverlayStorage(overlay, shared)
 
 
-class OverlayStorage(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration):
+class OverlayStorage(
+    RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Browsing, Administration
+):
     """Every storage protocol over (overlay, shared): writes to the overlay, reads from both (see the module doc).
 
     What it composes is ``RecordReads``, each method merging both stores' answers, and the writes that must not
@@ -412,6 +418,18 @@ class OverlayStorage(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, V
 
     def record_history(self, workload_ids: Sequence[int], device_id: int) -> RecordHistory:
         return self.overlay.record_history(workload_ids, device_id)
+
+    def coverage(self, model_id: int) -> list[DeviceCoverage]:
+        return self.overlay.coverage(model_id)
+
+    def default_latencies(self, workload_ids: Sequence[int], device_id: int) -> dict[int, float]:
+        return self.overlay.default_latencies(workload_ids, device_id)
+
+    def workload_hashes(self, workload_ids: Sequence[int]) -> dict[int, str]:
+        return self.overlay.workload_hashes(workload_ids)
+
+    def browse(self, f: BrowseFilter) -> BrowsePage:
+        return self.overlay.browse(f)
 
     def schema_revision(self) -> str | None:
         return self.overlay.schema_revision()

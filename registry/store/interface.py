@@ -21,7 +21,10 @@ from typing import Any, Protocol
 from registry.store.rows import DeviceSpec, IngestExtras, IngestResult, ModelIn, RecordIn, Signature, WorkloadIn
 from registry.store.validation import Problem
 from registry.store.values import (
+    BrowseFilter,
+    BrowsePage,
     Claim,
+    DeviceCoverage,
     DeviceListing,
     DeviceRecords,
     DeviceRow,
@@ -54,6 +57,10 @@ from registry.store.values import (
 
 __all__ = [
     "Administration",
+    "BrowseFilter",
+    "BrowsePage",
+    "Browsing",
+    "DeviceCoverage",
     "Catalogue",
     "DeviceListing",
     "DeviceRecords",
@@ -316,6 +323,25 @@ class Catalogue(Protocol):
         written, and its count of ok records (``RecordHistory``)."""
 
 
+class Browsing(Protocol):
+    """What the web view reads beyond the catalogue (``registry.server.pages``): a model's coverage per device, the
+    default schedules' timings, workloads' hashes, and the search as pages with a total."""
+
+    def coverage(self, model_id: int) -> list[DeviceCoverage]:
+        """Each device holding ok records of the model's tasks, the most records first: tasks covered, records and
+        the model's estimate over them."""
+
+    def default_latencies(self, workload_ids: Sequence[int], device_id: int) -> dict[int, float]:
+        """Workload id -> µs of TVM's default schedule on a device, for those where a record of it is stored."""
+
+    def workload_hashes(self, workload_ids: Sequence[int]) -> dict[int, str]:
+        """Workload id -> structural hash, for links to the workloads' pages."""
+
+    def browse(self, f: BrowseFilter) -> BrowsePage:
+        """One page (``f.offset``, ``f.limit``) of the best record of each (workload, device) matching ``f``, in
+        ``f.sort`` order, with how many match in all."""
+
+
 class Administration(Protocol):
     """The database behind the registry: where it is, its schema and who may use it."""
 
@@ -352,12 +378,21 @@ class RegistryReads(RecordReads, Catalogue, Protocol):
     """Records and the catalogue, read: what an export and a predictor's training need."""
 
 
-class ReportReads(RecordReads, Catalogue, LeaseStorage, Protocol):
+class ReportReads(RecordReads, Catalogue, LeaseStorage, Browsing, Protocol):
     """What a model's report reads: its tasks and their history (the catalogue), donors (records) and efforts."""
 
 
 class RegistryStorage(
-    RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration, Protocol
+    RecordReads,
+    RecordWrites,
+    LeaseStorage,
+    Tokens,
+    Sharing,
+    Verification,
+    Catalogue,
+    Browsing,
+    Administration,
+    Protocol,
 ):
     """A registry database: every concern of a storage, for the factory and the commands that use many of them.
     Everything else takes the narrowest protocol above that it needs."""

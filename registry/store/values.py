@@ -500,6 +500,7 @@ class LookupFilter:
     top_k: int = 1
     limit: int = 100
     trust: str = "imported"  # the least trusted records shown: "verified" (measured here or verified) or "imported"
+    offset: int = 0  # (workload, device) pairs skipped, in the order they are chosen: the API's paging
 
 
 @dataclass
@@ -531,3 +532,40 @@ class LookupRow:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# -- the web view's reads (``Browsing``) -------------------------------------------------------------------------
+
+BROWSE_SORTS = ("operator", "latency", "newest", "team", "device")  # how a page of lookup rows may be ordered
+
+
+@dataclass(frozen=True)
+class DeviceCoverage:
+    """What one device holds of a model: its tasks with an ok best record there, their ok records, and the model's
+    estimate over those tasks (Σ weight x best, µs)."""
+
+    device_id: int
+    device: str
+    tasks: int  # of the model's tasks, those with an ok record on the device
+    records: int  # ok records of those tasks on the device
+    estimate_us: float
+
+
+@dataclass
+class BrowseFilter(LookupFilter):
+    """A page of the web view's search: the lookup's filters (each pair's best record: ``top_k`` is not read), a
+    team and a time (pairs with a record of the team, written at or after), an order of ``BROWSE_SORTS`` and a window
+    (``offset``, ``limit``)."""
+
+    team: str | None = None
+    since: dt.datetime | None = None
+    sort: str = "operator"
+    offset: int = 0
+
+
+@dataclass
+class BrowsePage:
+    """One page of (workload, device) pairs and how many match in all."""
+
+    rows: list[LookupRow]
+    total: int

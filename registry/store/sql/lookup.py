@@ -163,7 +163,7 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
 
     Driven by ``best_record``, so its cost grows with the rows returned, not with the records stored.
     """
-    where, params = [], {"limit": f.limit}
+    where, params = [], {"limit": f.limit, "offset": f.offset}
     if f.op:
         where.append("w.op_kind = :op")
         params["op"] = f.op.lower()
@@ -196,7 +196,7 @@ def lookup(sql: Sql, f: LookupFilter) -> list[LookupRow]:
         "SELECT b.workload_id, b.device_id, b.n_records, b.record_id"
         " FROM best_record b JOIN workload w ON w.id = b.workload_id"
         f" WHERE {' AND '.join(where) or '1 = 1'}"
-        " ORDER BY w.op_kind, b.workload_id, b.device_id LIMIT :limit",
+        " ORDER BY w.op_kind, b.workload_id, b.device_id LIMIT :limit OFFSET :offset",
         params,
     )
     if f.top_k <= 1 or not pairs:

@@ -17,6 +17,7 @@ from registry.store import values
 from registry.store.interface import (
     Administration,
     Batches,
+    Browsing,
     Catalogue,
     Check,
     Extras,
@@ -30,6 +31,7 @@ from registry.store.interface import (
 )
 from registry.store.rows import DeviceSpec, IngestResult, ModelIn, RecordIn
 from registry.store.sql import (
+    browse,
     efforts,
     exchange,
     ingest,
@@ -58,7 +60,9 @@ T = TypeVar("T")
 BULK = 1000
 
 
-class Store(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Administration):
+class Store(
+    RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verification, Catalogue, Browsing, Administration
+):
     """A registry database: the SQL implementation of every protocol of ``registry.store.interface``.
 
     ``url`` is any SQLAlchemy URL (default: ``$REGISTRY_DATABASE_URL``, else the per-user SQLite file). An empty
@@ -455,6 +459,24 @@ class Store(RecordReads, RecordWrites, LeaseStorage, Tokens, Sharing, Verificati
     def record_history(self, workload_ids: Sequence[int], device_id: int) -> values.RecordHistory:
         with self.read() as conn:
             return model_history.record_history(conn, workload_ids, device_id)
+
+    # -- Browsing: the web view's reads
+
+    def coverage(self, model_id: int) -> list[values.DeviceCoverage]:
+        with self.read() as conn:
+            return browse.coverage(conn, model_id)
+
+    def default_latencies(self, workload_ids: Sequence[int], device_id: int) -> dict[int, float]:
+        with self.read() as conn:
+            return browse.default_latencies(conn, workload_ids, device_id)
+
+    def workload_hashes(self, workload_ids: Sequence[int]) -> dict[int, str]:
+        with self.read() as conn:
+            return browse.workload_hashes(conn, workload_ids)
+
+    def browse(self, f: values.BrowseFilter) -> values.BrowsePage:
+        with self.read() as conn:
+            return browse.browse(conn, f)
 
     def donor_rows(self, record_ids: Sequence[int]) -> dict[int, values.DonorRow]:
         with self.read() as conn:
