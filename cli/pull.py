@@ -61,7 +61,8 @@ def pull(
 
     From a URL, only what arrived since the last pull with the same filters is read, in pages of 20,000 records,
     each checked as `registry import` checks a bundle and committed on its own: an interrupted pull resumes where it
-    stopped. The token comes from --token-file or $REGISTRY_TOKEN, never from the command line.
+    stopped. The token comes from --token-file or $REGISTRY_TOKEN, never from the command line. A page's URL pasted
+    from the web view is read as its server's; a model page's (/models/NAME) as `--model NAME` too.
 
     Records arrive "imported", whatever their source: transfer measures donor schedules on this machine before it
     keeps them, and `registry verify` re-measures them. Pulling twice adds nothing.
@@ -72,8 +73,10 @@ def pull(
       registry pull --list
       registry pull https://registry.example.com --model bert-base --token-file ~/.registry-token
     """
-    from registry.share.remote import is_url
+    from registry.share.remote import is_url, missing_scheme
 
+    if missing_scheme(source):  # `host:8000`: a server's address, not the name of a shipped bundle
+        raise click.UsageError(missing_scheme(source))
     if is_url(source):
         if list_:
             raise click.UsageError("--list lists the shipped bundles; it takes no URL")
@@ -114,13 +117,18 @@ def pull(
 
 
 def _pull_url(ctx: Context, url, device, team, model, since, full, page_size, token_file, fmt) -> None:
-    from registry.share.remote import Remote, pull, read_token
+    from registry.share.remote import Remote, plan_pull, pull, read_token, server_root
 
+    _, page_model = server_root(url)  # a page's URL pasted from the browser: its server, and the model it shows
+    model = model or page_model
     remote = Remote(url, read_token(token_file))
+    plan = plan_pull(remote, device, team, model, since)  # before the registry here is opened: a refusal creates none
     with Progress("pull") as progress:
         result = pull(remote, ctx.store, device=device, team=team, model=model, since=since, full=full,
-                      page=page_size, progress=progress)  # fmt: skip
+                      page=page_size, progress=progress, plan=plan)  # fmt: skip
     echo_transfer(result, "pulled from", fmt)
+    if page_model is not None and model == page_model:
+        click.echo(f"(the records of model {page_model!r}, the model the page's URL names)", err=True)
 
 
 def echo_transfer(result, verb: str, fmt: str) -> None:

@@ -28,9 +28,11 @@ def push(ctx: Context, url: str, device, team, model, since, full, page_size, to
       registry push https://registry.example.com --model resnet50 --team vision
     """
     from registry.share.export import exchange_filters
-    from registry.share.remote import Remote, is_url, read_token
+    from registry.share.remote import Remote, is_url, missing_scheme, read_token
     from registry.share.remote import push as run_push
 
+    if missing_scheme(url):
+        raise click.UsageError(missing_scheme(url))
     if not is_url(url):
         raise click.UsageError(f"{url!r} is no http:// or https:// URL (`registry sync` copies between databases)")
     remote = Remote(url, read_token(token_file))

@@ -47,8 +47,11 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
     """
     if ctx.db_given:
         raise click.UsageError("sync names its SOURCE and DESTINATION; --db does not apply to it")
-    from registry.share.remote import is_url
+    from registry.share.remote import is_url, missing_scheme
 
+    for side in (source, destination):  # `host:8000` would be taken for an SQLite file of that name
+        if missing_scheme(side):
+            raise click.UsageError(missing_scheme(side))
     if is_url(source) or is_url(destination):
         _sync_url(source, destination, device, team, model, since, full, skip_invalid, page_size, token_file, fmt)
         return
@@ -83,7 +86,7 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
 def _sync_url(source, destination, device, team, model, since, full, skip_invalid, page_size, token_file, fmt) -> None:
     """A sync with a server on one side: a pull from SOURCE's URL, or a push to DESTINATION's."""
     from registry.share.export import exchange_filters
-    from registry.share.remote import Remote, is_url, pull, push, read_token
+    from registry.share.remote import Remote, is_url, plan_pull, pull, push, read_token, server_root
 
     if is_url(source) and is_url(destination):
         raise click.UsageError("one side of a sync must be a database: sync through one, or pull on the server")
@@ -91,11 +94,14 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
         raise click.UsageError("--skip-invalid applies to a sync between databases; a page by URL is whole or refused")
     token = read_token(token_file)
     if is_url(source):
+        model = model or server_root(source)[1]  # a model page's URL: that model's records
+        remote = Remote(source, token)
+        plan = plan_pull(remote, device, team, model, since)  # before DESTINATION is opened: a refusal creates none
         store = open_storage(destination)
         try:
             with Progress("sync") as progress:
-                result = pull(Remote(source, token), store, device=device, team=team, model=model, since=since,
-                              full=full, page=page_size, progress=progress)  # fmt: skip
+                result = pull(remote, store, device=device, team=team, model=model, since=since, full=full,
+                              page=page_size, progress=progress, plan=plan)  # fmt: skip
         finally:
             store.close()
     else:

@@ -24,9 +24,17 @@ from starlette.concurrency import run_in_threadpool
 
 from registry import hostinfo, schemas
 from registry.server.limits import receive_upload
-from registry.server.problems import HttpProblem
+from registry.server.problems import HttpProblem, responses
 from registry.server.state import Reader, Reports, RequestLimits, Storage, TokenGate, Writer, admin, reader, writer
-from registry.store.interface import Catalogue, LookupFilter, RecordStorage, Tokens
+from registry.store.interface import (
+    BrowseFilter,
+    Catalogue,
+    LookupFilter,
+    RecordStorage,
+    RegistryStorage,
+    Sharing,
+    Tokens,
+)
 from registry.store.query import parse_shape, parse_workload
 from registry.store.rows import utc_text
 from registry.store.values import ExchangeFilters, TokenRow
@@ -34,14 +42,52 @@ from registry.store.values import ExchangeFilters, TokenRow
 PAGE = 20_000  # records per bundle page of a pull, by default
 MAX_PAGE = 100_000
 MAX_ROWS = 10_000  # rows of one lookup, as `registry lookup --limit` allows
+BINARY = {"type": "string", "format": "binary"}
+PAGE_HEADERS = {
+    "X-Total-Count": {"description": "The (workload, device) pairs that match, in all.", "schema": {"type": "integer"}},
+    "Link": {"description": 'The next page, `<URL>; rel="next"`, while there is one.', "schema": {"type": "string"}},
+}
 
 Text = Annotated[str | None, Query(max_length=200)]
+MAX_KNOWN = 10  # names of what exists listed in a refusal
 
 
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(reader)])
+async def known_query(request: Request) -> None:
+    """Refuses (400) a query parameter the route does not declare: a misspelt filter (``?team=`` where there is no
+    team filter) would otherwise be ignored, and the answer hold every row, as if it had matched."""
+    route = request.scope.get("route")
+    known = _query_names(route) if route is not None else None
+    unknown = [] if known is None else [k for k in request.query_params if k not in known]
+    if unknown:
+        takes = f"takes {', '.join(sorted(known))}" if known else "takes no query parameter"
+        raise HttpProblem(
+            400, f"unknown query parameter {unknown[0][:40]!r}: {request.url.path[:120]} {takes}"
+        )  # fmt: skip
 
 
-@router.get("/registry", response_model=schemas.ServerInfoOutput)
+def _query_names(route) -> frozenset[str] | None:
+    """The query parameters a route declares, its dependencies' included (None: a route without FastAPI's
+    dependency tree), worked out once per route and kept on it."""
+    names = getattr(route, "registry_query_names", None)
+    dependant = getattr(route, "dependant", None)
+    if names is None and dependant is not None:
+        found, todo = set(), [dependant]
+        while todo:
+            d = todo.pop()
+            found |= {p.alias for p in d.query_params}
+            todo.extend(d.dependencies)
+        names = route.registry_query_names = frozenset(found)
+    return names
+
+
+# Checked in this order: the query's names (no database), then the token.
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(reader)])
+
+
+@router.get(
+    "/registry", response_model=schemas.ServerInfoOutput, tags=["registry"], operation_id="getRegistry",
+    responses=responses(),
+)  # fmt: skip
 def registry_info(store: Storage, gate: TokenGate, token: Reader):
     return schemas.ServerInfoOutput(
         registry_id=store.registry_id(), schema_revision=store.schema_revision(),
@@ -50,19 +96,28 @@ def registry_info(store: Storage, gate: TokenGate, token: Reader):
     )  # fmt: skip
 
 
-@router.get("/stats", response_model=schemas.StatsOutput)
+@router.get(
+    "/stats", response_model=schemas.StatsOutput, tags=["registry"], operation_id="getStats", responses=responses()
+)
 def stats(request: Request, store: Storage):
     # the server's own address, not its database's: a client has no business with the database URL
     return schemas.StatsOutput(database=str(request.base_url), **dataclasses.asdict(store.stats()))
 
 
-@router.get("/devices", response_model=schemas.DevicesOutput)
+@router.get(
+    "/devices", response_model=schemas.DevicesOutput, tags=["registry"], operation_id="listDevices",
+    responses=responses(),
+)  # fmt: skip
 def devices(store: Storage):
     return schemas.DevicesOutput(rows=[dataclasses.asdict(d) for d in store.devices()])
 
 
-@router.get("/workloads", response_model=schemas.LookupOutput)
+@router.get(
+    "/workloads", response_model=schemas.LookupOutput, tags=["records"], operation_id="listWorkloads",
+    responses={200: {"headers": PAGE_HEADERS}, **responses(404, 422)},
+)  # fmt: skip
 def workloads(
+    request: Request,
     store: Storage,
     op: Text = None,
     shape: Annotated[str | None, Query(max_length=200, description="An argument shape, e.g. 1,64,56,56.")] = None,
@@ -71,19 +126,43 @@ def workloads(
     model: Text = None,
     workload: Text = None,
     top_k: Annotated[int, Query(ge=1, le=100)] = 1,
-    limit: Annotated[int, Query(ge=1, le=MAX_ROWS)] = 100,
+    limit: Annotated[int, Query(ge=1, le=MAX_ROWS, description="(workload, device) pairs in the answer.")] = 100,
     trust: Annotated[str, Query(pattern="^(imported|verified)$")] = "imported",
+    offset: Annotated[int, Query(ge=0, le=2**31, description="(workload, device) pairs skipped.")] = 0,
 ):
-    """The best records of each (workload, device) matching every filter, as `registry lookup --json`."""
+    """The best records of each (workload, device) matching every filter, as `registry lookup --json`: the pairs
+    ``offset`` to ``offset + limit`` of them, in a fixed order; ``X-Total-Count`` says how many pairs match in all,
+    and ``Link`` (``rel="next"``) where the next page is, while there is one."""
     f = LookupFilter(
         op=op, shape=parse_shape(shape), dtype=dtype, model=model, workload=parse_workload(workload),
-        top_k=top_k, limit=limit, trust=trust,
+        top_k=top_k, limit=limit, trust=trust, offset=offset,
     )  # fmt: skip
     f.device_ids = [d.id for d in store.resolve_devices(device)] if device else None
-    return _json({"schema_version": schemas.SCHEMA_VERSION, "rows": [r.as_dict() for r in store.lookup(f)]})
+    answer = _json({"schema_version": schemas.SCHEMA_VERSION, "rows": [r.as_dict() for r in store.lookup(f)]})
+    total = _pairs(store, f)
+    answer.headers["X-Total-Count"] = str(total)
+    if offset + limit < total:
+        after = str(request.url.include_query_params(offset=offset + limit))
+        answer.headers["Link"] = f'<{after}>; rel="next"'
+    return answer
 
 
-@router.get("/workloads/{shash}", response_model=schemas.LookupOutput)
+def _pairs(store: RegistryStorage, f: LookupFilter) -> int:
+    """How many (workload, device) pairs match ``f``'s filters, whatever its window."""
+    if f.workload is None:  # the search's count: the same filters, over the same best records
+        browse = BrowseFilter(
+            op=f.op, shape=f.shape, dtype=f.dtype, device_ids=f.device_ids, model=f.model, trust=f.trust, limit=1
+        )  # fmt: skip
+        return store.browse(browse).total
+    # one workload: a pair per device at most, which one lookup counts
+    every = dataclasses.replace(f, top_k=1, limit=MAX_ROWS, offset=0)
+    return len(store.lookup(every))
+
+
+@router.get(
+    "/workloads/{shash}", response_model=schemas.LookupOutput, tags=["records"], operation_id="getWorkload",
+    responses=responses(404, 422),
+)  # fmt: skip
 def workload(store: Storage, shash: str, top_k: Annotated[int, Query(ge=1, le=100)] = 20):
     """A workload's records on every device, best first, with their provenance."""
     rows = store.lookup(LookupFilter(workload=parse_workload(shash), top_k=top_k, limit=1000))
@@ -92,7 +171,10 @@ def workload(store: Storage, shash: str, top_k: Annotated[int, Query(ge=1, le=10
     return schemas.LookupOutput(rows=[r.as_dict() for r in rows])
 
 
-@router.get("/records/{record_id}", response_model=schemas.RecordOutput)
+@router.get(
+    "/records/{record_id}", response_model=schemas.RecordOutput, tags=["records"], operation_id="getRecord",
+    responses=responses(404, 422),
+)  # fmt: skip
 def record(store: Storage, record_id: Annotated[int, PathPart(ge=1, le=2**62)]):
     prov = store.record_provenance(record_id)
     r = prov.record
@@ -104,27 +186,43 @@ def record(store: Storage, record_id: Annotated[int, PathPart(ge=1, le=2**62)]):
     )  # fmt: skip
 
 
-@router.get("/models", response_model=schemas.ModelsOutput)
+@router.get(
+    "/models", response_model=schemas.ModelsOutput, tags=["models"], operation_id="listModels",
+    responses=responses(422),
+)  # fmt: skip
 def models(store: Storage, limit: Annotated[int, Query(ge=1, le=1000)] = 100):
     return schemas.ModelsOutput(rows=model_entries(store, limit))
 
 
-@router.get("/models/{name:path}", response_model=schemas.ModelReportData)
+@router.get(
+    "/models/{name:path}", response_model=schemas.ModelReportData, tags=["models"], operation_id="getModelReport",
+    responses=responses(404, 422),
+)  # fmt: skip
 def model_report(reports: Reports, name: str, device: Text = None):
     """What `registry report` draws for the model: its task table and curves, as data."""
     return report_output(reports.get(name, device))
 
 
-@router.get("/exchange", response_model=schemas.ExchangeOutput)
+@router.get(
+    "/exchange", response_model=schemas.ExchangeOutput, tags=["sharing"], operation_id="describeExchange",
+    responses=responses(404, 422),
+)  # fmt: skip
 def exchange(
     store: Storage, device: Text = None, team: Text = None, model: Text = None, since: dt.datetime | None = None
 ):
-    """The id and filter key a pull of these filters keeps its progress under (`registry pull URL`)."""
+    """The id and filter key a pull of these filters keeps its progress under (`registry pull URL`). 404, naming
+    what exists, when a device, team or model filter matches no record (whatever ``since`` says)."""
     filters = _filters(store, device, team, model, since)
+    if device or team or model:
+        _refuse_unmatched(store, dataclasses.replace(filters, since=None), device, team, model)
     return schemas.ExchangeOutput(origin=store.registry_id(), filters_key=filters.key())
 
 
-@router.get("/exchange/bundle", response_class=FileResponse)
+@router.get(
+    "/exchange/bundle", response_class=FileResponse, tags=["sharing"], operation_id="getExchangePage",
+    responses={200: {"content": {"application/zip": {"schema": BINARY}}, "description": "One page, a bundle."},
+               **responses(404, 422)},
+)  # fmt: skip
 async def exchange_bundle(
     store: Storage,
     limits: RequestLimits,
@@ -160,7 +258,10 @@ async def exchange_bundle(
     )  # fmt: skip
 
 
-@router.get("/sync-state", response_model=schemas.SyncStateOutput, dependencies=[Depends(writer)])
+@router.get(
+    "/sync-state", response_model=schemas.SyncStateOutput, dependencies=[Depends(writer)], tags=["sharing"],
+    operation_id="getSyncState", responses=responses(422),
+)  # fmt: skip
 def sync_state(
     store: Storage,
     token: Writer,
@@ -172,7 +273,12 @@ def sync_state(
     return schemas.SyncStateOutput(last_record_id=store.last_synced(origin, push_key(token, key)))
 
 
-@router.post("/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)])
+@router.post(
+    "/bundles", response_model=schemas.ImportOutput, dependencies=[Depends(writer)], tags=["sharing"],
+    operation_id="pushBundle", responses=responses(413, 422),
+    openapi_extra={"requestBody": {"required": True, "description": "A bundle (`registry export --bundle`).",
+                                   "content": {"application/zip": {"schema": BINARY}}}},
+)  # fmt: skip
 async def push(
     request: Request,
     store: Storage,
@@ -194,12 +300,18 @@ async def push(
     return schemas.ImportOutput(**dataclasses.asdict(result))
 
 
-@router.get("/tokens", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+@router.get(
+    "/tokens", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)], tags=["tokens"],
+    operation_id="listTokens", responses=responses(),
+)  # fmt: skip
 def tokens(store: Storage):
     return token_list(store)
 
 
-@router.delete("/tokens/{name}", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)])
+@router.delete(
+    "/tokens/{name}", response_model=schemas.TokenListOutput, dependencies=[Depends(admin)], tags=["tokens"],
+    operation_id="revokeToken", responses=responses(404, 422),
+)  # fmt: skip
 def revoke(store: Storage, name: str):
     if not store.revoke_token(name):
         raise HttpProblem(404, f"no token named {name!r} that is not revoked already")
@@ -266,6 +378,39 @@ def _filters(store: Catalogue, device, team, model, since) -> ExchangeFilters:
     from registry.share.export import exchange_filters
 
     return exchange_filters(store, device, team, model, since)
+
+
+def _refuse_unmatched(store: RegistryStorage, filters: ExchangeFilters, device, team, model) -> None:
+    """404 when no record matches ``filters``: a misspelt team or model would otherwise pull nothing, as if the
+    server had nothing new. The detail names the filter that matches nothing alone (or all of them, together) and
+    what exists (at most ``MAX_KNOWN`` of each)."""
+    if _matches(store, filters):
+        return
+    teams = [t.team for t in store.stats().by_team if t.team is not None]
+    models = store.model_names(MAX_KNOWN + 1)
+    alone = [
+        ("team", team, ExchangeFilters(team=team), _known("teams with records lately", teams)),
+        ("model", model, ExchangeFilters(model=model), _known("models", models)),
+        ("device", device, ExchangeFilters(device_keys=filters.device_keys), "/api/v1/devices lists the devices"),
+    ]
+    alone = [a for a in alone if a[1] is not None]
+    for name, value, only, known in alone:
+        if len(alone) == 1 or not _matches(store, only):
+            raise HttpProblem(404, f"no record of {name} {value[:60]!r} in this registry ({known})")
+    given = " and ".join(f"{name} {value[:60]!r}" for name, value, _, _ in alone)
+    raise HttpProblem(404, f"no record matches {given} together in this registry")
+
+
+def _matches(store: Sharing, filters: ExchangeFilters) -> bool:
+    with store.read_exchange(filters, 0, 1) as found:
+        return found.n_records > 0
+
+
+def _known(what: str, names: list[str]) -> str:
+    if not names:
+        return f"{what}: none"
+    shown = ", ".join(repr(n[:40]) for n in names[:MAX_KNOWN])
+    return f"{what}: {shown}" + (", ..." if len(names) > MAX_KNOWN else "")
 
 
 def push_key(token: TokenRow | None, sync_key: str) -> str:

@@ -85,7 +85,10 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
         docs_url=None,  # the interactive pages load their script from a CDN: only the schema is served
         redoc_url=None,
         openapi_url="/openapi.json",
+        generate_unique_id_function=operation_id,
+        openapi_tags=TAGS,
     )
+    app.openapi = lambda: openapi_schema(app, public=config.public)
     state.keep(app.state, store, public=config.public, max_upload=config.max_upload)
     app.include_router(api.router)
     app.include_router(pages.router)
@@ -97,6 +100,59 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
     app.add_middleware(RateLimit, rate=config.rate, burst=config.burst)
     app.add_middleware(Guard)  # added last, outermost: its headers on every answer, a 429 too
     return app
+
+
+TAGS = [
+    {"name": "registry", "description": "What the registry is and holds: its id, counts, devices."},
+    {"name": "records", "description": "Lookup: the best records of workloads, a record with its provenance."},
+    {"name": "models", "description": "Models and their reports: tasks, records, curves."},
+    {"name": "sharing", "description": "Pull (pages of bundles) and push (a bundle) between registries."},
+    {"name": "tokens", "description": "The tokens the server admits: an admin's."},
+]
+SECURITY_SCHEME = "bearerAuth"
+
+
+def operation_id(route) -> str:
+    """A route's operation id where it names none: its function's name in camel case (``model_page`` ->
+    ``modelPage``), not FastAPI's ``model_page_models__name__get``."""
+    head, *rest = route.name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def openapi_schema(app: FastAPI, public: bool) -> dict:
+    """FastAPI's schema of the app, made to say what the server does: the bearer token each route of the API needs
+    (none for a read of a ``--public`` server), and its refusals as problem documents (``problems.SCHEMA``), not
+    FastAPI's ``HTTPValidationError``, which the server never sends."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    spec = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes, tags=app.openapi_tags
+    )
+    components = spec.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    schemas[problems.SCHEMA_NAME] = problems.SCHEMA
+    components["securitySchemes"] = {
+        SECURITY_SCHEME: {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token `registry token create` made (`rgt_...`): a reader's reads, a writer's pushes, "
+            "an admin's lists and revokes tokens.",
+        }
+    }
+    for path, operations in spec.get("paths", {}).items():
+        for method, operation in operations.items():
+            for status, said in operation.get("responses", {}).items():
+                if "HTTPValidationError" in json.dumps(said):  # a route that lists no 422 of its own
+                    operation["responses"][status] = problems.responses(int(status))[int(status)]
+            if path.startswith("/api/"):
+                anyone = public and method == "get" and "/tokens" not in path and "/sync-state" not in path
+                operation["security"] = [{SECURITY_SCHEME: []}, *([{}] if anyone else [])]
+    app.openapi_schema = spec
+    return spec
 
 
 class Guard:

@@ -43,3 +43,42 @@ def document(status: int, detail: str) -> dict:
 
 def response(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(document(status, detail), status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+# -- what the OpenAPI schema says of them ------------------------------------------------------------------------------
+
+SCHEMA_NAME = "Problem"
+SCHEMA = {
+    "title": SCHEMA_NAME,
+    "type": "object",
+    "description": "An RFC 9457 problem document: every refusal and every fault of the server is one.",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "Always about:blank: the status says what kind of problem."},
+        "title": {"type": "string", "description": "The status's phrase."},
+        "status": {"type": "integer", "description": "The HTTP status, as sent."},
+        "detail": {"type": "string", "maxLength": MAX_DETAIL, "description": "What was wrong, on one line."},
+    },
+}
+WHY = {
+    400: "The request asks what the registry refuses: an unknown query parameter, a control character, a bad bundle.",
+    401: "No token, or one that is not valid (expired, revoked, unknown): send 'Authorization: Bearer TOKEN'.",
+    403: "The token's role is short of the one the route needs.",
+    404: "Nothing of that name or id, or filters that match no record.",
+    413: "The upload is larger than the server's limit.",
+    422: "A parameter's value is not of its type or out of its range.",
+    429: "Too many requests from this client: retry after the Retry-After header's seconds.",
+    503: "The registry's database is not answering.",
+}
+# What every route of the API may answer: its query checked, its token checked, the rate limit, the database.
+COMMON = (400, 401, 403, 429, 503)
+
+
+def responses(*statuses: int) -> dict[int | str, dict]:
+    """The ``responses`` of a route (FastAPI's argument) for these error statuses and ``COMMON``: each a problem
+    document, so that the schema documents what the server sends (and no 422 of FastAPI's own shape)."""
+    ref = {"$ref": f"#/components/schemas/{SCHEMA_NAME}"}
+    return {
+        s: {"description": WHY[s], "content": {MEDIA_TYPE: {"schema": ref}}}
+        for s in sorted(set(COMMON) | set(statuses))
+    }

@@ -45,6 +45,16 @@ TOKEN_VARIABLE = "REGISTRY_TOKEN"
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9_-]{1,200}")
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 MAX_DETAIL = 300  # characters of a refusal's detail quoted to the user
+# The first segments of the paths of a server's pages and API: a URL pasted from the browser is cut where one starts.
+PAGE_ROOTS = frozenset(
+    {"api", "models", "workloads", "records", "devices", "teams", "search", "compare", "login", "logout",
+     "openapi.json"}
+)  # fmt: skip
+# A server's address written without its scheme: host:port (a name, an IPv4 or a bracketed IPv6 address), or localhost.
+HOST_PORT = re.compile(
+    r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})(?:/\S*)?|localhost(?:/\S*)?"
+)
+TOKEN_HINT = "--token-file FILE or $REGISTRY_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -93,11 +103,43 @@ _opener = urllib.request.build_opener(_NoRedirects)
 
 
 class RemoteError(RegistryError):
-    """The server refused a request, could not be reached, or answered what no registry server sends."""
+    """The server refused a request, could not be reached, or answered what no registry server sends. ``status``:
+    the HTTP status of a refusal (None for the others)."""
+
+    def __init__(self, message: str, status: int | None = None, cli_hint: str | None = None) -> None:
+        super().__init__(message, cli_hint=cli_hint)
+        self.status = status
 
 
 def is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
+
+
+def missing_scheme(text: str) -> str | None:
+    """What is wrong with ``text`` if it is a server's address without its scheme (``host:8000``), else None: such
+    text would be taken for a bundle's name or a database file."""
+    if is_url(text) or not HOST_PORT.fullmatch(text):
+        return None
+    return f"{printable(text, 100)!r} has no scheme: write http://{printable(text, 100)} (or https://)"
+
+
+def server_root(url: str) -> tuple[str, str | None]:
+    """A registry server's root URL from what was given: the root itself, or the address of one of its pages or API
+    routes (pasted from a browser), cut where the page's path starts; and the model a ``/models/NAME`` page shows
+    (None otherwise). A server behind a proxy under a path prefix (``https://host/registry``) keeps its prefix."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BadInputError(f"{printable(url, 100)!r} is not an http:// or https:// URL of a registry server")
+    segments = parts.path.split("/")
+    cut, model = len(segments), None
+    for i, segment in enumerate(segments):
+        if segment in PAGE_ROOTS:
+            cut = i
+            if segment == "models" and "/".join(segments[i + 1 :]):
+                model = urllib.parse.unquote("/".join(segments[i + 1 :]))
+            break
+    path = "/".join(segments[:cut]).rstrip("/")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", "")), model
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -158,10 +200,8 @@ class Remote:
     and checked before anything is kept."""
 
     def __init__(self, url: str, token: str | None, limits: Limits | None = None) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadInputError(f"{url!r} is not an http:// or https:// URL of a registry server")
-        self.url = url.rstrip("/")
+        self.url, _ = server_root(url)
+        parts = urllib.parse.urlsplit(self.url)
         self.token = token
         self.limits = limits or Limits.from_env()
         if token and parts.scheme == "http" and parts.hostname not in LOOPBACK:
@@ -189,7 +229,9 @@ class Remote:
             return _opener.open(request, data=data, timeout=idle)
         except urllib.error.HTTPError as e:
             detail = e.msg if 300 <= e.code < 400 else _detail(e)
-            raise RemoteError(f"{self.url}: {e.code} {printable(str(detail), MAX_DETAIL)}") from None
+            raise RemoteError(
+                f"{self.url}: {e.code} {printable(str(detail), MAX_DETAIL)}", status=e.code, cli_hint=self._hint(e.code)
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             if isinstance(reason, TimeoutError):
@@ -198,6 +240,14 @@ class Remote:
         finally:
             if data is not None:
                 data.close()
+
+    def _hint(self, status: int) -> str | None:
+        """What the user can do about a refusal, in the command line's terms: the server names a header."""
+        if status != 401:
+            return None
+        if self.token is None:
+            return f"no token was given: give one with {TOKEN_HINT}"
+        return f"the token given was refused: check {TOKEN_HINT}"
 
     def json(self, method: str, path: str, params: dict | None = None, body: Path | None = None) -> Any:
         """The answer's JSON, read whole within the limits (its shape is the caller's to check)."""
@@ -280,6 +330,33 @@ def pull_key(url: str, filters_key: str) -> str:
     return hashlib.sha256(f"pull\0{where}\0{filters_key}".encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class PullPlan:
+    """What a pull asks for (its query parameters) and what the server said of it: its registry id, and the key this
+    side keeps the pull's progress under."""
+
+    filters: dict[str, Any]
+    origin: str
+    key: str
+
+
+def plan_pull(
+    remote: Remote,
+    device: str | None = None,
+    team: str | None = None,
+    model: str | None = None,
+    since: dt.datetime | None = None,
+) -> PullPlan:
+    """Asks the server about a pull of these filters, before anything is opened here: a device, team or model it
+    holds no record of is refused (404, naming what it holds), so a misspelt filter creates no registry."""
+    filters = _params(device, team, model, since)
+    where = f"{remote.url}/api/v1/exchange"
+    plan = remote.json("GET", "/api/v1/exchange", filters)
+    origin = _field(plan, "origin", _is_registry_id, "a registry id", where)
+    key = pull_key(remote.url, _field(plan, "filters_key", lambda v: type(v) is str and len(v) <= 64, "a key", where))
+    return PullPlan(filters, origin, key)
+
+
 def pull(
     remote: Remote,
     store: RegistryStorage,
@@ -291,19 +368,17 @@ def pull(
     full: bool = False,
     page: int = PAGE,
     progress: Progress | None = None,
+    plan: PullPlan | None = None,
 ) -> TransferResult:
     """The server's records matching the filters (``device`` as the server resolves it) into ``store``, page by
     page; each page checked as ``registry import`` checks a bundle, and committed with the progress it makes. The
-    next page downloads while this one is checked."""
+    next page downloads while this one is checked. ``plan``: ``plan_pull``'s of the same filters, if asked already."""
     from registry.share.bundle import read_bundle
     from registry.share.exchange_import import import_exchange
 
     start = time.perf_counter()
-    filters = _params(device, team, model, since)
-    where = f"{remote.url}/api/v1/exchange"
-    plan = remote.json("GET", "/api/v1/exchange", filters)
-    origin = _field(plan, "origin", _is_registry_id, "a registry id", where)
-    key = pull_key(remote.url, _field(plan, "filters_key", lambda v: type(v) is str and len(v) <= 64, "a key", where))
+    plan = plan or plan_pull(remote, device, team, model, since)
+    filters, origin, key = plan.filters, plan.origin, plan.key
     if origin == store.registry_id():
         raise BadInputError("the server serves this same registry; nothing to pull")
     after = 0 if full else store.last_synced(origin, key)
