@@ -104,7 +104,11 @@ def _print_import(result, fmt: str) -> None:
 @device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several exist.")
 @click.option("--best-only", is_flag=True, help="Only each workload's best record (per device).")
 @click.option("--team", type=NAME, help="Bundle: only records of this team.")
-@click.option("--model", type=NAME, help="Bundle: only records tuned for this model.")
+@click.option(
+    "--model",
+    type=NAME,
+    help="Bundle: only this model's records: those its runs wrote, and the best of each of its tasks.",
+)
 @click.option("--since", type=click.DateTime(), help="Bundle: only records measured at or after this time (UTC).")
 @output_options()
 @common_options

@@ -31,7 +31,11 @@ def remote_filters(command):
         [
             device_option("Only records of devices matching this (`host`, an id or a name, as the source names it)."),
             click.option("--team", type=NAME, help="Only records of this team."),
-            click.option("--model", type=NAME, help="Only records tuned for this model."),
+            click.option(
+                "--model",
+                type=NAME,
+                help="Only this model's records: those its runs wrote, and the best of each of its tasks.",
+            ),
             click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC)."),
             click.option("--full", is_flag=True, help="Read every matching record again, not only the new ones."),
             page_size_option,

@@ -20,14 +20,15 @@ def push(ctx: Context, url: str, device, team, model, since, full, page_size, to
     The server keeps how far pushes from this registry with the same filters have come, so only records added since
     are sent, in pages of 20,000, each imported on the server in one transaction: an interrupted push resumes where
     it stopped. The server checks each page as `registry import` checks a bundle (one bad record refuses its page),
-    and its records arrive there "imported". Needs a writer's token, from --token-file or $REGISTRY_TOKEN.
+    and its records arrive there "imported". Needs a writer's token, from --token-file or $REGISTRY_TOKEN. A --team,
+    --model or --device that matches no record here is refused, naming what this registry holds; nothing is sent.
 
     \b
     Examples:
       registry push https://registry.example.com --token-file ~/.registry-token
       registry push https://registry.example.com --model resnet50 --team vision
     """
-    from registry.share.export import exchange_filters
+    from registry.share.export import exchange_filters, refuse_unmatched
     from registry.share.remote import Remote, is_url, missing_scheme, read_token
     from registry.share.remote import push as run_push
 
@@ -38,5 +39,6 @@ def push(ctx: Context, url: str, device, team, model, since, full, page_size, to
     remote = Remote(url, read_token(token_file))
     store = ctx.existing_store
     filters = exchange_filters(store, device, team, model, since)
+    refuse_unmatched(store, filters)  # before the server is asked anything: a misspelt filter sends nothing
     result = run_push(remote, store, filters, full=full, page=page_size)
     echo_transfer(result, "pushed to", fmt)

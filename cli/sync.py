@@ -18,7 +18,9 @@ from registry.store.urls import redact
 @click.argument("destination")
 @device_option("Only records of devices matching this (`host`, an id or a name in the source).")
 @click.option("--team", type=NAME, help="Only records of this team.")
-@click.option("--model", type=NAME, help="Only records tuned for this model.")
+@click.option(
+    "--model", type=NAME, help="Only this model's records: those its runs wrote, and the best of each of its tasks."
+)
 @click.option("--since", type=click.DateTime(), help="Only records measured at or after this time (UTC).")
 @click.option("--full", is_flag=True, help="Read every matching record again, not only those since the last sync.")
 @click.option("--skip-invalid", is_flag=True, help="Copy the valid records and report the invalid ones.")
@@ -85,7 +87,7 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
 
 def _sync_url(source, destination, device, team, model, since, full, skip_invalid, page_size, token_file, fmt) -> None:
     """A sync with a server on one side: a pull from SOURCE's URL, or a push to DESTINATION's."""
-    from registry.share.export import exchange_filters
+    from registry.share.export import exchange_filters, refuse_unmatched
     from registry.share.remote import Remote, is_url, plan_pull, pull, push, read_token, server_root
 
     if is_url(source) and is_url(destination):
@@ -108,6 +110,7 @@ def _sync_url(source, destination, device, team, model, since, full, skip_invali
         store = open_storage(source, create_new=False)
         try:
             filters = exchange_filters(store, device, team, model, since)
+            refuse_unmatched(store, filters)  # a filter that matches nothing here sends nothing
             result = push(Remote(destination, token), store, filters, full=full, page=page_size)
         finally:
             store.close()

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.errors import UnknownDeviceError
+from registry.errors import BadInputError, UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
 from registry.share.plain_export import plain_records, readme
 from registry.store.decode import parse
@@ -86,6 +86,52 @@ def exchange_filters(
     if device is not None:
         keys = tuple(sorted(d.key for d in store.resolve_devices(device)))
     return ExchangeFilters(device_keys=keys, team=team, model=model, since=since, best_only=best_only)
+
+
+MAX_NAMED = 10  # names a refusal lists, each cut to 40 characters
+
+
+def refuse_unmatched(store: RegistryStorage, filters: ExchangeFilters) -> None:
+    """Raise BadInputError, before anything is sent or written, when a team, model or device filter of a push
+    matches no record here: a misspelt team would otherwise push nothing and succeed. The line names the filter
+    that matches nothing alone (or all of them, together) and what this registry holds (``since`` never refuses:
+    nothing new since a time is no mistake)."""
+    if filters.team is None and filters.model is None and filters.device_keys is None:
+        return
+    if _any_record(store, dataclasses.replace(filters, since=None)):
+        return
+    given = [(field, value) for field, value in (("team", filters.team), ("model", filters.model)) if value is not None]
+    if filters.device_keys is not None:
+        given.append(("device_keys", None))
+    for field, value in given:
+        if len(given) == 1 or not _any_record(store, ExchangeFilters(**{field: getattr(filters, field)})):
+            raise BadInputError(f"no record of {_named(field, value)} in this registry to push ({_held(store, field)})")
+    together = " and ".join(_named(field, value) for field, value in given)
+    raise BadInputError(f"no record in this registry matches {together} together; nothing to push")
+
+
+def _named(field: str, value: str | None) -> str:
+    return "the device(s) given" if value is None else f"{field} {value[:60]!r}"
+
+
+def _any_record(store: RegistryStorage, filters: ExchangeFilters) -> bool:
+    with store.read_exchange(filters, 0, 1) as found:
+        return found.n_records > 0
+
+
+def _held(store: RegistryStorage, what: str) -> str:
+    """What this registry holds of ``what``, at most ``MAX_NAMED`` names, each escaped and cut."""
+    if what == "device_keys":
+        return "`registry devices` lists the devices"
+    if what == "team":
+        names = [t.team for t in store.stats().by_team if t.team is not None]
+        label = "teams with records lately"
+    else:
+        names, label = store.model_names(MAX_NAMED + 1), "models"
+    if not names:
+        return f"{label}: none"
+    more = ", ..." if len(names) > MAX_NAMED else ""
+    return f"{label}: " + ", ".join(repr(n[:40]) for n in names[:MAX_NAMED]) + more
 
 
 def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) -> BundleInfo:

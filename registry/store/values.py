@@ -230,6 +230,7 @@ class ExchangeFilters:
     def key(self) -> str:
         """Identifies the filter set in ``sync_state``: a sync with other filters keeps its own progress."""
         value = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in asdict(self).items()}
+        value |= {"model_tasks": True} if self.model is not None else {}  # not the key of a --model that skipped them
         return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 

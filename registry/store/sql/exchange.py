@@ -19,7 +19,7 @@ from operator import itemgetter
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import Connection, Select, bindparam, func, select, tuple_, update
+from sqlalchemy import Connection, Select, bindparam, func, or_, select, tuple_, update
 from sqlalchemy.orm import aliased
 
 from registry.store.decode import Skipped, inflate, parse
@@ -48,16 +48,22 @@ from registry.store.values import (
 )
 
 T = TypeVar("T")
+MAX_LISTED = 5000  # ids a query lists (SQLite allows 32,766 parameters, PostgreSQL 65,535)
 
 
-def _record_filter(f: ExchangeFilters, after_id: int, device_ids: list[int] | None) -> list[Any]:
+def _record_filter(
+    f: ExchangeFilters, after_id: int, device_ids: list[int] | None, tasks_best: list[int] | Select
+) -> list[Any]:
     where: list[Any] = [TuningRecord.id > after_id]
     if device_ids is not None:
         where.append(TuningRecord.device_id.in_(device_ids))
     if f.team is not None:
         where.append(TuningRecord.team == f.team)
     if f.model is not None:
-        where.append(TuningRecord.model == f.model)
+        # A model's records: those its runs wrote, and the best record of each of its tasks on each device whichever
+        # model's run wrote it (a workload shared by two models is tuned once), as the model page counts coverage.
+        # The best records' ids are a list, not a subquery: PostgreSQL then ORs two index scans instead of scanning.
+        where.append(or_(TuningRecord.model == f.model, TuningRecord.id.in_(tasks_best)))
     if f.since is not None:
         where.append(TuningRecord.created_at >= f.since)
     if f.best_only:
@@ -74,7 +80,17 @@ def read_exchange(conn: Connection, f: ExchangeFilters, *, after_id: int = 0, li
     device_ids = None
     if f.device_keys is not None:
         device_ids = list(conn.execute(select(Device.id).where(Device.key.in_(f.device_keys))).scalars())
-    where = _record_filter(f, after_id, device_ids)
+    tasks_best: list[int] | Select = []
+    if f.model is not None:
+        tasks_best = (
+            select(BestRecord.record_id)
+            .join(ModelTask, ModelTask.workload_id == BestRecord.workload_id)
+            .join(Model, Model.id == ModelTask.model_id)
+            .where(Model.name == f.model)
+        )
+        listed = list(conn.execute(tasks_best.limit(MAX_LISTED + 1)).scalars())
+        tasks_best = listed if len(listed) <= MAX_LISTED else tasks_best  # a list that long: a subquery after all
+    where = _record_filter(f, after_id, device_ids, tasks_best)
     if limit is not None:  # the page ends at the limit-th matching id: one indexed probe, then a range like any other
         stmt = select(TuningRecord.id).where(*where).order_by(TuningRecord.id).offset(max(limit, 1) - 1).limit(1)
         end = conn.execute(stmt).scalar()
