@@ -8,7 +8,15 @@ import warnings
 
 import click
 
-from registry.cli.options import Context, configure_logging, db_option, pass_ctx, quiet_option, verbose_option
+from registry.cli.options import (
+    Context,
+    configure_logging,
+    db_option,
+    pass_ctx,
+    quiet_option,
+    served_token_option,
+    verbose_option,
+)
 from registry.cli.output import printable
 from registry.errors import RegistryError, RegistryWarning
 
@@ -59,6 +67,7 @@ class RegistryGroup(click.Group):
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @db_option(envvar=True)
+@served_token_option
 @quiet_option
 @verbose_option
 @click.version_option(package_name="tvm-registry", prog_name="registry")

@@ -38,6 +38,7 @@ class Context:
         self._store = None
         self._new_file: Path | None = None  # an SQLite registry this command created (see undo_new_registry)
         self.db_given = False  # --db on the command line (not from the environment)
+        self.token_file: Path | None = None  # --token-file: a served registry's token (else $REGISTRY_TOKEN)
         self.started = time.perf_counter()  # when this command began: its time budgets count from here
 
     def left_of(self, budget: float | None) -> float | None:
@@ -97,7 +98,12 @@ class Context:
         """The registry, which must exist already: for the commands that only read. A missing SQLite file or folder,
         or a database without a registry, is one error line, and nothing is created (no file, folder, lock file or
         table)."""
-        if self._store is None:
+        if self._store is None and served(self.url):
+            from registry.share.remote import read_token
+            from registry.share.rest_storage import open_served
+
+            self._store = open_served(served(self.url), read_token(self.token_file))
+        elif self._store is None:
             from registry.store.factory import open_storage
 
             self._store = open_storage(self.url, create_new=False, trust=self.trust)
@@ -267,7 +273,51 @@ def _set_db(ctx: click.Context, param, value: str | None) -> None:
 DB_HELP = (
     "Database: a SQLAlchemy URL or a path to an SQLite file "
     f"[env {DATABASE_URL_ENV}; default: an SQLite file under the per-user data dir]. "
-    "Example: postgresql://registry@db-host/registry or ./team.db"
+    "Example: postgresql://registry@db-host/registry or ./team.db. "
+    "Or the http(s):// URL of a `registry serve`, for lookup, show, stats, devices and report only "
+    "(a reader's token from --token-file FILE or $REGISTRY_TOKEN)"
+)
+
+# The commands that read a served registry by URL (``--db http(s)://...``): every other one writes or measures.
+READS_BY_URL = ("lookup", "show", "stats", "devices", "report")
+
+
+def served(url: str | None) -> str | None:
+    """The registry server's URL that ``--db`` (or $REGISTRY_DATABASE_URL) names; None for a database."""
+    from registry.config import resolve_database_url
+
+    resolved = resolve_database_url(url)
+    return resolved if resolved.startswith(("http://", "https://")) else None
+
+
+def refuse_served_writes() -> None:
+    """A command other than ``READS_BY_URL`` given a served registry: one line, exit 2, naming what works instead."""
+    ctx = click.get_current_context()
+    command = " ".join(ctx.command_path.split()[1:])
+    url = served(current().url)
+    if url is not None and command not in READS_BY_URL:
+        from registry.store.urls import redact
+
+        raise click.UsageError(
+            f"`registry {command}` works on a database, not on the served registry {redact(url)[:100]}; by URL "
+            f"the registry reads only ({', '.join(READS_BY_URL)}): `registry pull URL` into a local registry, work "
+            "there, then `registry push URL`"
+        )
+
+
+def _set_token_file(ctx: click.Context, _param, value: Path | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        ctx.ensure_object(Context).token_file = value
+
+
+served_token_option = click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    expose_value=False,
+    callback=_set_token_file,
+    help="The token (its first line) of the served registry --db names by URL [default: $REGISTRY_TOKEN; none for "
+    "a --public server]. Example: registry --db https://registry.example.com --token-file ~/.registry-token lookup",
 )
 
 
@@ -298,8 +348,20 @@ quiet_option = click.option(
 
 
 def common_options(command: Callable) -> Callable:
-    """--db, -q and -v: on every command, so that they may follow the subcommand."""
-    return db_option()(quiet_option(verbose_option(command)))
+    """--db, -q and -v: on every command, so that they may follow the subcommand. A command not in
+    ``READS_BY_URL`` refuses a served registry (``--db http(s)://...``) before it starts; those in it take the
+    server's --token-file after the subcommand too."""
+
+    if isinstance(command, click.Command):  # a command made already: the options alone
+        return db_option()(quiet_option(verbose_option(command)))
+
+    @functools.wraps(command)
+    def checked(*args, **kwargs):
+        refuse_served_writes()
+        return command(*args, **kwargs)
+
+    checked = served_token_option(checked) if command.__name__ in READS_BY_URL else checked
+    return db_option()(quiet_option(verbose_option(checked)))
 
 
 # -- output -------------------------------------------------------------------------------------------------------
@@ -423,5 +485,7 @@ __all__: Sequence[str] = [
     "output_options",
     "overlay_option",
     "pass_ctx",
+    "served",
+    "served_token_option",
     "trust_option",
 ]

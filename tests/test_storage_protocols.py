@@ -9,6 +9,7 @@ import inspect
 import pytest
 
 from registry.share.overlay import OverlayStorage
+from registry.share.rest_storage import RestStorage
 from registry.store import interface
 from registry.store.sql.store import Store
 
@@ -24,6 +25,8 @@ PROTOCOLS = (
     interface.Administration,
 )
 IMPLEMENTATIONS = (Store, OverlayStorage)
+# Implementations of some of the protocols, with the protocols each declares: a served registry read by URL.
+PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing)}
 MOST_METHODS = 15
 
 
@@ -65,6 +68,17 @@ def test_an_implementation_defines_every_method_as_its_protocol_does(impl, proto
         assert parameters(getattr(impl, name)) == parameters(getattr(protocol, name)), f"{impl.__name__}.{name}"
 
 
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(("impl", "protocol"), [(i, p) for i, ps in PARTIAL.items() for p in ps],
+                         ids=lambda v: v.__name__)  # fmt: skip
+def test_a_partial_implementation_defines_every_method_of_what_it_declares(impl, protocol):
+    declared = {p for p in impl.__mro__ if p in PROTOCOLS}
+    assert declared == set(PARTIAL[impl]), declared
+    for name in methods(protocol):
+        owner = next(c for c in impl.__mro__ if name in vars(c))
+        assert owner not in PROTOCOLS, f"{impl.__name__}.{name} is only {owner.__name__}'s stub"
+        assert parameters(getattr(impl, name)) == parameters(getattr(protocol, name)), f"{impl.__name__}.{name}"
+
+
+@pytest.mark.parametrize("impl", [*IMPLEMENTATIONS, *PARTIAL], ids=lambda c: c.__name__)
 def test_no_implementation_forwards_by_attribute_lookup(impl):
     assert not any("__getattr__" in vars(c) for c in impl.__mro__ if c is not object), impl.__name__

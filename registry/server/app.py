@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from registry import hostinfo
 from registry.errors import DatabaseError, RegistryError
 from registry.options import SERVE
-from registry.server import api, pages, problems, state
+from registry.server import api, pages, problems, state, storage_api
 from registry.server.auth import COOKIE
 from registry.server.limits import BoundedHeaders, RateLimit
 from registry.server.problems import HttpProblem, one_line
@@ -91,6 +91,7 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
     app.openapi = lambda: openapi_schema(app, public=config.public)
     state.keep(app.state, store, public=config.public, max_upload=config.max_upload)
     app.include_router(api.router)
+    app.include_router(storage_api.router)
     app.include_router(pages.router)
     app.add_exception_handler(HttpProblem, _problem)
     app.add_exception_handler(HTTPException, _http_error)

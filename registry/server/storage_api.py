@@ -1,0 +1,103 @@
+"""``GET /api/v1/storage/{read}?args=JSON``: the storage's reads over HTTP, for ``registry --db http://...``
+(``registry.share.rest_storage.RestStorage``, its client): the catalogue, the browsing reads, and the record reads
+``registry show`` and ``registry report`` make. A reader's token, as every read of the API.
+
+The arguments are the read's keyword arguments as JSON, checked against the protocol method's annotations and
+bounded (``bounded``) before the storage sees them; the answer is the read's value as JSON
+(``rest_storage.encode``). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+
+from registry.server.api import MAX_ROWS, known_query
+from registry.server.problems import HttpProblem, responses
+from registry.server.state import Storage, reader
+from registry.share.rest_storage import READS, WireError, decode, encode, read_of
+from registry.store.trust import TRUST_CHOICES
+from registry.store.values import BROWSE_SORTS, BrowseFilter, LookupFilter
+
+MAX_ARGS = 16 << 10  # characters of a read's arguments: a model's workload ids, with room to spare
+MAX_TEXT = 1000  # characters of one name or filter
+MAX_ITEMS = 10_000  # items of one list of ids
+MAX_ID = 2**62
+
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(reader)])
+
+
+@router.get(
+    "/storage/{read}", tags=["registry"], operation_id="readStorage", responses=responses(404, 422),
+    response_class=Response,
+)  # fmt: skip
+def storage_read(
+    store: Storage,
+    read: str,
+    args: Annotated[str, Query(max_length=MAX_ARGS, description="The read's keyword arguments, as JSON.")] = "{}",
+):
+    """One read of the registry's storage (``registry.store.interface``: the catalogue, the browsing reads, a
+    record's provenance, donors and efforts) with ``args``, its keyword arguments; the answer is its value as JSON.
+    What `registry --db http://...` reads through."""
+    if read not in READS:
+        raise HttpProblem(404, f"no storage read {read[:40]!r}; the reads: {', '.join(sorted(READS))}")
+    kwargs = _arguments(read, args)
+    value = getattr(store, read)(**kwargs)
+    if read == "efforts":  # how hard a task was searched, not which run (host:pid) holds its lease now
+        value = {k: dataclasses.replace(e, holder=None, lease_until=None) for k, e in value.items()}
+    return Response(encode(value), media_type="application/json")
+
+
+def _arguments(read: str, text: str) -> dict[str, Any]:
+    """The read's keyword arguments from ``text``, checked against its annotations and bounded; 422 otherwise."""
+    try:
+        given = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise HttpProblem(422, "args: not JSON") from None
+    if type(given) is not dict:
+        raise HttpProblem(422, "args: not a JSON object")
+    params, _ = read_of(read)
+    defaults = inspect.signature(READS[read]).parameters
+    unknown = [k for k in given if k not in params]
+    if unknown:
+        raise HttpProblem(422, f"args: {read} takes no {unknown[0][:40]!r} (it takes {', '.join(params) or 'none'})")
+    kwargs = {}
+    for name, tp in params.items():
+        if name not in given:
+            if defaults[name].default is inspect.Parameter.empty:
+                raise HttpProblem(422, f"args: {read} needs {name!r}")
+            continue
+        try:
+            kwargs[name] = bounded(decode(given[name], tp, name), name)
+        except WireError as e:
+            raise HttpProblem(422, f"args: {e}") from None
+    return kwargs
+
+
+def bounded(value: Any, where: str) -> Any:
+    """``value`` if each name in it is at most ``MAX_TEXT`` characters, each id within ``MAX_ID``, each list at most
+    ``MAX_ITEMS`` long and a lookup's window as ``registry lookup`` allows it; WireError otherwise."""
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise WireError(f"{where} is longer than {MAX_TEXT} characters")
+    if isinstance(value, int) and not isinstance(value, bool) and not -MAX_ID <= value <= MAX_ID:
+        raise WireError(f"{where} is out of range")
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_ITEMS:
+            raise WireError(f"{where} has more than {MAX_ITEMS} items")
+        for i, item in enumerate(value):
+            bounded(item, f"{where}[{i}]")
+    if isinstance(value, LookupFilter):
+        for f in dataclasses.fields(value):
+            bounded(getattr(value, f.name), f"{where}.{f.name}")
+        if not (1 <= value.limit <= MAX_ROWS and 1 <= value.top_k <= 100 and 0 <= value.offset <= 2**31):
+            raise WireError(f"{where}: limit, top_k or offset is out of range")
+        if value.trust not in TRUST_CHOICES:
+            raise WireError(f"{where}.trust is none of {', '.join(TRUST_CHOICES)}")
+        if isinstance(value, BrowseFilter) and value.sort not in BROWSE_SORTS:
+            raise WireError(f"{where}.sort is none of {', '.join(BROWSE_SORTS)}")
+    return value
