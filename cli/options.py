@@ -59,7 +59,12 @@ class Context:
             from registry.store.own_files import refuse_own_file
 
             refuse_own_file(self.overlay, [resolve_database_url(self.url)], "--overlay")
-            self._store = open_overlay(self.url, self.overlay, trust=self.trust)
+            token = None
+            if served(self.url):
+                from registry.share.remote import read_token
+
+                token = read_token(self.token_file)
+            self._store = open_overlay(served(self.url) or self.url, self.overlay, trust=self.trust, token=token)
         elif self._store is None:
             from registry.config import resolve_database_url
             from registry.store.factory import file_of, not_writable, open_storage, read_only_uri
@@ -274,12 +279,15 @@ DB_HELP = (
     "Database: a SQLAlchemy URL or a path to an SQLite file "
     f"[env {DATABASE_URL_ENV}; default: an SQLite file under the per-user data dir]. "
     "Example: postgresql://registry@db-host/registry or ./team.db. "
-    "Or the http(s):// URL of a `registry serve`, for lookup, show, stats, devices and report only "
+    "Or the http(s):// URL of a `registry serve`, for lookup, show, stats, devices and report, and for transfer "
+    "and tune with --overlay FILE "
     "(a reader's token from --token-file FILE or $REGISTRY_TOKEN)"
 )
 
 # The commands that read a served registry by URL (``--db http(s)://...``): every other one writes or measures.
 READS_BY_URL = ("lookup", "show", "stats", "devices", "report")
+# The commands that read it as the shared side of an ``--overlay FILE``, which takes their writes.
+OVERLAY_BY_URL = ("transfer", "tune")
 
 
 def served(url: str | None) -> str | None:
@@ -295,7 +303,15 @@ def refuse_served_writes() -> None:
     ctx = click.get_current_context()
     command = " ".join(ctx.command_path.split()[1:])
     url = served(current().url)
-    if url is not None and command not in READS_BY_URL:
+    if url is not None and command in OVERLAY_BY_URL and current().overlay is None:
+        from registry.store.urls import redact
+
+        raise click.UsageError(
+            f"`registry {command}` writes, and by URL the registry reads only: give --overlay local.db to read the "
+            f"served registry {redact(url)[:100]} and write there (`registry push URL` from it later), or "
+            "`registry pull URL` into a local registry and work there"
+        )
+    if url is not None and command not in READS_BY_URL + OVERLAY_BY_URL:
         from registry.store.urls import redact
 
         raise click.UsageError(
@@ -360,7 +376,7 @@ def common_options(command: Callable) -> Callable:
         refuse_served_writes()
         return command(*args, **kwargs)
 
-    checked = served_token_option(checked) if command.__name__ in READS_BY_URL else checked
+    checked = served_token_option(checked) if command.__name__ in READS_BY_URL + OVERLAY_BY_URL else checked
     return db_option()(quiet_option(verbose_option(checked)))
 
 

@@ -25,8 +25,9 @@ PROTOCOLS = (
     interface.Administration,
 )
 IMPLEMENTATIONS = (Store, OverlayStorage)
-# Implementations of some of the protocols, with the protocols each declares: a served registry read by URL.
-PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing)}
+# Implementations of some of the protocols, with the protocols each declares: a served registry read by URL (the
+# record reads too: an overlay's shared side).
+PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing, interface.RecordReads)}
 MOST_METHODS = 15
 
 

@@ -1,6 +1,7 @@
 """``GET /api/v1/storage/{read}?args=JSON``: the storage's reads over HTTP, for ``registry --db http://...``
-(``registry.share.rest_storage.RestStorage``, its client): the catalogue, the browsing reads, and the record reads
-``registry show`` and ``registry report`` make. A reader's token, as every read of the API.
+(``registry.share.rest_storage.RestStorage``, its client): the catalogue, the browsing reads, the record reads (an
+overlay's shared side: ``registry transfer|tune --db URL --overlay FILE``) and efforts, without a lease's holder. A
+reader's token, as every read of the API. ``device_records`` comes whole, refused above ``MAX_DEVICE_RECORDS``.
 
 The arguments are the read's keyword arguments as JSON, checked against the protocol method's annotations and
 bounded (``bounded``) before the storage sees them; the answer is the read's value as JSON
@@ -20,7 +21,7 @@ from fastapi.responses import Response
 from registry.server.api import MAX_ROWS, known_query
 from registry.server.problems import HttpProblem, responses
 from registry.server.state import Storage, reader
-from registry.share.rest_storage import READS, WireError, decode, encode, read_of
+from registry.share.rest_storage import MAX_DEVICE_RECORDS, READS, WireError, decode, encode, read_of
 from registry.store.trust import TRUST_CHOICES
 from registry.store.values import BROWSE_SORTS, BrowseFilter, LookupFilter
 
@@ -28,6 +29,7 @@ MAX_ARGS = 16 << 10  # characters of a read's arguments: a model's workload ids,
 MAX_TEXT = 1000  # characters of one name or filter
 MAX_ITEMS = 10_000  # items of one list of ids
 MAX_ID = 2**62
+COUNTS = ("k", "per_device")  # arguments that say how many records come back: at most MAX_ITEMS
 
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(reader)])
 
@@ -47,10 +49,29 @@ def storage_read(
     if read not in READS:
         raise HttpProblem(404, f"no storage read {read[:40]!r}; the reads: {', '.join(sorted(READS))}")
     kwargs = _arguments(read, args)
-    value = getattr(store, read)(**kwargs)
+    if read == "device_records":
+        value = _device_records(store, **kwargs)
+    else:
+        value = getattr(store, read)(**kwargs)
+    if read == "workload_ids":  # JSON's keys are text: (ident, id) pairs travel instead
+        value = list(value.items())
     if read == "efforts":  # how hard a task was searched, not which run (host:pid) holds its lease now
         value = {k: dataclasses.replace(e, holder=None, lease_until=None) for k, e in value.items()}
     return Response(encode(value), media_type="application/json")
+
+
+def _device_records(store, device_id: int, best_only: bool = False, unsound: bool = False) -> tuple:
+    """A device's records and their workloads, whole: refused (422) for a device with more than
+    ``MAX_DEVICE_RECORDS``, which a client pulls (`registry pull`) instead of reading in one answer."""
+    count = store.count_records(device_id)
+    if count > MAX_DEVICE_RECORDS:
+        raise HttpProblem(
+            422,
+            f"device {device_id} has {count} records, more than the {MAX_DEVICE_RECORDS} one read hands out: "
+            "`registry pull URL` them into a local registry instead",
+        )
+    with store.device_records(device_id, best_only=best_only, unsound=unsound) as found:
+        return found.workloads, list(found.records)
 
 
 def _arguments(read: str, text: str) -> dict[str, Any]:
@@ -74,6 +95,8 @@ def _arguments(read: str, text: str) -> dict[str, Any]:
             continue
         try:
             kwargs[name] = bounded(decode(given[name], tp, name), name)
+            if name in COUNTS and not 0 <= kwargs[name] <= MAX_ITEMS:  # how many records the answer may hold
+                raise WireError(f"{name} is not between 0 and {MAX_ITEMS}")
         except WireError as e:
             raise HttpProblem(422, f"args: {e}") from None
     return kwargs

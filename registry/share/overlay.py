@@ -89,10 +89,22 @@ SHARED_BASE = 10**12
 Ident = tuple[str, str]
 
 
-def open_overlay(shared_url: str | None, overlay_path: str, trust: str = "imported") -> OverlayStorage:
+def open_overlay(
+    shared_url: str | None, overlay_path: str, trust: str = "imported", token: str | None = None
+) -> OverlayStorage:
     """The shared registry at ``shared_url``, which must exist and is opened for reading only (nothing is created
-    there), under the SQLite overlay at ``overlay_path``, created if missing."""
-    shared = open_storage(shared_url, create_new=False, trust=trust)
+    there), under the SQLite overlay at ``overlay_path``, created if missing. An http(s):// ``shared_url`` is a
+    served registry, read over HTTP with a reader's ``token`` (None: ``$REGISTRY_TOKEN``, if set) through
+    ``RestStorage``; the server's own trust applies to what it answers."""
+    from registry.config import resolve_database_url
+
+    if resolve_database_url(shared_url).startswith(("http://", "https://")):
+        from registry.share.remote import read_token
+        from registry.share.rest_storage import open_served
+
+        shared = open_served(resolve_database_url(shared_url), token if token is not None else read_token(None))
+    else:
+        shared = open_storage(shared_url, create_new=False, trust=trust)
     try:
         overlay = open_storage(overlay_path if "://" in overlay_path else f"sqlite:///{overlay_path}", trust=trust)
     except BaseException:

@@ -1,8 +1,9 @@
-"""A served registry as a storage: ``RestStorage`` answers the catalogue's and the browsing reads (and the few record
-reads ``registry show`` and ``registry report`` make) by asking ``registry serve`` over HTTP, so that ``registry --db
-http://host:port lookup|show|stats|devices|report`` prints what the same command prints against the database. As
-MLflow's REST store implements the abstract store its SQL store implements, this is a second implementation of the
-protocols in ``registry.store.interface``, beside ``Store``.
+"""A served registry as a storage: ``RestStorage`` answers the catalogue's, the browsing and the record reads by
+asking ``registry serve`` over HTTP, so that ``registry --db http://host:port lookup|show|stats|devices|report``
+prints what the same command prints against the database, and ``registry transfer|tune --db http://... --overlay
+FILE`` reads the served registry as the shared side of an overlay (``registry.share.overlay``), which takes the
+writes. As MLflow's REST store implements the abstract store its SQL store implements, this is a second
+implementation of the protocols in ``registry.store.interface``, beside ``Store``.
 
 The wire format is the one place both sides share: each read is ``GET /api/v1/storage/{method}?args=JSON`` (the
 server's ``registry.server.storage_api``), its keyword arguments and its answer the JSON of the values of
@@ -15,13 +16,14 @@ a client's arguments the same way. Only reads travel: a write to a served regist
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
 import math
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -39,9 +41,12 @@ from registry.store.values import (
     BrowsePage,
     DeviceCoverage,
     DeviceListing,
+    DeviceRecords,
     DeviceRow,
+    DonorRecord,
     DonorRow,
     Effort,
+    IndexedSet,
     LookupFilter,
     LookupRow,
     ModelRow,
@@ -50,18 +55,39 @@ from registry.store.values import (
     RecordHistory,
     RecordProvenance,
     RegistryStats,
+    StoredPredictor,
+    StoredRecord,
+    StoredWorkload,
     TaskRow,
+    TuningState,
 )
 
-__all__ = ["READS", "RestStorage", "WireError", "decode", "encode", "open_served", "read_of"]
+__all__ = ["MAX_DEVICE_RECORDS", "READS", "RestStorage", "WireError", "decode", "encode", "open_served", "read_of"]
 
 PATH = "/api/v1/storage"
-# The reads a served registry answers: the catalogue, the browsing reads, and what `show` and `report` read besides.
+# The most records one ``device_records`` read hands out: more is refused in one line (`registry pull` them instead).
+MAX_DEVICE_RECORDS = 5000
+
+
+class WireReads:
+    """The two record reads whose answers travel in another shape than they return: ``workload_ids`` as (ident, id)
+    pairs, since JSON's keys are text, and ``device_records`` whole, at most ``MAX_DEVICE_RECORDS`` records."""
+
+    def workload_ids(self, idents: Sequence[tuple[str, str]]) -> list[tuple[tuple[str, str], int]]: ...
+
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> tuple[dict[int, StoredWorkload], list[StoredRecord]]: ...
+
+
+# The reads a served registry answers: the catalogue, the browsing reads, the record reads (what an overlay's shared
+# side is asked: `registry transfer|tune --db URL --overlay FILE`), and efforts, without who holds a lease.
 READS: dict[str, Any] = {
     **{name: getattr(Catalogue, name) for name in vars(Catalogue) if not name.startswith("_")},
     **{name: getattr(Browsing, name) for name in vars(Browsing) if not name.startswith("_")},
-    "record_provenance": RecordReads.record_provenance,
-    "donor_rows": RecordReads.donor_rows,
+    **{name: getattr(RecordReads, name) for name in vars(RecordReads) if not name.startswith("_")},
+    "workload_ids": WireReads.workload_ids,
+    "device_records": WireReads.device_records,
     "efforts": LeaseStorage.efforts,
 }
 MAX_INT = 2**63
@@ -180,7 +206,7 @@ def _dataclass(value: Any, cls: type, where: str) -> Any:
     return cls(**fields)
 
 
-class RestStorage(Catalogue, Browsing):
+class RestStorage(Catalogue, Browsing, RecordReads):
     """A registry served by ``registry serve`` at ``url``, read over HTTP with a reader's ``token`` (None: a public
     server). Every answer is decoded against the protocol's annotations (``decode``) and bounded by ``limits``; one
     that is not what the read returns is one line (``RemoteError``), never a value a caller would trust."""
@@ -263,13 +289,53 @@ class RestStorage(Catalogue, Browsing):
     def browse(self, f: BrowseFilter) -> BrowsePage:
         return self._call("browse", f=f)
 
-    # -- what `registry show` and `registry report` read besides ----------------------------------------------------
+    # -- RecordReads: what an overlay reads of its shared side, and `show` and `report` read besides --------------
+
+    def workload_ids(self, idents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        return dict(self._call("workload_ids", idents=[tuple(i) for i in idents]))
+
+    def workloads_by_id(self, ids: Sequence[int]) -> dict[int, StoredWorkload]:
+        return self._call("workloads_by_id", ids=list(ids))
+
+    def top_k(self, workload_id: int, device_id: int, k: int) -> list[StoredRecord]:
+        return self._call("top_k", workload_id=workload_id, device_id=device_id, k=k)
+
+    def count_records(self, device_id: int) -> int:
+        return self._call("count_records", device_id=device_id)
+
+    @contextlib.contextmanager
+    def device_records(
+        self, device_id: int, *, best_only: bool = False, unsound: bool = False
+    ) -> Iterator[DeviceRecords]:
+        """Whole, in one answer: a device with more than ``MAX_DEVICE_RECORDS`` records is refused by the server."""
+        workloads, records = self._call("device_records", device_id=device_id, best_only=best_only, unsound=unsound)
+        yield DeviceRecords(workloads, iter(records))
+
+    def tuning_state(self, workload_id: int, device_id: int) -> TuningState:
+        return self._call("tuning_state", workload_id=workload_id, device_id=device_id)
+
+    def donor_records(self, workload_ids: Sequence[int], per_device: int, target_kind: str) -> list[DonorRecord]:
+        return self._call(
+            "donor_records", workload_ids=list(workload_ids), per_device=per_device, target_kind=target_kind
+        )
+
+    def ok_record_counts(self, device_id: int) -> dict[int, tuple[str, int]]:
+        return self._call("ok_record_counts", device_id=device_id)
+
+    def latest_predictor(self, device_id: int, kind: str | None = None) -> StoredPredictor | None:
+        return self._call("latest_predictor", device_id=device_id, kind=kind)
 
     def record_provenance(self, record_id: int) -> RecordProvenance:
         return self._call("record_provenance", record_id=record_id)
 
     def donor_rows(self, record_ids: Sequence[int]) -> dict[int, DonorRow]:
         return self._call("donor_rows", record_ids=list(record_ids))
+
+    def indexed_set(self) -> IndexedSet:
+        return self._call("indexed_set")
+
+    def indexed_embeddings(self) -> list[tuple[int, bytes]]:
+        return self._call("indexed_embeddings")
 
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
         return self._call("efforts", workload_ids=list(workload_ids), device_id=device_id)
