@@ -26,13 +26,13 @@ from registry import hostinfo, schemas
 from registry.server.limits import receive_upload
 from registry.server.problems import HttpProblem, responses
 from registry.server.state import Reader, Reports, RequestLimits, Storage, TokenGate, Writer, admin, reader, writer
+from registry.share.export import exchange_filters, held, unmatched
 from registry.store.interface import (
     BrowseFilter,
     Catalogue,
     LookupFilter,
     RecordStorage,
     RegistryStorage,
-    Sharing,
     Tokens,
 )
 from registry.store.query import parse_shape, parse_workload
@@ -49,7 +49,6 @@ PAGE_HEADERS = {
 }
 
 Text = Annotated[str | None, Query(max_length=200)]
-MAX_KNOWN = 10  # names of what exists listed in a refusal
 
 
 async def known_query(request: Request) -> None:
@@ -375,42 +374,21 @@ def token_list(store: Tokens) -> schemas.TokenListOutput:
 
 
 def _filters(store: Catalogue, device, team, model, since) -> ExchangeFilters:
-    from registry.share.export import exchange_filters
-
     return exchange_filters(store, device, team, model, since)
 
 
 def _refuse_unmatched(store: RegistryStorage, filters: ExchangeFilters, device, team, model) -> None:
     """404 when no record matches ``filters``: a misspelt team or model would otherwise pull nothing, as if the
     server had nothing new. The detail names the filter that matches nothing alone (or all of them, together) and
-    what exists (at most ``MAX_KNOWN`` of each)."""
-    if _matches(store, filters):
-        return
-    teams = [t.team for t in store.stats().by_team if t.team is not None]
-    models = store.model_names(MAX_KNOWN + 1)
-    alone = [
-        ("team", team, ExchangeFilters(team=team), _known("teams with records lately", teams)),
-        ("model", model, ExchangeFilters(model=model), _known("models", models)),
-        ("device", device, ExchangeFilters(device_keys=filters.device_keys), "/api/v1/devices lists the devices"),
-    ]
-    alone = [a for a in alone if a[1] is not None]
-    for name, value, only, known in alone:
-        if len(alone) == 1 or not _matches(store, only):
-            raise HttpProblem(404, f"no record of {name} {value[:60]!r} in this registry ({known})")
-    given = " and ".join(f"{name} {value[:60]!r}" for name, value, _, _ in alone)
-    raise HttpProblem(404, f"no record matches {given} together in this registry")
-
-
-def _matches(store: Sharing, filters: ExchangeFilters) -> bool:
-    with store.read_exchange(filters, 0, 1) as found:
-        return found.n_records > 0
-
-
-def _known(what: str, names: list[str]) -> str:
-    if not names:
-        return f"{what}: none"
-    shown = ", ".join(repr(n[:40]) for n in names[:MAX_KNOWN])
-    return f"{what}: {shown}" + (", ..." if len(names) > MAX_KNOWN else "")
+    what exists (``registry.share.export.held``)."""
+    blamed = unmatched(store, filters)
+    values = {"team": team, "model": model, "device_keys": device}
+    named = {field: f"{field.removesuffix('_keys')} {values[field][:60]!r}" for field in blamed}
+    if len(blamed) == 1:
+        known = held(store, blamed[0], "/api/v1/devices lists the devices")
+        raise HttpProblem(404, f"no record of {named[blamed[0]]} in this registry ({known})")
+    if blamed:
+        raise HttpProblem(404, f"no record matches {' and '.join(named.values())} together in this registry")
 
 
 def push_key(token: TokenRow | None, sync_key: str) -> str:

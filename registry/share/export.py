@@ -14,7 +14,7 @@ from registry.errors import BadInputError, UnknownDeviceError
 from registry.share.bundle import BundleInfo, write_bundle
 from registry.share.plain_export import plain_records, readme
 from registry.store.decode import parse
-from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage
+from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage, Sharing
 from registry.store.own_files import refuse_own_file
 from registry.store.values import ExchangeFilters
 from registry.tvm_side import tvmlog
@@ -94,35 +94,44 @@ MAX_NAMED = 10  # names a refusal lists, each cut to 40 characters
 def refuse_unmatched(store: RegistryStorage, filters: ExchangeFilters) -> None:
     """Raise BadInputError, before anything is sent or written, when a team, model or device filter of a push
     matches no record here: a misspelt team would otherwise push nothing and succeed. The line names the filter
-    that matches nothing alone (or all of them, together) and what this registry holds (``since`` never refuses:
-    nothing new since a time is no mistake)."""
-    if filters.team is None and filters.model is None and filters.device_keys is None:
-        return
-    if _any_record(store, dataclasses.replace(filters, since=None)):
-        return
-    given = [(field, value) for field, value in (("team", filters.team), ("model", filters.model)) if value is not None]
-    if filters.device_keys is not None:
-        given.append(("device_keys", None))
-    for field, value in given:
+    that matches nothing alone (or all of them, together) and what this registry holds."""
+    blamed = unmatched(store, filters)
+    if len(blamed) == 1:
+        field = blamed[0]
+        known = held(store, field, "`registry devices` lists the devices")
+        raise BadInputError(f"no record of {_named(field, getattr(filters, field))} in this registry to push ({known})")
+    if blamed:
+        together = " and ".join(_named(field, getattr(filters, field)) for field in blamed)
+        raise BadInputError(f"no record in this registry matches {together} together; nothing to push")
+
+
+def unmatched(store: Sharing, filters: ExchangeFilters) -> list[str]:
+    """The filters to blame when no record matches ``filters`` (``since`` aside: nothing new since a time is no
+    mistake): the one of team, model and device_keys that matches nothing alone, else all that were given (they
+    match only apart); [] when some record matches or none of them was given."""
+    given = [field for field in ("team", "model", "device_keys") if getattr(filters, field) is not None]
+    if not given or _any_record(store, dataclasses.replace(filters, since=None)):
+        return []
+    for field in given:
         if len(given) == 1 or not _any_record(store, ExchangeFilters(**{field: getattr(filters, field)})):
-            raise BadInputError(f"no record of {_named(field, value)} in this registry to push ({_held(store, field)})")
-    together = " and ".join(_named(field, value) for field, value in given)
-    raise BadInputError(f"no record in this registry matches {together} together; nothing to push")
+            return [field]
+    return given
 
 
-def _named(field: str, value: str | None) -> str:
-    return "the device(s) given" if value is None else f"{field} {value[:60]!r}"
+def _named(field: str, value: str | tuple | None) -> str:
+    return "the device(s) given" if field == "device_keys" else f"{field} {value[:60]!r}"
 
 
-def _any_record(store: RegistryStorage, filters: ExchangeFilters) -> bool:
+def _any_record(store: Sharing, filters: ExchangeFilters) -> bool:
     with store.read_exchange(filters, 0, 1) as found:
         return found.n_records > 0
 
 
-def _held(store: RegistryStorage, what: str) -> str:
-    """What this registry holds of ``what``, at most ``MAX_NAMED`` names, each escaped and cut."""
+def held(store: Catalogue, what: str, devices: str) -> str:
+    """What this registry holds of ``what`` (team or model), at most ``MAX_NAMED`` names, each escaped and cut;
+    ``devices`` for device_keys (where the reader lists them)."""
     if what == "device_keys":
-        return "`registry devices` lists the devices"
+        return devices
     if what == "team":
         names = [t.team for t in store.stats().by_team if t.team is not None]
         label = "teams with records lately"
