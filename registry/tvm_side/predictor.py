@@ -80,7 +80,7 @@ def xgboost_threads() -> int:
 
 
 @dataclass
-class _Group:
+class WorkloadGroup:
     """One workload's records, as features for XGBModel and latencies for the evaluation."""
 
     workload_id: int
@@ -99,7 +99,7 @@ class _Group:
         return np.array([np.median(s) for s in self.run_secs], dtype="float32")
 
 
-class _Source:
+class TrainingSource:
     """Reads one device's workloads and records from the store and turns them into TVM objects."""
 
     def __init__(self, store: RegistryReads, device_id: int) -> None:
@@ -110,7 +110,7 @@ class _Source:
         # workload id -> (task name, ok records)
         self.counts: dict[int, tuple[str, int]] = store.ok_record_counts(device_id)
 
-    def group(self, workload_id: int, extractor) -> _Group:
+    def group(self, workload_id: int, extractor) -> WorkloadGroup:
         task, n = self.counts[workload_id]
         stored = self.store.workloads_by_id([workload_id])[workload_id]
         records = self.store.top_k(workload_id, self.device_id, n)  # all ok records, fastest first
@@ -126,7 +126,7 @@ class _Source:
         features = [x.numpy().astype("float32") for x in extractor.extract_from(context, candidates)] if kept else []
         # As XGBModel.update does: a schedule without features cannot be trained on.
         keep = [i for i, f in enumerate(features) if len(f)]
-        return _Group(
+        return WorkloadGroup(
             workload_id=workload_id,
             task=task,
             context=context,
@@ -139,7 +139,7 @@ class _Source:
         )
 
 
-def _fit(groups: list[_Group], anchor: _Group) -> XGBModel:
+def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
     """A new model trained once on all ``groups``.
 
     Calling ``update`` once per workload would retrain XGBoost from scratch after each one (XGBModel always trains
@@ -186,7 +186,7 @@ def top_k_recall(score: np.ndarray, truth: np.ndarray, k: int) -> float:
     return len(best & picked) / k
 
 
-def _evaluate(model: XGBModel, g: _Group) -> dict[str, Any]:
+def _evaluate(model: XGBModel, g: WorkloadGroup) -> dict[str, Any]:
     score = model.predict(g.context, g.candidates)
     throughput = 1.0 / g.mean_s
     row: dict[str, Any] = {"workload_id": g.workload_id, "task": g.task, "records": len(g.mean_s)}
@@ -226,7 +226,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # -- training --------------------------------------------------------------------------------------------------
 
 
-def _split(source: _Source, holdout: float, seed: int) -> tuple[list[int], list[int]]:
+def _split(source: TrainingSource, holdout: float, seed: int) -> tuple[list[int], list[int]]:
     """Workload ids to train on and to hold out. Only workloads with enough records to rank are held out."""
     ids = list(source.counts)
     if not ids:
@@ -269,7 +269,7 @@ def train(
     if not 0 <= holdout < 1:
         raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
     say = progress or (lambda _msg: None)
-    source = _Source(store, device_id)
+    source = TrainingSource(store, device_id)
     if held_out is None:
         train_ids, held_ids = _split(source, holdout, seed)
     else:
@@ -282,7 +282,7 @@ def train(
     extractor = new_model().extractor
     total, done, skipped = len(train_ids) + len(held_ids), 0, 0
 
-    def read(wid: int) -> _Group:
+    def read(wid: int) -> WorkloadGroup:
         nonlocal done, skipped
         done += 1
         say(f"[{done}/{total}] {source.counts[wid][0]}")
@@ -290,7 +290,7 @@ def train(
         skipped += g.skipped
         return g
 
-    groups: list[_Group] = []
+    groups: list[WorkloadGroup] = []
     for wid in train_ids:
         g = read(wid)
         if g.features:

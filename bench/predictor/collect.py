@@ -1,0 +1,297 @@
+"""Measured programs to train predictors on: random schedules from MetaSchedule's design spaces, TenSet's way.
+
+    .venv/bin/python bench/predictor/collect.py --budget 90m [--db URL] [--per-workload 64] [MODEL ...]
+
+Every task of the corpus models (``bench/corpus``; the starter bundle was tuned on the same models) is stored as a
+workload; then, round after round, each workload short of ``--per-workload`` programs gets ``--batch`` more: schedules
+sampled by MetaSchedule's ``ReplayTrace`` (a design space's trace with every decision drawn anew), built by the
+registry's builder pool and timed by its one measurer, on one runtime thread, at its calibrated degree of parallelism.
+Each program is stored as a record of this machine's device (source "tuned", model = the first corpus model that has
+the task), failed builds and runs included: a predictor learns from those too.
+
+It resumes: a workload's stored programs count toward its quota, and a schedule already stored is not measured again.
+Rounds go across all workloads, so a run stopped by its budget leaves every workload with about as many programs.
+Prints its rate as it goes and a JSON summary at the end.
+
+This is a bench script, not a ``registry`` command: the records are for training the shipped predictors, kept in a
+dataset registry of their own (default ``bench/predictor/data/collect.db``). They are quick timings of schedules whose
+outputs were never checked (``registry tune`` checks a candidate before it can become a task's best), so they are
+never synced into a registry that compiles models. A user's own predictor trains on their tuning records
+(``registry predictor train``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_DB = ROOT / "bench" / "predictor" / "data" / "collect.db"
+
+
+@dataclass
+class Workload:
+    workload_id: int
+    ident: tuple[str, str]
+    task: str
+    model: str
+    mod: object  # IRModule
+    arguments: tuple
+    done: int = 0  # programs stored (ok or failed)
+    traces: set | None = None  # trace hashes stored
+    spaces: object = None  # (TuneContext) built on first use
+    broken: str | None = None  # why no more of its schedules are sampled
+
+
+def parse_seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+
+
+def corpus_workloads(storage, target, names: list[str]) -> list[Workload]:
+    """Every task of these corpus models, stored as workloads (each once, under the first model that has it)."""
+    from bench.corpus.catalogue import BY_NAME, materialize
+    from registry.errors import RegistryError
+    from registry.pipeline.model_run import extract
+    from registry.tvm_side.frontend import load_onnx
+
+    found: dict[int, Workload] = {}
+    for name in names:
+        model = BY_NAME[name]
+        try:
+            path = materialize(model)
+            tasks = stored_tasks(storage, name, hashlib.sha256(path.read_bytes()).hexdigest())
+            if tasks is None:
+                tasks = extract(storage, load_onnx(path, model.shapes, name=model.name), target)
+        except RegistryError as e:
+            print(f"  {name}: skipped ({e})", flush=True)
+            continue
+        new = 0
+        for t in tasks:
+            if t.workload_id not in found:
+                found[t.workload_id] = Workload(t.workload_id, t.ident, t.name, name, t.mod, t.arguments)
+                new += 1
+        print(f"  {name}: {len(tasks)} tasks, {new} new ({len(found)} workloads)", flush=True)
+    return list(found.values())
+
+
+def stored_tasks(storage, name: str, sha256: str) -> list | None:
+    """The tasks of a model an earlier run imported, from the registry (importing all 30 again takes 10 minutes);
+    None when it is not stored."""
+    import tvm
+
+    from registry.measure.jobs import kernel_arguments
+    from registry.pipeline.model_run import RunTask
+
+    rows = storage.find_models(name, sha256)
+    if not rows:
+        return None
+    tasks = storage.model_tasks(rows[0].id)
+    stored = storage.workloads_by_id(sorted({t.workload_id for t in tasks}))
+    found = []
+    for t in tasks:
+        w = stored[t.workload_id]
+        mod = tvm.ir.load_json(w.mod_json)
+        ident = (w.shash, w.module_equality)
+        found.append(RunTask(t.task_name, t.weight, mod, ident, w.id, None, kernel_arguments(mod)))
+    return found
+
+
+def tune_context(w: Workload, target, seed: int):
+    """The workload's TuneContext with a ReplayTrace search over its design spaces (the registry's fallback rules
+    where MetaSchedule's own fail, as ``registry tune`` does)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from registry.pipeline.rules import rules_with_producers_inlined
+    from registry.tvm_side.compat import TVM_ERRORS
+
+    for generator in ("post-order-apply", None):
+        if generator is None:
+            generator = ms.space_generator.PostOrderApply(
+                sch_rules=rules_with_producers_inlined(target), postprocs="from-target", mutator_probs="from-target"
+            )
+        context = ms.TuneContext(
+            mod=w.mod,
+            target=target,
+            space_generator=generator,
+            search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=50),
+            task_name=w.task,
+            rand_state=seed,
+            num_threads=1,
+        )
+        try:
+            return context, context.generate_design_space()
+        except TVM_ERRORS:
+            continue
+    raise ValueError("no design space could be generated")
+
+
+def sample(w: Workload, target, count: int, seed: int) -> list:
+    """Up to ``count`` new schedules of the workload (not among those stored), each a MeasureCandidate."""
+    from registry.store.traces import record_trace_hash
+    from registry.tvm_side.apply_trace import trace_json
+
+    context, spaces = tune_context(w, target, seed)
+    context.pre_tuning(
+        max_trials=count * 2, num_trials_per_iter=count * 2, design_spaces=spaces, database=None, cost_model=None
+    )
+    proposed = context.generate_measure_candidates() or []
+    context.post_tuning()
+    kept = []
+    for c in proposed:
+        trace = trace_json(c.sch)
+        key = record_trace_hash(trace)
+        if key not in w.traces:
+            w.traces.add(key)
+            kept.append((c, trace))
+        if len(kept) == count:
+            break
+    return kept
+
+
+def measure(w: Workload, candidates: list, target, builder, measurer) -> list:
+    """Each candidate built by the pool and timed by the measurer: a Measurement per candidate, in order."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from registry.measure.jobs import artifact_job
+    from registry.measure.types import Measurement
+    from registry.tvm_side.compat import last_line
+    from registry.tvm_side.compile import scheduled_arguments
+
+    built = builder.build([BuilderInput(c.sch.mod, target) for c, _ in candidates])
+    results = [Measurement((), f"build failed: {last_line(b.error_msg, 'unknown error')}") for b in built]
+    jobs = {
+        i: artifact_job(b.artifact_path, scheduled_arguments(w.arguments, candidates[i][0].sch.mod))
+        for i, b in enumerate(built)
+        if not b.error_msg
+    }
+    try:
+        for i, m in zip(jobs, measurer.measure(list(jobs.values())), strict=True):
+            results[i] = m
+    finally:
+        for b in built:
+            if b.artifact_path:
+                shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="corpus models (default: every one)")
+    parser.add_argument("--db", default=f"sqlite:///{DEFAULT_DB}")
+    parser.add_argument("--budget", default="60m", help="wall time: 90m, 2h, 3600 (seconds)")
+    parser.add_argument("--per-workload", type=int, default=64, help="programs per workload")
+    parser.add_argument("--batch", type=int, default=16, help="programs per workload per round")
+    parser.add_argument("--threads", type=int, default=1, help="TVM runtime threads per measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    deadline = time.monotonic() + parse_seconds(args.budget)
+
+    from bench.corpus.catalogue import MODELS
+    from registry import hostinfo
+    from registry.measure.builder import PersistentBuilder
+    from registry.measure.measurer import Measurer
+    from registry.records.write import RecordWriter
+    from registry.store.factory import open_storage
+    from registry.store.interface import RecordIn
+    from registry.store.rows import FAILED_RUN_SECS
+    from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.target import host_target
+
+    warnings.simplefilter("ignore")
+    names = args.models or [m.name for m in MODELS]
+    if args.db.startswith("sqlite:///"):
+        Path(args.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(args.db)
+    target = host_target()
+    prepare_tuning()
+    start = time.monotonic()
+    with Measurer(target, args.threads) as measurer:
+        device = measurer.device
+        device_id = storage.add_device(device)
+        print(f"device {device_id}: {device.name}; importing {len(names)} models", flush=True)
+        workloads = corpus_workloads(storage, target, names)
+        for w in workloads:
+            state = storage.tuning_state(w.workload_id, device_id)
+            w.traces, w.done = set(state.traces), len(state.traces)
+        writer = RecordWriter(storage)
+        builder = PersistentBuilder()
+        measured = failed = 0
+        import_s = time.monotonic() - start
+        print(f"{len(workloads)} workloads, {sum(w.done for w in workloads)} programs stored; import {import_s:.0f} s")
+        rng = random.Random(args.seed)
+        stop = None
+        for quota in range(args.batch, args.per_workload + args.batch, args.batch):
+            todo = [w for w in workloads if w.done < min(quota, args.per_workload) and not w.broken]
+            rng.shuffle(todo)
+            for w in todo:
+                if time.monotonic() > deadline:
+                    stop = "budget spent"
+                    break
+                try:
+                    candidates = sample(w, target, min(quota, args.per_workload) - w.done, rng.randrange(1 << 30))
+                except Exception as e:  # noqa: BLE001 - TVM raises many kinds; the workload is left out, said why
+                    w.broken = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+                    print(f"  {w.task} ({w.workload_id}): left out: {w.broken}", flush=True)
+                    continue
+                if not candidates:
+                    w.broken = "exhausted: its design spaces gave no new schedule"
+                    continue
+                results = measure(w, candidates, target, builder, measurer)
+                records = [
+                    RecordIn(
+                        workload=w.ident,
+                        device=device,
+                        trace=trace,
+                        run_secs=tuple(m.run_secs) if m.ok else (FAILED_RUN_SECS,),
+                        source="tuned",
+                        tool_version=hostinfo.tool_version(),
+                        model=w.model,
+                        host=hostinfo.hostname(),
+                    )
+                    for (_, trace), m in zip(candidates, results, strict=True)
+                ]
+                writer.write(records)
+                w.done += len(records)
+                measured += sum(m.ok for m in results)
+                failed += sum(not m.ok for m in results)
+                spent = time.monotonic() - start - import_s
+                print(
+                    f"  quota {quota}: {w.task} ({w.workload_id}) +{len(records)}; {measured} ok, {failed} failed "
+                    f"in {spent:.0f} s = {(measured + failed) / max(spent, 1e-9):.2f} programs/s",
+                    flush=True,
+                )
+            if stop:
+                break
+        builder.shutdown()
+    spent = time.monotonic() - start
+    summary = {
+        "device": device.name,
+        "workloads": len(workloads),
+        "exhausted": sum(1 for w in workloads if w.broken and w.broken.startswith("exhausted")),
+        "left_out": {
+            f"{w.task} ({w.workload_id})": w.broken
+            for w in workloads
+            if w.broken and not w.broken.startswith("exhausted")
+        },
+        "stored_programs": sum(w.done for w in workloads),
+        "this_run": {"ok": measured, "failed": failed, "seconds": round(spent), "import_s": round(import_s)},
+        "rate_per_s": round((measured + failed) / max(spent - import_s, 1e-9), 2),
+        "stopped": stop or "every workload at its quota",
+    }
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The collected programs as arrays: each workload's ok records with MetaSchedule's per-block features.
+
+Features come from the stored traces, replayed on the stored workload (``apply_trace.as_stored``) and read by
+MetaSchedule's ``PerStoreFeature``, as ``registry predictor train`` reads them. Extraction is the slow part (about
+10 ms a program here), so each workload's arrays are cached in ``--cache`` and read again while its record count is
+unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CACHE = ROOT / "bench" / "work" / "predictor" / "features"
+
+
+@dataclass
+class WorkloadData:
+    workload_id: int
+    task: str
+    models: list[str]  # the models that have the task
+    weight: int  # its weight summed over those models (TenSet weights a task's score by it)
+    blocks: list[np.ndarray]  # one (blocks, features) array per program
+    mean_s: np.ndarray  # each program's mean latency
+
+    @property
+    def size(self) -> int:
+        return len(self.mean_s)
+
+
+def _model_weights(storage) -> dict[int, tuple[list[str], int]]:
+    found: dict[int, tuple[list[str], int]] = {}
+    for m in storage.find_models(""):
+        for t in storage.model_tasks(m.id):
+            names, weight = found.get(t.workload_id, ([], 0))
+            found[t.workload_id] = ([*names, m.name], weight + t.weight)
+    return found
+
+
+def load(url: str, device: str, *, extract_workload: bool = False, cache: Path = DEFAULT_CACHE, progress=print):
+    """Every workload of ``device`` with ok records, as ``WorkloadData`` (features extracted or read from the cache)."""
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    from registry.store.factory import open_storage
+    from registry.tvm_side.compat import load_tensor_intrinsics
+    from registry.tvm_side.predictor import TrainingSource
+
+    storage = open_storage(url)
+    source = TrainingSource(storage, storage.resolve_one_device(device).id)
+    load_tensor_intrinsics(source.target.kind.name)
+    extractor = PerStoreFeature(extract_workload=extract_workload)
+    where = cache / f"{source.device_name.replace(':', '-')}{'-w' if extract_workload else ''}"
+    where.mkdir(parents=True, exist_ok=True)
+    weights = _model_weights(storage)
+    found = []
+    for k, (wid, (task, n)) in enumerate(sorted(source.counts.items())):
+        path = where / f"{wid}.npz"
+        if path.exists() and int(np.load(path)["n"]) == n:
+            z = np.load(path)
+            splits = np.cumsum(z["blocks"])[:-1]
+            blocks, mean_s = np.split(z["features"], splits), z["mean_s"]
+        else:
+            g = source.group(wid, extractor)
+            blocks, mean_s = g.features, g.mean_s
+            counts = np.array([len(b) for b in blocks], dtype=np.int64)
+            features = np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)
+            np.savez(path, features=features, blocks=counts, mean_s=mean_s, n=n)
+        if k % 50 == 0:
+            progress(f"  features: {k}/{len(source.counts)} workloads")
+        models, weight = weights.get(wid, ([], 1))
+        found.append(WorkloadData(wid, task, models, max(1, weight), list(blocks), np.asarray(mean_s, float)))
+    return found
+
+
+def summary(data: list[WorkloadData]) -> dict:
+    return {
+        "workloads": len(data),
+        "programs": int(sum(d.size for d in data)),
+        "rankable_workloads": sum(1 for d in data if d.size >= 8),
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(summary(load(sys.argv[1], sys.argv[2])), indent=1))

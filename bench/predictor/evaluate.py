@@ -1,0 +1,180 @@
+"""Which ranking model picks schedules best: held-out workloads and held-out models, TenSet's scores, one table.
+
+    .venv/bin/python bench/predictor/evaluate.py [--db URL] [--device SELECTOR] [--variants a,b] [--out FILE]
+
+Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
+
+- workloads held out whole: five folds over the workloads, each ranked by a model trained on the other four;
+- models held out whole: for each of several corpus models, every workload of that model held out together.
+
+A workload is ranked when it has ``--min-programs`` ok programs or more. The figures are ``scores.workload_row``'s,
+weighted by task weight, beside a random ranking's. Results go to ``bench/results/predictor-*.json`` with machine,
+commit and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.predictor import dataset, scores  # noqa: E402
+
+HELD_OUT_MODELS = ("bert-l2-h128", "whisper-encoder-l2-d128", "resnet-bottleneck-w64", "mobilenetv2-0.35",
+                   "ppocr-v4-det", "nudenet-yolov8n-320")  # fmt: skip
+
+
+def pooled(blocks: list[np.ndarray], how: str) -> np.ndarray:
+    """One row per program: its blocks' features summed (and their maximum beside, for "sum+max")."""
+    rows = [b.sum(axis=0) if how == "sum" else np.concatenate([b.sum(axis=0), b.max(axis=0)]) for b in blocks]
+    return np.asarray(rows, np.float32)
+
+
+def normalised(d: dataset.WorkloadData) -> np.ndarray:
+    return d.mean_s.min() / d.mean_s
+
+
+class Variant:
+    """A ranking model: ``fit`` on workloads, then ``rank`` one workload's programs (higher: predicted faster)."""
+
+    def __init__(self, name: str, objective: str, pooling: str, rounds: int = 300, depth: int = 8, eta: float = 0.1):
+        self.name, self.objective, self.pooling = name, objective, pooling
+        self.params = {"max_depth": depth, "eta": eta, "min_child_weight": 1, "nthread": 1, "verbosity": 0,
+                       "subsample": 0.8, "colsample_bytree": 0.8, "seed": 0}  # fmt: skip
+        self.rounds = rounds
+
+    def fit(self, train: list[dataset.WorkloadData]) -> None:
+        import xgboost as xgb
+
+        if self.objective == "tvm":  # MetaSchedule's XGBModel: pack-sum regression on normalised throughput
+            from registry.tvm_side.predictor import new_model
+
+            self.model = new_model()
+            xs = [b for d in train for b in d.blocks]
+            ys = np.concatenate([normalised(d) for d in train])
+            self.model._train(xs, ys)
+            return
+        x = np.concatenate([pooled(d.blocks, self.pooling) for d in train])
+        y = np.concatenate([normalised(d) for d in train])
+        qid = np.concatenate([[k] * d.size for k, d in enumerate(train)])
+        params = dict(self.params)
+        if self.objective == "reg":
+            params["objective"] = "reg:squarederror"
+        else:
+            params["objective"] = self.objective
+            if self.objective == "rank:ndcg":
+                y = np.round(y * 20)  # graded relevance; NDCG's gain 2^rel wants small integers
+                params["lambdarank_pair_method"] = "topk"
+        matrix = xgb.DMatrix(x, label=y, qid=qid if self.objective != "reg" else None)
+        self.booster = xgb.train(params, matrix, num_boost_round=self.rounds)
+
+    def rank(self, d: dataset.WorkloadData) -> np.ndarray:
+        import xgboost as xgb
+
+        if self.objective == "tvm":
+            return np.asarray(self.model._predict(d.blocks))
+        return self.booster.predict(xgb.DMatrix(pooled(d.blocks, self.pooling)))
+
+
+VARIANTS = {
+    "tvm-reg": lambda: Variant("tvm-reg", "tvm", "blocks"),
+    "reg-sum": lambda: Variant("reg-sum", "reg", "sum"),
+    "pairwise-sum": lambda: Variant("pairwise-sum", "rank:pairwise", "sum"),
+    "ndcg-sum": lambda: Variant("ndcg-sum", "rank:ndcg", "sum"),
+    "pairwise-summax": lambda: Variant("pairwise-summax", "rank:pairwise", "sum+max"),
+}
+
+
+def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple[list[dict], list[float]]:
+    variant.fit(train)
+    rows, weights = [], []
+    for d in test:
+        if d.size >= min_programs:
+            rows.append(scores.workload_row(d.mean_s, variant.rank(d)))
+            weights.append(d.weight)
+    return rows, weights
+
+
+def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, seed: int) -> dict:
+    order = np.random.default_rng(seed).permutation(len(data))
+    rows, weights = [], []
+    for f in range(folds):
+        test_idx = set(order[f::folds].tolist())
+        train = [d for k, d in enumerate(data) if k not in test_idx]
+        test = [d for k, d in enumerate(data) if k in test_idx]
+        r, w = judge(variant_of(), train, test, min_programs)
+        rows += r
+        weights += w
+    return {"workloads": len(rows), **scores.weighted(rows, weights)}
+
+
+def held_out_models(variant_of, data: list, min_programs: int) -> dict:
+    rows, weights, per_model = [], [], {}
+    for model in HELD_OUT_MODELS:
+        test = [d for d in data if model in d.models]
+        train = [d for d in data if model not in d.models]
+        if not test or not train:
+            continue
+        r, w = judge(variant_of(), train, test, min_programs)
+        if r:
+            per_model[model] = {"workloads": len(r), **scores.weighted(r, w)}
+            rows += r
+            weights += w
+    return {"workloads": len(rows), **scores.weighted(rows, weights), "per_model": per_model}
+
+
+def line(figures: dict) -> str:
+    if "top1" not in figures:
+        return "nothing ranked"
+    return (
+        "top1 {top1:.3f} top5 {top5:.3f} rho {spearman:.2f} pairs {pairwise:.2f} regret {regret1:.2f} "
+        "(random: top1 {random_top1:.3f} top5 {random_top5:.3f} regret {random_regret1:.2f})"
+    ).format(**figures)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
+    parser.add_argument("--device", default="1")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--min-programs", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workload-features", action="store_true", help="MetaSchedule's extract_workload=True")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    from registry import hostinfo
+
+    start = time.monotonic()
+    data = [d for d in dataset.load(args.db, args.device, extract_workload=args.workload_features) if d.size >= 2]
+    result = {
+        "machine": hostinfo.cpu_model(),
+        "date": time.strftime("%Y-%m-%d"),
+        "dataset": dataset.summary(data),
+        "features_s": round(time.monotonic() - start),
+        "workload_features": args.workload_features,
+        "variants": {},
+    }
+    print(json.dumps(result["dataset"]), flush=True)
+    for name in args.variants.split(","):
+        t = time.monotonic()
+        workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
+        models = held_out_models(VARIANTS[name], data, args.min_programs)
+        result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models,
+                                    "seconds": round(time.monotonic() - t)}  # fmt: skip
+        seconds = time.monotonic() - t
+        print(f"{name:16s} {seconds:4.0f} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
