@@ -84,7 +84,7 @@ def tuned(tmp_path_factory):
 
 
 def test_rank_metrics():
-    from registry.tvm_side.predictor import spearman, top_k_recall
+    from registry.predictor_scores import spearman, top_k_recall
 
     truth = np.array([1.0, 4.0, 2.0, 3.0])
     assert spearman(truth, truth) == pytest.approx(1.0)
@@ -138,30 +138,29 @@ def test_predictor_list_reads_the_table_without_importing_tvm(sqlite_url):
 
 
 @pytest.mark.tvm
-def test_held_out_ranking_beats_random(tuned):
+@pytest.mark.parametrize("kind", ["xgb-v2", "xgb-rank-v1"])
+def test_held_out_evaluation_judges_workloads_the_model_never_saw(tuned, kind):
+    """The mechanics of the held-out evaluation. Whether a model ranks well is judged on the collected dataset's
+    hundreds of workloads (tests/test_predictor_dataset.py): six layers of 12 records each gave a mean held-out
+    Spearman from -0.2 to 0.5 between tuning runs on a busy machine, too few to judge skill by."""
     from registry.tvm_side.predictor import train
 
-    _, split = train(tuned.store, tuned.device_id, holdout=1 / 3, seed=0)  # the CLI's way: a random third held out
+    # the CLI's way: a random third held out
+    _, split = train(tuned.store, tuned.device_id, holdout=1 / 3, seed=0, kind=kind)
     held = split["held_out"]
     assert held["workloads"] == 2 and 2 * 3 <= held["records"] <= 2 * TRIALS_PER_WORKLOAD
     assert split["workloads"] == N_WORKLOADS and split["records"] == tuned.ok_records and split["skipped_records"] == 0
     assert -1 <= held["spearman"] <= 1 and 0 <= split["random"]["recall@5"] <= 1
+    assert 0 < split["random"]["top1"] <= split["random"]["top5"] <= 1 and 0 < held["top1"] <= held["top5"] <= 1
 
-    # Each workload judged once by a model trained on the other five. Over six tuning runs of these layers this mean
-    # was 0.18 to 0.53 (single workloads from -0.55 to 0.78); judging random thirds as the CLI does (each split trains
-    # on four) gave 0.08 to 0.49, and one CI run below 0.1. A model that ranks nothing (constant scores) gets 0, an
-    # inverted one is negative.
+    # Each workload judged once by a model trained on the other five, on all its records.
     rows = []
     for workload in sorted(tuned.store.ok_record_counts(tuned.device_id)):
-        model, m = train(tuned.store, tuned.device_id, held_out=[workload])
-        assert model.booster is not None and model.data_size == m["records"] == tuned.ok_records
+        model, m = train(tuned.store, tuned.device_id, held_out=[workload], kind=kind)
+        assert model.booster is not None and m["records"] == tuned.ok_records
+        assert [r["workload_id"] for r in m["per_workload"]] == [workload]
         rows += m["per_workload"]
-    print(json.dumps(rows))
-    assert len(rows) == N_WORKLOADS
-    assert np.mean([r["spearman"] for r in rows]) > 0.1, rows
-    # Recall@5 of 12 records moves in steps of 0.2 per workload and a random ranking's is 5/12: one CI run's model
-    # (Spearman 0.11) scored 0.40, at chance. The bound catches an inverted ranking (it scores near 0), not skill.
-    assert np.mean([r["recall@5"] for r in rows]) >= np.mean([r["random_recall@5"] for r in rows]) - 0.15, rows
+    assert len(rows) == N_WORKLOADS and all(3 <= r["records"] <= TRIALS_PER_WORKLOAD for r in rows), rows
 
 
 def _candidates(tuned, workload_index: int = 0):
@@ -185,18 +184,22 @@ def _candidates(tuned, workload_index: int = 0):
 
 
 @pytest.mark.tvm
-def test_save_and_load_round_trip_with_increasing_versions(tuned):
+@pytest.mark.parametrize("kind", ["xgb-v2", "xgb-rank-v1"])
+def test_save_and_load_round_trip_with_increasing_versions(tuned, kind):
     from registry.tvm_side.predictor import load_predictor, save, train
 
     assert load_predictor(tuned.store, tuned.device_id + 1000) is None
-    model, metrics = train(tuned.store, tuned.device_id, holdout=0)
+    model, metrics = train(tuned.store, tuned.device_id, holdout=0, kind=kind)
     assert "held_out" not in metrics
     first = save(tuned.store, tuned.device_id, model, metrics)
     second = save(tuned.store, tuned.device_id, model, metrics)
     assert second == first + 1
     loaded, version = load_predictor(tuned.store, tuned.device_id)
-    assert version == second
-    assert loaded.num_warmup_samples == 0 and loaded.data_size == model.data_size
+    assert version == second and type(loaded) is type(model)
+    if kind == "xgb-v2":
+        assert loaded.num_warmup_samples == 0 and loaded.data_size == model.data_size
+    else:  # stored without its training rows: the booster alone, its trees all there
+        assert loaded.booster.num_boosted_rounds() == model.booster.num_boosted_rounds()
     context, candidates = _candidates(tuned)
     expected = model.predict(context, candidates)
     # Equal predictions, and not the random ones XGBModel gives while it thinks it is warming up.
@@ -210,12 +213,13 @@ def test_cli_train_then_list(tuned):
     result = run(tuned.url, "predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5", "--json")
     assert result.exit_code == 0, result.output
     trained = json.loads(result.output)
-    assert trained["kind"] == "xgb-v2" and trained["held_out"]["workloads"] == 3
+    assert trained["kind"] == "xgb-rank-v1" and trained["held_out"]["workloads"] == 3
 
-    text = run(tuned.url, "predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5")
+    args = ("predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5", "--kind", "xgb-v2")
+    text = run(tuned.url, *args)
     assert text.exit_code == 0, text.output
     assert f"stored predictor v{trained['version'] + 1} (xgb-v2)" in text.output
-    assert "spearman" in text.output and "random" in text.output
+    assert "top1" in text.output and "spearman" in text.output and "random" in text.output
 
     listed = run(tuned.url, "predictor", "list", "--json")
     assert listed.exit_code == 0, listed.output
@@ -226,3 +230,44 @@ def test_cli_train_then_list(tuned):
     assert [r["version"] for r in rows] == sorted(r["version"] for r in rows)
     table = run(tuned.url, "predictor", "list")
     assert table.exit_code == 0 and f"{tuned.device_id}:" in table.output
+
+
+@pytest.mark.tvm
+def test_a_ranking_predictor_grows_from_its_base_and_ranks_for_the_device_it_is_loaded_for(tuned):
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.target import Target
+
+    from registry.tvm_side import ranker
+    from registry.tvm_side.predictor import load_predictor, save, train
+
+    model, metrics = train(tuned.store, tuned.device_id, holdout=0, kind="xgb-rank-v1")
+    save(tuned.store, tuned.device_id, model, metrics)
+    context, candidates = _candidates(tuned)
+    before = model.predict(context, candidates)
+    base_trees = model.booster.num_boosted_rounds()
+    # The run measures the workload: inverted latencies, so what the model ranked best is now measured slowest.
+    results = [RunnerResult([1e-3 * (1 + rank)], None) for rank in np.argsort(np.argsort(before))]
+    model.update(context, candidates, results)
+    model.update(context, candidates, results)  # twice: the booster grows from its base, not from the last update
+    assert model.booster.num_boosted_rounds() == base_trees + ranker.UPDATE_ROUNDS
+    after = model.predict(context, candidates)
+    measured = [1 / r.run_secs[0] for r in results]
+    assert spearman_of(before, measured) == -1 and spearman_of(after, measured) > -1, (before, after)
+
+    # Loaded for another device (a sibling with AVX2 where this one may have AVX-512, and 4 threads), the rows carry
+    # that device's descriptor.
+    other = tuned.store.add_device(
+        DeviceSpec({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu", "num-cores": 4}, 4, "cpu", "x")
+    )
+    loaded, _ = load_predictor(tuned.store, tuned.device_id, for_device=other)
+    want = ranker.descriptor(
+        Target({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu", "num-cores": 4}), 4
+    )
+    np.testing.assert_array_equal(loaded.device, want)
+    assert want[1] == 8  # log2 of haswell's 256-bit vectors
+
+
+def spearman_of(a, b) -> float:
+    from registry.predictor_scores import spearman
+
+    return spearman(np.asarray(a), np.asarray(b))

@@ -195,6 +195,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="programs per workload per round")
     parser.add_argument("--threads", type=int, default=1, help="TVM runtime threads per measurement")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mcpu", help="build for this LLVM CPU instead of this machine's (haswell: an AVX2 sibling of an AVX-512 CPU)"
+    )
     args = parser.parse_args()
     deadline = time.monotonic() + parse_seconds(args.budget)
 
@@ -215,6 +218,12 @@ def main() -> None:
         Path(args.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     storage = open_storage(args.db)
     target = host_target()
+    if args.mcpu:
+        from tvm.target import Target
+
+        from registry.tvm_side.target import canonical_target
+
+        target = Target({**canonical_target(target), "mcpu": args.mcpu})
     prepare_tuning()
     start = time.monotonic()
     with Measurer(target, args.threads) as measurer:

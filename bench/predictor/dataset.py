@@ -26,6 +26,7 @@ class WorkloadData:
     weight: int  # its weight summed over those models (TenSet weights a task's score by it)
     blocks: list[np.ndarray]  # one (blocks, features) array per program
     mean_s: np.ndarray  # each program's mean latency
+    device: np.ndarray  # the device's descriptor (registry.tvm_side.ranker.descriptor)
 
     @property
     def size(self) -> int:
@@ -48,9 +49,12 @@ def load(url: str, device: str, *, extract_workload: bool = False, cache: Path =
     from registry.store.factory import open_storage
     from registry.tvm_side.compat import load_tensor_intrinsics
     from registry.tvm_side.predictor import TrainingSource
+    from registry.tvm_side.ranker import descriptor
 
     storage = open_storage(url)
-    source = TrainingSource(storage, storage.resolve_one_device(device).id)
+    row = storage.resolve_one_device(device)
+    source = TrainingSource(storage, row.id)
+    described = descriptor(source.target, row.num_threads)
     load_tensor_intrinsics(source.target.kind.name)
     extractor = PerStoreFeature(extract_workload=extract_workload)
     where = cache / f"{source.device_name.replace(':', '-')}{'-w' if extract_workload else ''}"
@@ -72,7 +76,9 @@ def load(url: str, device: str, *, extract_workload: bool = False, cache: Path =
         if k % 50 == 0:
             progress(f"  features: {k}/{len(source.counts)} workloads")
         models, weight = weights.get(wid, ([], 1))
-        found.append(WorkloadData(wid, task, models, max(1, weight), list(blocks), np.asarray(mean_s, float)))
+        found.append(
+            WorkloadData(wid, task, models, max(1, weight), list(blocks), np.asarray(mean_s, float), described)
+        )
     return found
 
 

@@ -25,70 +25,62 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.predictor import dataset, scores  # noqa: E402
+from bench.predictor import dataset  # noqa: E402
+from registry import predictor_scores as scores  # noqa: E402
+from registry.tvm_side import ranker  # noqa: E402
 
 HELD_OUT_MODELS = ("bert-l2-h128", "whisper-encoder-l2-d128", "resnet-bottleneck-w64", "mobilenetv2-0.35",
                    "ppocr-v4-det", "nudenet-yolov8n-320")  # fmt: skip
-
-
-def pooled(blocks: list[np.ndarray], how: str) -> np.ndarray:
-    """One row per program: its blocks' features summed (and their maximum beside, for "sum+max")."""
-    rows = [b.sum(axis=0) if how == "sum" else np.concatenate([b.sum(axis=0), b.max(axis=0)]) for b in blocks]
-    return np.asarray(rows, np.float32)
 
 
 def normalised(d: dataset.WorkloadData) -> np.ndarray:
     return d.mean_s.min() / d.mean_s
 
 
-class Variant:
-    """A ranking model: ``fit`` on workloads, then ``rank`` one workload's programs (higher: predicted faster)."""
+def rows_of(d: dataset.WorkloadData, pooling: str) -> np.ndarray:
+    """The registry's rows (``ranker.program_rows``: block features summed, then the device), or with each feature's
+    maximum over blocks beside the sum ("sum+max")."""
+    rows = ranker.program_rows(d.blocks, d.device)
+    if pooling == "sum+max":
+        rows = np.hstack([rows, np.stack([b.max(axis=0) for b in d.blocks])])
+    return rows
 
-    def __init__(self, name: str, objective: str, pooling: str, rounds: int = 300, depth: int = 8, eta: float = 0.1):
-        self.name, self.objective, self.pooling = name, objective, pooling
-        self.params = {"max_depth": depth, "eta": eta, "min_child_weight": 1, "nthread": 1, "verbosity": 0,
-                       "subsample": 0.8, "colsample_bytree": 0.8, "seed": 0}  # fmt: skip
-        self.rounds = rounds
+
+class Variant:
+    """A ranking model: ``fit`` on workloads, then ``rank`` one workload's programs (higher: predicted faster).
+    "tvm" is MetaSchedule's XGBModel (pack-sum regression on normalised throughput, per-block rows); the others are
+    ``registry.tvm_side.ranker.fit`` with ``params`` overriding its objective."""
+
+    def __init__(self, objective: str, pooling: str = "sum", params: dict | None = None, rounds: int = ranker.ROUNDS):
+        self.objective, self.pooling, self.params, self.rounds = objective, pooling, dict(params or {}), rounds
 
     def fit(self, train: list[dataset.WorkloadData]) -> None:
-        import xgboost as xgb
-
-        if self.objective == "tvm":  # MetaSchedule's XGBModel: pack-sum regression on normalised throughput
+        if self.objective == "tvm":
             from registry.tvm_side.predictor import new_model
 
             self.model = new_model()
-            xs = [b for d in train for b in d.blocks]
-            ys = np.concatenate([normalised(d) for d in train])
-            self.model._train(xs, ys)
+            self.model._train([b for d in train for b in d.blocks], np.concatenate([normalised(d) for d in train]))
             return
-        x = np.concatenate([pooled(d.blocks, self.pooling) for d in train])
+        x = np.concatenate([rows_of(d, self.pooling) for d in train])
         y = np.concatenate([normalised(d) for d in train])
         qid = np.concatenate([[k] * d.size for k, d in enumerate(train)])
-        params = dict(self.params)
-        if self.objective == "reg":
-            params["objective"] = "reg:squarederror"
-        else:
-            params["objective"] = self.objective
-            if self.objective == "rank:ndcg":
-                y = np.round(y * 20)  # graded relevance; NDCG's gain 2^rel wants small integers
-                params["lambdarank_pair_method"] = "topk"
-        matrix = xgb.DMatrix(x, label=y, qid=qid if self.objective != "reg" else None)
-        self.booster = xgb.train(params, matrix, num_boost_round=self.rounds)
+        params = {"objective": self.objective, **self.params}
+        if self.objective == "rank:ndcg":
+            y = np.round(y * 20)  # graded relevance: NDCG's gain 2^rel wants small integers
+        self.booster = ranker.fit(x, y, qid, self.rounds, params=params)
 
     def rank(self, d: dataset.WorkloadData) -> np.ndarray:
-        import xgboost as xgb
-
         if self.objective == "tvm":
             return np.asarray(self.model._predict(d.blocks))
-        return self.booster.predict(xgb.DMatrix(pooled(d.blocks, self.pooling)))
+        return ranker.scores(self.booster, rows_of(d, self.pooling))
 
 
 VARIANTS = {
-    "tvm-reg": lambda: Variant("tvm-reg", "tvm", "blocks"),
-    "reg-sum": lambda: Variant("reg-sum", "reg", "sum"),
-    "pairwise-sum": lambda: Variant("pairwise-sum", "rank:pairwise", "sum"),
-    "ndcg-sum": lambda: Variant("ndcg-sum", "rank:ndcg", "sum"),
-    "pairwise-summax": lambda: Variant("pairwise-summax", "rank:pairwise", "sum+max"),
+    "tvm-reg": lambda: Variant("tvm"),
+    "registry": lambda: Variant(ranker.PARAMS["objective"]),
+    "reg-sum": lambda: Variant("reg:squarederror"),
+    "ndcg-sum": lambda: Variant("rank:ndcg", params={"lambdarank_pair_method": "topk"}),
+    "pairwise-summax": lambda: Variant("rank:pairwise", "sum+max"),
 }
 
 

@@ -140,15 +140,10 @@ class Engine:
         XGBModel; with the predictor's version, and says whose it is (``predictor_from``)."""
         self.predictor_from = None
         if self.opts.use_predictor:
-            from registry.tvm_side.predictor import load_predictor, sibling_predictor
-
-            loaded = load_predictor(self.storage, self.tvm_database.device_id)
-            if loaded is not None:
-                return loaded
-            sibling = sibling_predictor(self.storage, self.tvm_database.device_id)
-            if sibling is not None:
-                model, version, self.predictor_from = sibling
-                return model, version
+            found = self.model_run.predictor()
+            if found is not None:
+                self.predictor_from = found.sibling
+                return found.model, found.version
         return ms.cost_model.XGBModel(num_tuning_cores=usable_cores()), None
 
     def close(self) -> None:

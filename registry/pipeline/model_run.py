@@ -135,6 +135,15 @@ class ModelRun:
     measurer: Measurer
     tvm_database: RegistryDatabase
 
+    def predictor(self):
+        """The device's predictor, else a sibling device's (``predictor.predictor_for``), loaded once a run (a
+        transfer ranks with it, then its fallback tuning does): None when neither has one."""
+        if not hasattr(self, "_predictor"):
+            from registry.tvm_side.predictor import predictor_for
+
+            self._predictor = predictor_for(self.storage, self.tvm_database.device_id)
+        return self._predictor
+
     def tvm_database_for(self, tasks: list[RunTask], source: str, team: str | None) -> RegistryDatabase:
         """Another view of the registry for this run's device, filing records as ``source``."""
         return registry_database(self.storage, self.measurer.device, tasks, source, team, self.loaded.name)

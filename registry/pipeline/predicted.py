@@ -6,9 +6,9 @@ than the last 10% of latency. For each task of the model:
 
 1. **exact**: the workload's records on the device, as compiling always uses them;
 2. **predicted**: the donors' schedules that ``registry transfer`` would measure (the task's own workload on sibling
-   devices, its nearest stored workloads; up to ``candidates`` distinct programs, re-samples included) are each
-   **built** for the target (a schedule that does not compile is never picked), and the device's predictor, or a
-   sibling device's until it has one, picks the one it ranks fastest;
+   devices, its nearest stored workloads; up to ``candidates`` distinct programs, re-samples included) are ranked by
+   the device's predictor, or a sibling device's until it has one, from their scheduled TIR (no code generation), and
+   the one it ranks fastest is **built** for the target; where it does not compile, the next that does is picked;
 3. **default**: no candidate built; TVM's default schedule.
 
 The model is compiled with those schedules and exported. Nothing is timed, and nothing is written to the registry
@@ -24,11 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm.ir.utils import derived_object
-from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.target import Target
 
 from registry.errors import BadInputError, RegistryError
@@ -46,12 +44,13 @@ from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import TVM_ERRORS, error_line, prepare_tuning
 from registry.tvm_side.compile import compile_model
 from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.predictor import scores_of
 from registry.tvm_side.signature import structural_hash
 
 
 @dataclass
 class PredictOptions:
-    candidates: int = 8  # donor programs built per task, at most: building is cheap beside measuring
+    candidates: int = 8  # donor programs ranked per task, at most: only the pick is built
     neighbours: int = TRANSFER.neighbours  # donor workloads considered per task
     output: Path | None = None
 
@@ -135,14 +134,11 @@ def predict(
 
 def _predictor(storage: RegistryStorage, device_id: int) -> tuple[object, int, str | None]:
     """The device's predictor, else a sibling device's: (cost model, version, the sibling's name or None)."""
-    from registry.tvm_side.predictor import load_predictor, sibling_predictor
+    from registry.tvm_side.predictor import predictor_for
 
-    loaded = load_predictor(storage, device_id)
-    if loaded is not None:
-        return loaded[0], loaded[1], None
-    sibling = sibling_predictor(storage, device_id)
-    if sibling is not None:
-        return sibling
+    found = predictor_for(storage, device_id)
+    if found is not None:
+        return found.model, found.version, found.sibling
     raise BadInputError(
         f"device {device_id} has no predictor, nor has any sibling device: `registry predictor train --device "
         f"{device_id}` trains one on its records (--no-measure lets it choose the schedules)"
@@ -183,16 +179,14 @@ class _Chooser:
             picked = self.schedules.distinct(task.mod, donors, self.opts.candidates, resample=self.opts.candidates)
         if not picked:
             return result
-        ok = self._built(picked)
-        result.candidates = len(ok)
-        if not ok:
-            return result
         with self.clock("search"):
-            context = ms.TuneContext(mod=task.mod, target=self.database.target, task_name=task.name)
-            args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
-            scores = self.model.predict(context, [MeasureCandidate(sch, args) for _, sch in ok])
-        best = max(range(len(ok)), key=lambda i: scores[i])
-        donor, sch = ok[best]
+            scores = scores_of(self.model, task.mod, self.database.target, task.name, [sch for _, sch in picked])
+        result.candidates = len(picked)
+        chosen = self._first_that_builds([picked[i] for i in sorted(range(len(picked)), key=lambda i: -scores[i])])
+        if chosen is None:
+            return result
+        donor, sch = chosen
+        args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
         self.database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
         result.source = "predicted"
         result.donor = f"{donor.task_name}#{donor.workload_id}"
@@ -200,15 +194,20 @@ class _Chooser:
         result.same_device = donor.same_device
         return result
 
-    def _built(self, picked: list) -> list:
-        """The (donor, schedule) pairs whose schedule builds for the target: a schedule that does not is never
-        picked."""
-        with self.clock("measure"):  # building: what a measured transfer would spend before timing
-            built = self.builder.build([BuilderInput(sch.mod, self.database.target) for _, sch in picked])
-            for b in built:
-                if b.artifact_path:
-                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-        return [(donor, sch) for (donor, sch), b in zip(picked, built, strict=True) if not b.error_msg]
+    def _first_that_builds(self, ranked: list):
+        """The highest-ranked (donor, schedule) pair whose schedule builds for the target (a schedule that does not
+        is never picked), or None. The predictor ranks scheduled TIR, which needs no code generation, so only the
+        pick is built, and the others only when it does not build."""
+        for batch in (ranked[:1], ranked[1:]):
+            with self.clock("measure"):  # building: what a measured transfer would spend before timing
+                built = self.builder.build([BuilderInput(sch.mod, self.database.target) for _, sch in batch])
+                for b in built:
+                    if b.artifact_path:
+                        shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+            for pair, b in zip(batch, built, strict=True):
+                if not b.error_msg:
+                    return pair
+        return None
 
 
 def device_of(storage: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]:

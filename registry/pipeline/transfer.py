@@ -67,6 +67,10 @@ from registry.tvm_side import apply_trace
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.gemm_schedules import matrix_product_seeds
 from registry.tvm_side.output_check import output_check
+from registry.tvm_side.predictor import scores_of
+
+# Donor programs a predictor ranks per task, of which a transfer measures what the predictor's score warrants.
+RANKED = 8
 
 
 @dataclass
@@ -268,6 +272,8 @@ class _Resolver:
         self.schedules = DonorSchedules(run.storage, run.target)
         self.writer = RecordWriter(run.storage)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
+        # the device's predictor (or a sibling's) ranks each task's donor programs: only the first are measured
+        self.predictor = run.predictor() if opts.tune.use_predictor else None
 
     def _time(self, task: RunTask, mod) -> Measurement:
         return self.run.measurer.kernels([module_job(mod, self.target, task.arguments)])[0]
@@ -342,7 +348,10 @@ class _Resolver:
         (docs/BENCHMARKS.md, "A new user's first transfer of a YOLO")."""
         with self.clock("donors"):
             picked: list = [(None, sch) for sch in matrix_product_seeds(task.mod, self.target)]
-            picked += self.schedules.distinct(task.mod, donors, candidates, resample=candidates)
+            if self.predictor is None:
+                picked += self.schedules.distinct(task.mod, donors, candidates, resample=candidates)
+            else:
+                picked += self._ranked(task, donors, candidates)
         with self.clock("measure"):
             timings = self.run.measurer.kernels([module_job(sch.mod, self.target, task.arguments) for _, sch in picked])
         result.candidates = len(picked)
@@ -356,6 +365,17 @@ class _Resolver:
             if check is None or check.problem(sch.mod) is None:
                 return donor, sch, timings[k]
         return None
+
+    def _ranked(self, task: RunTask, donors: list[Donor], candidates: int) -> list:
+        """The donors' distinct programs (up to ``RANKED``) in the predictor's order, as many of the first as its
+        held-out score warrants measuring (``LoadedPredictor.warranted``), at most ``candidates``."""
+        pool = self.schedules.distinct(task.mod, donors, max(RANKED, candidates), resample=max(RANKED, candidates))
+        if len(pool) < 2:
+            return pool
+        with self.clock("search"):
+            scores = scores_of(self.predictor.model, task.mod, self.target, task.name, [sch for _, sch in pool])
+        order = sorted(range(len(pool)), key=lambda i: -scores[i])
+        return [pool[i] for i in order[: self.predictor.warranted(candidates)]]
 
     def _commit(self, task: RunTask, donor: Donor | None, sch, timing: Measurement, source: str) -> str | None:
         """Store the winner as ``source`` through the registry's one check; why it was refused, if it was."""

@@ -35,12 +35,15 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
-from registry.store.interface import PredictorIn, RecordReads, RecordWrites, RegistryReads
-from registry.tvm_side import cpus, predictor_blob, tvmlog
+from registry.predictor_scores import random_top_k_score, spearman, top_k_recall, top_k_score
+from registry.store.interface import PredictorIn, RecordWrites, RegistryReads
+from registry.tvm_side import cpus, predictor_blob, ranker, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
+from registry.tvm_side.ranker import RankingModel
 
 KIND, LEGACY_KIND = predictor_blob.KIND, predictor_blob.LEGACY_KIND
+KINDS = predictor_blob.KINDS
 # Fewer records than this say nothing about a ranking (two records always rank "perfectly" or "inversely").
 MIN_EVAL_RECORDS = 3
 TOP_KS = (1, 5)
@@ -107,6 +110,7 @@ class TrainingSource:
         device = store.resolve_one_device(str(device_id))
         self.device_name = f"{device.id}:{device.name}"
         self.target = Target(json.loads(device.target_json))
+        self.threads = device.num_threads
         # workload id -> (task name, ok records)
         self.counts: dict[int, tuple[str, int]] = store.ok_record_counts(device_id)
 
@@ -156,41 +160,28 @@ def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
     return model
 
 
+def _fit_ranking(groups: list[WorkloadGroup], source: TrainingSource) -> RankingModel:
+    """A ranking model (``registry.tvm_side.ranker``) trained once on all ``groups``, each workload one query."""
+    device = ranker.descriptor(source.target, source.threads)
+    rows = [ranker.program_rows(g.features, device) for g in groups]
+    qid = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows)])
+    labels = np.concatenate([ranker.relevance(g.mean_s) for g in groups])
+    booster = ranker.fit(np.concatenate(rows), labels, qid, nthread=xgboost_threads())
+    return RankingModel(booster, source.target, source.threads, nthread=xgboost_threads())
+
+
 # -- evaluation ------------------------------------------------------------------------------------------------
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks from 0, ties given their mean rank (as Spearman's coefficient needs)."""
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x))
-    for value in np.unique(x):
-        tied = x == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation; 0 when either side is constant (it ranks nothing)."""
-    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
-    if ra.std() == 0 or rb.std() == 0:
-        return 0.0
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def top_k_recall(score: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """The share of the true ``k`` best (highest ``truth``) among the ``k`` highest ``score``; k capped at n."""
-    k = min(k, len(truth))
-    best = set(np.argsort(-truth, kind="stable")[:k].tolist())
-    picked = set(np.argsort(-score, kind="stable")[:k].tolist())
-    return len(best & picked) / k
-
-
-def _evaluate(model: XGBModel, g: WorkloadGroup) -> dict[str, Any]:
-    score = model.predict(g.context, g.candidates)
+def _evaluate(model: XGBModel | RankingModel, g: WorkloadGroup) -> dict[str, Any]:
+    score = np.asarray(model.predict(g.context, g.candidates))
     throughput = 1.0 / g.mean_s
     row: dict[str, Any] = {"workload_id": g.workload_id, "task": g.task, "records": len(g.mean_s)}
     row["spearman"] = spearman(score, throughput)
+    # TenSet's top-k scores (the best latency over the best of the k ranked highest), a random ranking's expected ones
+    for k in TOP_KS:
+        row[f"top{k}"] = top_k_score(g.mean_s, score, k)
+        row[f"random_top{k}"] = random_top_k_score(g.mean_s, k)
     for k in TOP_KS:
         row[f"recall@{k}"] = top_k_recall(score, throughput, k)
         # A random ranking's expected recall: each of the k picks is one of the true k with probability k/n.
@@ -210,12 +201,14 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "held_out": {
             "spearman": mean("spearman"),
+            **{f"top{k}": mean(f"top{k}") for k in TOP_KS},
             **{f"recall@{k}": mean(f"recall@{k}") for k in TOP_KS},
             "regret@1": mean("regret@1"),
         },
         # A random ranking's Spearman is 0 in expectation; its recall is k/n, averaged like the model's.
         "random": {
             "spearman": 0.0,
+            **{f"top{k}": mean(f"random_top{k}") for k in TOP_KS},
             **{f"recall@{k}": mean(f"random_recall@{k}") for k in TOP_KS},
             "regret@1": mean("random_regret@1"),
         },
@@ -257,7 +250,8 @@ def train(
     seed: int = 0,
     held_out: list[int] | None = None,
     progress: Callable[[str], None] | None = None,
-) -> tuple[XGBModel, dict[str, Any]]:
+    kind: str = ranker.KIND,
+) -> tuple[XGBModel | RankingModel, dict[str, Any]]:
     """Train an XGBModel on every workload of ``device_id``; first evaluate one trained without ``holdout`` of them
     (a share, drawn with ``seed``), or without the workloads whose ids ``held_out`` names.
 
@@ -268,6 +262,8 @@ def train(
     """
     if not 0 <= holdout < 1:
         raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
+    if kind not in KINDS:
+        raise BadInputError(f"unknown predictor kind {kind!r}; expected one of {', '.join(KINDS)}")
     say = progress or (lambda _msg: None)
     source = TrainingSource(store, device_id)
     if held_out is None:
@@ -303,9 +299,12 @@ def train(
         )
     anchor = groups[-1]
 
+    def fit(training: list[WorkloadGroup]) -> XGBModel | RankingModel:
+        return _fit(training, anchor) if kind == KIND else _fit_ranking(training, source)
+
     metrics: dict[str, Any] = {"device": source.device_name, "holdout": holdout, "seed": seed}
     if held_ids:
-        partial = _fit(groups, anchor)
+        partial = fit(groups)
         rows = []
         for wid in held_ids:
             g = read(wid)
@@ -317,7 +316,7 @@ def train(
         if rows:  # else the held-out workloads' records did not replay: no evaluation to show
             metrics.update(_summary(rows))
             metrics["held_out"].update(workloads=len(rows), records=sum(r["records"] for r in rows))
-    model = _fit(groups, anchor)
+    model = fit(groups)
     metrics.update(
         workloads=len(groups),
         records=sum(len(g.features) for g in groups),
@@ -330,10 +329,25 @@ def train(
 # -- storing ----------------------------------------------------------------------------------------------------
 
 
-def to_bytes(model: XGBModel) -> bytes:
-    """The model as ``registry.tvm_side.predictor_blob`` stores it: the booster as XGBoost JSON, features as arrays."""
+def to_bytes(model: XGBModel | RankingModel) -> bytes:
+    """The model as ``registry.tvm_side.predictor_blob`` stores it: the booster as XGBoost JSON, and for an XGBModel
+    its training features as arrays (a ranking model grows from its booster alone: ``RankingModel.update``)."""
+    booster_json = bytes(model.booster.save_raw("json"))
+    if isinstance(model, RankingModel):
+        return predictor_blob.encode(booster_json, [], width=model.booster.num_features(), layout=ranker.LAYOUT)
     groups = [predictor_blob.Group(g.group_hash, g.features, g.costs) for g in model.data.values()]
-    return predictor_blob.encode(bytes(model.booster.save_raw("json")), groups)
+    return predictor_blob.encode(booster_json, groups)
+
+
+def _booster(decoded: predictor_blob.Decoded):
+    import xgboost as xgb
+
+    booster = xgb.Booster()
+    try:
+        booster.load_model(bytearray(decoded.booster_json))
+    except xgb.core.XGBoostError as e:
+        raise predictor_blob.BadPredictorBlob(f"XGBoost refused its booster ({str(e).strip()[-160:]})") from None
+    return booster
 
 
 def from_bytes(blob: bytes) -> XGBModel:
@@ -342,41 +356,48 @@ def from_bytes(blob: bytes) -> XGBModel:
     Built here field by field, never through ``XGBModel.load``, which unpickles. Raises BadPredictorBlob for a blob
     that is not one (XGBoost's own refusals included).
     """
-    import xgboost as xgb
-
     decoded = predictor_blob.decode(blob)
-    booster = xgb.Booster()
-    try:
-        booster.load_model(bytearray(decoded.booster_json))
-    except xgb.core.XGBoostError as e:
-        raise predictor_blob.BadPredictorBlob(f"XGBoost refused its booster ({str(e).strip()[-160:]})") from None
     model = new_model()
-    model.booster = booster
+    model.booster = _booster(decoded)
     for g in decoded.groups:
         model.data[g.hash] = FeatureGroup(g.hash, g.features, g.costs)
         model.data_size += len(g.costs)
     return model
 
 
-def save(store: RecordWrites, device_id: int, model: XGBModel, metrics: dict[str, Any]) -> int:
+def ranking_from_bytes(blob: bytes, target: Target, threads: int) -> RankingModel:
+    """A stored ranking predictor, ranking for the device ``target`` and ``threads`` describe (its descriptor goes
+    into every row, so one booster ranks for each device it is loaded for). Raises BadPredictorBlob as
+    ``from_bytes`` does, and for rows of another layout."""
+    decoded = predictor_blob.decode(blob)
+    if decoded.layout != ranker.LAYOUT or decoded.groups:
+        raise predictor_blob.BadPredictorBlob(f"rows of layout {decoded.layout!r}; this registry reads {ranker.LAYOUT}")
+    return RankingModel(_booster(decoded), target, threads, nthread=xgboost_threads())
+
+
+def save(store: RecordWrites, device_id: int, model: XGBModel | RankingModel, metrics: dict[str, Any]) -> int:
     """Store ``model`` as the device's next predictor version; returns the version."""
     if model.booster is None:
         raise RegistryError("the model was never trained: there is nothing to store")
+    ranking = isinstance(model, RankingModel)
     return store.save_predictor(
         PredictorIn(
             device_id,
-            KIND,
+            ranker.KIND if ranking else KIND,
             to_bytes(model),
             metrics,
-            n_workloads=len(model.data),
-            n_records=int(model.data_size),
+            n_workloads=int(metrics["workloads"]) if ranking else len(model.data),
+            n_records=int(metrics["records"]) if ranking else int(model.data_size),
             tvm_version=hostinfo.tvm_version(),
         )
     )
 
 
-def load_predictor(store: RecordReads, device_id: int) -> tuple[XGBModel, int] | None:
-    """The device's newest XGBModel predictor and its version, ready to rank candidates; None when it has none.
+def load_predictor(
+    store: RegistryReads, device_id: int, for_device: int | None = None
+) -> tuple[XGBModel | RankingModel, int] | None:
+    """The device's newest predictor and its version, ready to rank candidates for ``for_device`` (default: the same
+    device; a ranking predictor describes the device it ranks for in every row); None when it has none.
 
     A predictor that cannot be used is not fatal: tuning goes on with a fresh model after one RegistryWarning, which
     says why. That covers a blob in the old format (XGBModel's tar, whose pickled features could run code on this
@@ -390,9 +411,13 @@ def load_predictor(store: RecordReads, device_id: int) -> tuple[XGBModel, int] |
         problem = "is in the old format, whose pickled features could run code here, so it is not loaded"
     else:
         try:
-            if stored.kind != KIND:
-                raise predictor_blob.BadPredictorBlob(f"unknown kind {stored.kind!r}")
-            return from_bytes(stored.blob), stored.version
+            if stored.kind == KIND:
+                return from_bytes(stored.blob), stored.version
+            if stored.kind == ranker.KIND:
+                row = {d.id: d for d in store.all_devices()}[device_id if for_device is None else for_device]
+                model = ranking_from_bytes(stored.blob, Target(json.loads(row.target_json)), row.num_threads)
+                return model, stored.version
+            raise predictor_blob.BadPredictorBlob(f"unknown kind {stored.kind!r}")
         except predictor_blob.BadPredictorBlob as e:
             problem = f"cannot be read ({e})"
     warnings.warn(
@@ -404,7 +429,7 @@ def load_predictor(store: RecordReads, device_id: int) -> tuple[XGBModel, int] |
     return None
 
 
-def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel, int, str] | None:
+def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel | RankingModel, int, str] | None:
     """For a device with no predictor of its own: the predictor of a sibling (another device of its target kind and
     TVM release: another mcpu, thread count or GPU) trained on the most records, with its version and device; None
     when no sibling has one. A sibling's ranking of schedules carries over better than none: what makes a loop nest
@@ -418,16 +443,59 @@ def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel, i
         p
         for p in store.list_predictors()
         if p.device_id != device_id
-        and p.kind == KIND
+        and p.kind in KINDS
         and p.device_id in devices
         and devices[p.device_id].tvm_version == own.tvm_version
         and _target_kind(devices[p.device_id].target_json) == kind
     ]
-    for info in sorted(siblings, key=lambda p: (-p.n_records, -p.version)):
-        loaded = load_predictor(store, info.device_id)
+    # a ranking predictor first: it ranks for this device with this device's descriptor
+    for info in sorted(siblings, key=lambda p: (p.kind != ranker.KIND, -p.n_records, -p.version)):
+        loaded = load_predictor(store, info.device_id, for_device=device_id)
         if loaded is not None and loaded[1] == info.version:
             return loaded[0], info.version, f"{info.device_id}:{info.device}"
     return None
+
+
+@dataclass
+class LoadedPredictor:
+    """A predictor ready to rank for one device, with what it was trained and judged on."""
+
+    model: XGBModel | RankingModel
+    version: int
+    metrics: dict[str, Any]  # its training's (``train``): held-out scores, when it was judged
+    sibling: str | None = None  # "id:name" of the device it was trained on, when not the device it ranks for
+
+    def warranted(self, most: int) -> int:
+        """How many of a task's ranked candidates to measure, at most ``most``: 1 where the predictor's held-out
+        top-1 score reached ``CONFIDENT`` (its pick is within 5% of the best, on average, on workloads it never
+        saw), else ``most``. A predictor judged on nothing earns no trust."""
+        held = self.metrics.get("held_out", {})
+        return 1 if isinstance(held.get("top1"), float) and held["top1"] >= CONFIDENT else most
+
+
+def scores_of(model: XGBModel | RankingModel, mod, target: Target, task_name: str, schedules: list) -> np.ndarray:
+    """The predictor's score of each scheduled ``mod`` (higher: predicted faster), from the scheduled TIR alone."""
+    context = TuneContext(mod=mod, target=target, task_name=task_name)
+    args = ArgInfo.from_prim_func(next(iter(mod.functions.values())))
+    return np.asarray(model.predict(context, [MeasureCandidate(sch, args) for sch in schedules]))
+
+
+# The held-out top-1 score above which a transfer measures only the predictor's pick (see LoadedPredictor.warranted).
+CONFIDENT = 0.95
+
+
+def predictor_for(store: RegistryReads, device_id: int) -> LoadedPredictor | None:
+    """The device's own newest predictor, else a sibling device's (``sibling_predictor``), else None."""
+    loaded = load_predictor(store, device_id)
+    sibling = None
+    if loaded is None:
+        found = sibling_predictor(store, device_id)
+        if found is None:
+            return None
+        loaded, sibling = found[:2], found[2]
+    trained_on = device_id if sibling is None else int(sibling.split(":", 1)[0])
+    info = {p.version: p for p in store.list_predictors(trained_on)}.get(loaded[1])
+    return LoadedPredictor(loaded[0], loaded[1], info.metrics if info is not None else {}, sibling)
 
 
 def _target_kind(target_json: str) -> str | None:

@@ -33,10 +33,14 @@ VERSION = 2
 # which is never loaded again.
 KIND = "xgb-v2"
 LEGACY_KIND = "xgb"
+# A ranking predictor (registry.tvm_side.ranker) in the same archive: no groups, rows named by the header's layout.
+RANK_KIND = "xgb-rank-v1"
+KINDS = (RANK_KIND, KIND)  # the kinds this registry makes and reads; the first is what training makes by default
 _HEADER, _BOOSTER = "predictor.json", "booster.json"
 # A predictor of 10^5 records with MetaSchedule's 164 features per block row is tens of MB; 1 GiB is far beyond any
 # real one and keeps a zip bomb from exhausting memory.
 MAX_UNCOMPRESSED = 1 << 30
+MAX_LAYOUT = 64  # a layout is a short name, e.g. "store-sum+device-v1"
 
 
 class BadPredictorBlob(RegistryError):
@@ -56,10 +60,12 @@ class Group:
 class Decoded:
     booster_json: bytes
     groups: list[Group]
+    layout: str = ""  # the rows the booster reads, when they are not MetaSchedule's per-block features
 
 
-def encode(booster_json: bytes, groups: list[Group]) -> bytes:
-    widths = {f.shape[1] for g in groups for f in g.features}
+def encode(booster_json: bytes, groups: list[Group], *, width: int | None = None, layout: str = "") -> bytes:
+    """``width``: the booster's feature count, for a predictor stored without its training groups."""
+    widths = {f.shape[1] for g in groups for f in g.features} | ({width} if width is not None else set())
     if len(widths) > 1:
         raise ValueError(f"feature matrices of different widths: {sorted(widths)}")
     header = {
@@ -67,6 +73,7 @@ def encode(booster_json: bytes, groups: list[Group]) -> bytes:
         "version": VERSION,
         "feature_width": widths.pop() if widths else 0,
         "groups": [{"hash": g.hash, "rows": [int(f.shape[0]) for f in g.features]} for g in groups],
+        **({"layout": layout} if layout else {}),
     }
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
@@ -116,10 +123,13 @@ def _decode(z: zipfile.ZipFile) -> Decoded:
     specs = header.get("groups")
     if not isinstance(specs, list) or names != {_HEADER, _BOOSTER} | _member_names(len(specs)):
         raise BadPredictorBlob("its members do not match its header")
+    layout = header.get("layout", "")
+    if not isinstance(layout, str) or len(layout) > MAX_LAYOUT:
+        raise BadPredictorBlob(f"layout: expected a name of at most {MAX_LAYOUT} characters")
     groups = [_group(z, i, spec, width) for i, spec in enumerate(specs)]
     booster_json = z.read(_BOOSTER)
     check_booster(orjson.loads(booster_json), width)
-    return Decoded(booster_json, groups)
+    return Decoded(booster_json, groups, layout)
 
 
 def _member_names(n: int) -> set[str]:

@@ -48,6 +48,14 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def top_k_recall(score: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """The share of the true ``k`` best (highest ``truth``) among the ``k`` highest ``score``; k capped at n."""
+    k = min(k, len(truth))
+    best = set(np.argsort(-truth, kind="stable")[:k].tolist())
+    picked = set(np.argsort(-score, kind="stable")[:k].tolist())
+    return len(best & picked) / k
+
+
 def pairwise_accuracy(lat: np.ndarray, score: np.ndarray) -> float:
     faster = lat[:, None] < lat[None, :]
     agree = (score[:, None] > score[None, :]) & faster
