@@ -77,14 +77,25 @@ def import_(ctx: Context, path: Path, team, model, threads, host_model, skip_inv
 
 def _print_import(result, fmt: str) -> None:
     if fmt == "json":
-        from registry.schemas import ImportOutput
-
-        echo_model(ImportOutput(**dataclasses.asdict(result)))
+        echo_model(import_output(result))
         return
     click.echo(f"workloads: {result.workloads_new} new, {result.workloads_present} already present")
     click.echo(f"records:   {result.records_new} new, {result.records_present} already present")
+    if getattr(result, "predictors_new", 0) or getattr(result, "predictors_present", 0):  # a bundle with predictors
+        click.echo(f"predictors: {result.predictors_new} new, {result.predictors_present} already present")
     if result.records_skipped:
         click.echo(f"skipped:   {result.records_skipped} invalid (first: {result.first_skipped})")
+
+
+def import_output(result):
+    """An import's counts as ``--json`` prints them: the fields ImportOutput declares."""
+    from registry.schemas import ImportOutput
+
+    return ImportOutput(**_declared(ImportOutput, dataclasses.asdict(result)))
+
+
+def _declared(schema, fields: dict) -> dict:
+    return {k: v for k, v in fields.items() if k in schema.model_fields}
 
 
 @click.command()
@@ -110,11 +121,16 @@ def _print_import(result, fmt: str) -> None:
     help="Bundle: only this model's records: those its runs wrote, and the best of each of its tasks.",
 )
 @click.option("--since", type=click.DateTime(), help="Bundle: only records measured at or after this time (UTC).")
+@click.option(
+    "--no-predictors",
+    is_flag=True,
+    help="Bundle: leave out the devices' predictors (by default each device's newest of each kind travels).",
+)
 @output_options()
 @common_options
 @pass_ctx
 def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_only: bool, team, model, since,
-           fmt: str) -> None:  # fmt: skip
+           no_predictors: bool, fmt: str) -> None:  # fmt: skip
     """Export records: one device's as a JSONDatabase that plain TVM loads (-o FOLDER), or any as a bundle that
     keeps their provenance (--bundle FILE). Reads the registry, writes only FOLDER or FILE.
 
@@ -135,10 +151,12 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
     logs = [("-o", folder / name) for name in (WORKLOAD_FILE, RECORD_FILE)] if folder is not None else []
     ctx.refuse_own_files(("--bundle", bundle), *logs)
     if bundle is not None:
-        _export_bundle(ctx, bundle, device, team, model, since, best_only, fmt)
+        _export_bundle(ctx, bundle, device, team, model, since, best_only, not no_predictors, fmt)
         return
     if any(v is not None for v in (team, model, since)):
         raise click.UsageError("--team, --model and --since filter bundles (--bundle FILE)")
+    if no_predictors:
+        raise click.UsageError("--no-predictors is for bundles (--bundle FILE): TVM's logs carry no predictor")
     from registry.share.export import export_database
 
     r = export_database(ctx.existing_store, folder, device, best_only=best_only)
@@ -156,17 +174,20 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
         )
 
 
-def _export_bundle(ctx: Context, path: Path, device, team, model, since, best_only: bool, fmt: str) -> None:
+def _export_bundle(
+    ctx: Context, path: Path, device, team, model, since, best_only: bool, predictors: bool, fmt: str
+) -> None:
     from registry.share.export import exchange_filters, export_bundle
 
     store = ctx.existing_store
-    info = export_bundle(store, path, exchange_filters(store, device, team, model, since, best_only))
+    filters = exchange_filters(store, device, team, model, since, best_only)
+    info = export_bundle(store, path, filters, predictors=predictors)
     if fmt == "json":
         from registry.schemas import BundleOutput
 
-        echo_model(BundleOutput(**{**dataclasses.asdict(info), "path": str(info.path)}))
+        echo_model(BundleOutput(**_declared(BundleOutput, {**dataclasses.asdict(info), "path": str(info.path)})))
         return
     click.echo(
-        f"wrote {info.records} record(s) of {info.workloads} workload(s), {info.devices} device(s) and "
-        f"{info.models} model(s) to {path} ({info.bytes / 1e6:.1f} MB)"
+        f"wrote {info.records} record(s) of {info.workloads} workload(s), {info.devices} device(s), "
+        f"{info.models} model(s) and {info.predictors} predictor(s) to {path} ({info.bytes / 1e6:.1f} MB)"
     )

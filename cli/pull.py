@@ -112,12 +112,13 @@ def pull(
     with Progress("pull") as progress:
         result = import_bundle(ctx.store, path, progress=progress)
     if fmt == "json":
-        from registry.schemas import ImportOutput
+        from registry.cli.logs import import_output
 
-        echo_model(ImportOutput(**dataclasses.asdict(result)))
+        echo_model(import_output(result))
         return
+    more = f"; {result.predictors_new} new predictor(s)" if result.predictors_new else ""
     click.echo(f"{source}: {result.records_new} record(s) new, {result.records_present} already present; "
-               f"{result.workloads_new} new workload(s)")  # fmt: skip
+               f"{result.workloads_new} new workload(s){more}")  # fmt: skip
 
 
 def _pull_url(ctx: Context, url, device, team, model, since, full, page_size, token_file, fmt) -> None:

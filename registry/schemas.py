@@ -136,6 +136,8 @@ class ImportOutput(Output):
     records_present: int
     records_skipped: int = Field(description="Invalid records left out (--skip-invalid).")
     first_skipped: str | None = Field(description="Where and why the first skipped record was refused.")
+    predictors_new: int = Field(0, description="A bundle's predictors stored as their devices' next versions.")
+    predictors_present: int = Field(0, description="A bundle's predictors whose blob the device already held.")
 
 
 class ExportOutput(Output):
@@ -161,6 +163,7 @@ class BundleOutput(Output):
     workloads: int
     records: int
     models: int
+    predictors: int = Field(0, description="Predictors it carries (the newest of each kind of each device).")
     bytes: int
 
 

@@ -13,6 +13,8 @@ A bundle is a zip archive (deflated) of JSON-lines members and a manifest::
     records.jsonl     [id, workload index, device index, skeleton hash, decisions, run_secs, source, origin, team,
                        model, host, tool version, measured at, donor]; donor: [shash, module_equality, device key,
                        trace hash, origin] or null
+    predictors.jsonl  {"device" (its index), "kind", "tvm_version", "n_workloads", "n_records", "metrics", "sha256",
+                       "blob" (base64)}: each device's newest predictor of each kind that travels (version 3 on)
 
 The checksums catch a truncated or altered file; they do not say who wrote it. Nothing in a bundle is trusted: its
 records arrive "imported", are checked as a log's are (``registry.share.exchange_import``), and are trusted only
@@ -21,13 +23,17 @@ once ``registry verify`` has re-measured them here.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import collections
 import datetime as dt
 import hashlib
 import io
+import itertools
 import json
+import math
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +43,25 @@ import orjson
 from registry import hostinfo
 from registry.errors import BadInputError
 from registry.store.rows import utc
-from registry.store.validation import MAX_RECORD_ID, REGISTRY_ID
-from registry.store.values import CHUNK, ExchangeSet, ExDevice, ExEffort, ExModel, ExRecord, ExWorkload
+from registry.store.validation import MAX_RECORD_ID, REGISTRY_ID, SHA256, name_problem
+from registry.store.values import (
+    CHUNK,
+    ExchangeSet,
+    ExDevice,
+    ExEffort,
+    ExModel,
+    ExPredictor,
+    ExRecord,
+    ExWorkload,
+)
+from registry.tvm_side import predictor_blob
 
 FORMAT = "tvm-registry-bundle"
-VERSION = 2
+VERSION = 3
 MEMBERS_V1 = ("devices.jsonl", "workloads.jsonl", "skeletons.jsonl", "models.jsonl", "records.jsonl")
-MEMBERS = (*MEMBERS_V1, "efforts.jsonl")  # version 2 added the effort; a version 1 bundle is still read
+MEMBERS_V2 = (*MEMBERS_V1, "efforts.jsonl")  # version 2 added the effort
+MEMBERS = (*MEMBERS_V2, "predictors.jsonl")  # version 3 added predictors; versions 1 and 2 are still read
+_MEMBERS = {1: MEMBERS_V1, 2: MEMBERS_V2, 3: MEMBERS}
 MAX_MANIFEST = 16 << 20  # bytes: a manifest is a few KB; one declared larger is not read at all
 # Bytes of one JSON line: a record is a few hundred, a workload's module JSON or an instruction list at most a few
 # MB (the bound TVM logs are read with, tvmlog.MAX_LINE_BYTES). A longer line is refused before it is held whole.
@@ -56,6 +74,21 @@ MAX_INFLATED = 32 << 30
 # compress 4 to 20 times (hashes, decisions, module graphs); deflate reaches about 1000 on zeros, a zip bomb's ratio.
 MAX_RATIO = 100
 
+# The predictor kinds a bundle carries (those the registry makes and reads: predictor_blob.KINDS), each with the check
+# its blob must pass (raising BadPredictorBlob). Any other kind never travels (predictor_blob.LEGACY_KIND's tars hold
+# pickles).
+PREDICTOR_KINDS: dict[str, Callable[[bytes], object]] = {kind: predictor_blob.decode for kind in predictor_blob.KINDS}
+# Bytes of one predictor's blob. A predictor trained on 10^5 records is tens of MB (predictor_blob); 64 MiB holds
+# that with room, and bounds what one line makes an import hold at once: its base64 text, the bytes, and the arrays
+# ``decode`` reads from them.
+MAX_BLOB = 64 << 20
+MAX_METRICS = 64 << 10  # bytes of a predictor's metrics as JSON: a training's, without per_workload, take under 1 KB
+MAX_METRICS_DEPTH = 8  # nesting of its metrics: a training's are 3 deep (per_workload's rows)
+MAX_PREDICTOR_COUNT = (1 << 31) - 1  # of its workloads and records: INTEGER columns on PostgreSQL
+MAX_TVM_VERSION = 64  # characters of its TVM version: the column's width
+# A predictors.jsonl line: the blob as base64, its metrics, and a few short fields.
+MAX_PREDICTOR_LINE = 4 * (MAX_BLOB // 3 + 1) + MAX_METRICS + (4 << 10)
+
 
 @dataclass
 class BundleInfo:
@@ -67,6 +100,7 @@ class BundleInfo:
     records: int
     models: int
     bytes: int
+    predictors: int = 0
 
 
 def is_bundle(path: Path) -> bool:
@@ -85,7 +119,7 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
     Raises BadInputError when ``path`` cannot be written."""
     tmp = path.with_name(f".{path.name}.partial")
     sums: dict[str, dict[str, Any]] = {}
-    n_records = 0
+    n_records = n_predictors = 0
     try:
         try:
             zf = zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6)
@@ -107,7 +141,11 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                 ),
                 sums,
             )  # fmt: skip
-            if exchange.efforts:  # else a version 1 bundle, which registries before version 2 read too
+            # The oldest version that holds what is sent, which older registries read too.
+            predictors = exchange.predictors()
+            first = next(predictors, None)
+            version = 3 if first is not None else 2 if exchange.efforts else 1
+            if version >= 2:
                 _member(
                     zf,
                     "efforts.jsonl",
@@ -130,6 +168,17 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                                utc(r.created_at).isoformat(), donor]  # fmt: skip
 
             _member(zf, "records.jsonl", records(), sums)
+
+            def predictor_rows() -> Iterator[dict[str, Any]]:
+                nonlocal n_predictors
+                for p in itertools.chain([first], predictors):
+                    n_predictors += 1
+                    yield {"device": devices[p.device_key], "kind": p.kind, "tvm_version": p.tvm_version,
+                           "n_workloads": p.n_workloads, "n_records": p.n_records, "metrics": p.metrics,
+                           "sha256": p.sha256, "blob": base64.b64encode(p.blob).decode("ascii")}  # fmt: skip
+
+            if version >= 3:
+                _member(zf, "predictors.jsonl", predictor_rows(), sums)
             counts = dict(
                 devices=len(exchange.devices),
                 workloads=len(exchange.workloads),
@@ -137,9 +186,10 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
                 models=len(exchange.models),
                 records=n_records,
             )
+            if version >= 3:
+                counts["predictors"] = n_predictors
             created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             # last_record_id: the highest sender's record id in it, where a pull or push of the next page starts
-            version = VERSION if exchange.efforts else 1
             manifest = dict(format=FORMAT, version=version, origin=exchange.origin, created_at=created,
                             tool_version=hostinfo.tool_version(), tvm_version=hostinfo.tvm_version(),
                             filters=filters, counts=counts, members=sums,
@@ -154,7 +204,7 @@ def write_bundle(path: Path, exchange: ExchangeSet, filters: dict[str, Any]) -> 
         except OSError:
             pass  # a folder it could not be written in: nothing was
     return BundleInfo(path, exchange.origin, created, counts["devices"], counts["workloads"], n_records,
-                      counts["models"], path.stat().st_size)  # fmt: skip
+                      counts["models"], path.stat().st_size, n_predictors)  # fmt: skip
 
 
 def _member(zf: zipfile.ZipFile, name: str, rows, sums: dict) -> None:
@@ -186,7 +236,7 @@ def read_bundle(path: Path, where: str | None = None) -> tuple[ExchangeSet, dict
     try:
         zf = zipfile.ZipFile(path)
         manifest = _manifest(zf, where)
-        members = MEMBERS_V1 if manifest["version"] == 1 else MEMBERS
+        members = _MEMBERS[manifest["version"]]
         _check_member_list(zf, manifest, members, where)
         for name in members:
             _check_declared(zf, name, manifest, where)
@@ -217,6 +267,8 @@ def read_bundle(path: Path, where: str | None = None) -> tuple[ExchangeSet, dict
             _effort(row, idents, keys, f"{where}: efforts.jsonl:{n}")
             for n, row in enumerate(_lines(zf, "efforts.jsonl", where), start=1)
         ]
+    if "predictors.jsonl" in members:
+        out.predictors = _predictors(zf, keys, where)
     out.n_records = int(manifest["counts"]["records"])
 
     def records() -> Iterator[list[ExRecord]]:
@@ -257,7 +309,8 @@ def _manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     if not isinstance(manifest.get("members"), dict) or not isinstance(manifest.get("counts"), dict):
         raise BadInputError(f"{where}: its manifest lacks the members' checksums or counts")
     counts = manifest["counts"]
-    for name in ("devices", "workloads", "skeletons", "models", "records"):
+    named = ("devices", "workloads", "skeletons", "models", "records") + (("predictors",) if version >= 3 else ())
+    for name in named:
         if not _count(counts.get(name)):
             raise BadInputError(f"{where}: its manifest's count of {name} is {counts.get(name)!r}, not a count")
     origin, last = manifest.get("origin"), manifest.get("last_record_id", 0)
@@ -337,12 +390,12 @@ def _check_content(zf: zipfile.ZipFile, name: str, manifest: dict, where: str) -
         raise BadInputError(f"{where}: its manifest counts {counted} {what}, but {name} holds {rows} (altered bundle)")
 
 
-def _lines(zf: zipfile.ZipFile, name: str, where: str) -> Iterator[Any]:
-    """Each line of the member as JSON; a line longer than MAX_LINE is refused, never read whole."""
+def _lines(zf: zipfile.ZipFile, name: str, where: str, limit: int = MAX_LINE) -> Iterator[Any]:
+    """Each line of the member as JSON; a line longer than ``limit`` is refused, never read whole."""
     with zf.open(name) as raw, io.BufferedReader(raw, 1 << 20) as f:
-        for line_no, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), start=1):
-            if len(line) > MAX_LINE:
-                raise BadInputError(f"{where}: {name}:{line_no}: a line longer than {MAX_LINE} bytes (altered bundle)")
+        for line_no, line in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if len(line) > limit:
+                raise BadInputError(f"{where}: {name}:{line_no}: a line longer than {limit} bytes (altered bundle)")
             try:
                 yield orjson.loads(line)
             except orjson.JSONDecodeError as e:
@@ -409,3 +462,117 @@ def _effort(row: Any, idents: list, keys: list, where: str) -> ExEffort:
         return ExEffort(_at(idents, w, "workload"), _at(keys, d, "device"), trials, seconds, points, plateau)
     except (TypeError, ValueError, IndexError) as e:
         raise BadInputError(f"{where}: malformed effort ({type(e).__name__}: {e})") from None
+
+
+def _predictors(zf: zipfile.ZipFile, keys: list, where: str) -> Callable[[], Iterator[ExPredictor]]:
+    """The predictors of predictors.jsonl, every line checked here (a refusal comes before anything is written),
+    then read again on each call, one at a time: only one blob is held at once."""
+
+    def read() -> Iterator[ExPredictor]:
+        for n, row in enumerate(_lines(zf, "predictors.jsonl", where, MAX_PREDICTOR_LINE), start=1):
+            yield _predictor(row, keys, f"{where}: predictors.jsonl:{n}")
+
+    seen = set()
+    for p in read():
+        if (p.device_key, p.kind) in seen:  # which of the two would be the device's next version?
+            raise BadInputError(f"{where}: two predictors of kind {p.kind} for device {p.device_key[:12]}")
+        seen.add((p.device_key, p.kind))
+    return read
+
+
+_PREDICTOR_FIELDS = ("device", "kind", "tvm_version", "n_workloads", "n_records", "metrics", "sha256", "blob")
+
+
+def _predictor(row: Any, keys: list, where: str) -> ExPredictor:
+    """A predictor line, every field checked (``predictor_problem``), its blob decoded from base64."""
+    if not isinstance(row, dict) or set(row) != set(_PREDICTOR_FIELDS):
+        raise BadInputError(f"{where}: malformed predictor (expected keys {', '.join(_PREDICTOR_FIELDS)})")
+    try:
+        key = _at(keys, row["device"], "device")
+    except IndexError as e:
+        raise BadInputError(f"{where}: malformed predictor ({e})") from None
+    text = row["blob"]
+    if type(text) is not str:
+        raise BadInputError(f"{where}: its blob {text!r:.40} is not base64 text")
+    if len(text) > 4 * (MAX_BLOB // 3 + 1):
+        raise BadInputError(f"{where}: its blob is more than the {MAX_BLOB} bytes a bundle carries")
+    try:
+        blob = base64.b64decode(text, validate=True)
+    except binascii.Error as e:
+        raise BadInputError(f"{where}: its blob is not base64 ({e})") from None
+    p = ExPredictor(key, row["kind"], row["tvm_version"], row["n_workloads"], row["n_records"], row["metrics"], blob,
+                    row["sha256"])  # fmt: skip
+    problem = predictor_problem(p)
+    if problem:
+        raise BadInputError(f"{where}: {problem}")
+    return p
+
+
+def predictor_problem(p: ExPredictor) -> str | None:
+    """None for a predictor fit to travel, else what is wrong with it: a kind that travels whose check its blob
+    passes, of at most MAX_BLOB bytes, that the sha256 it states; counts and TVM version fit for its columns;
+    metrics within ``metrics_problem``'s bounds. An export leaves out what an import would refuse."""
+    if type(p.kind) is not str or p.kind not in PREDICTOR_KINDS:
+        return f"predictor kind {p.kind!r:.40} is not one a bundle carries ({', '.join(PREDICTOR_KINDS)})"
+    for what, n in (("workloads", p.n_workloads), ("records", p.n_records)):
+        if not (_count(n) and n <= MAX_PREDICTOR_COUNT):
+            return f"its count of {what} {n!r:.40} is not a whole number from 0 to {MAX_PREDICTOR_COUNT}"
+    problem = name_problem(p.tvm_version, "its TVM version") if p.tvm_version is not None else "no TVM version"
+    if problem or len(p.tvm_version) > MAX_TVM_VERSION:
+        return problem or f"its TVM version is longer than {MAX_TVM_VERSION} characters"
+    problem = metrics_problem(p.metrics)
+    if problem:
+        return problem
+    if len(p.blob) > MAX_BLOB:
+        return f"its blob is {len(p.blob)} bytes, more than the {MAX_BLOB} bytes a bundle carries"
+    if not (type(p.sha256) is str and SHA256.fullmatch(p.sha256)) or hashlib.sha256(p.blob).hexdigest() != p.sha256:
+        return f"its blob does not match its sha256 {p.sha256!r:.70} (altered bundle)"
+    try:
+        PREDICTOR_KINDS[p.kind](p.blob)
+    except predictor_blob.BadPredictorBlob as e:
+        return f"its blob is no {p.kind} predictor ({e})"
+    return None
+
+
+def metrics_problem(metrics: Any) -> str | None:
+    """None for a predictor's metrics fit to store and show: a JSON object of at most MAX_METRICS bytes, nested at
+    most MAX_METRICS_DEPTH deep, of JSON values only; an "origin" that is a registry id; an evaluation of finite
+    numbers, a random ranking's score ("random") next to each of the model's ("held_out", whose workloads and records
+    are counts), as ``registry predictor list`` reads them."""
+    if not isinstance(metrics, dict):
+        return f"its metrics {metrics!r:.40} are not a JSON object"
+    problem = _json_problem(metrics, MAX_METRICS_DEPTH)
+    if problem:
+        return f"its metrics {problem}"
+    try:
+        size = len(orjson.dumps(metrics))
+    except orjson.JSONEncodeError as e:  # a whole number past 64 bits, which no JSON reader here takes
+        return f"its metrics are not JSON ({e})"
+    if size > MAX_METRICS:
+        return f"its metrics take {size} bytes as JSON, more than {MAX_METRICS}"
+    origin = metrics.get("origin")
+    if origin is not None and not (type(origin) is str and REGISTRY_ID.fullmatch(origin)):
+        return f"its metrics' origin {origin!r:.40} is not a registry id (32 hex digits)"
+    if "held_out" in metrics or "random" in metrics:
+        held, rand = metrics.get("held_out"), metrics.get("random")
+        numbers = lambda d: isinstance(d, dict) and all(_number(v) for v in d.values())  # noqa: E731
+        if not (numbers(held) and numbers(rand) and set(held) - {"workloads", "records"} <= set(rand)):
+            return "its metrics' held_out and random are not finite numbers, a random one for each held-out score"
+    return None
+
+
+def _json_problem(value: Any, depth: int) -> str | None:
+    if isinstance(value, dict | list):
+        if depth == 0:
+            return f"are nested deeper than {MAX_METRICS_DEPTH}"
+        if isinstance(value, dict) and not all(type(k) is str for k in value):
+            return "have a name that is not text"
+        items = value.values() if isinstance(value, dict) else value
+        return next((p for v in items if (p := _json_problem(v, depth - 1))), None)
+    if value is None or type(value) in (bool, int, float, str):
+        return None
+    return f"hold a {type(value).__name__}, which is no JSON value"
+
+
+def _number(value: Any) -> bool:
+    return type(value) is int or (type(value) is float and math.isfinite(value))

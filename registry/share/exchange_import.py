@@ -3,12 +3,16 @@
 Nothing the sender says is taken on trust but provenance: workload hashes are recomputed from their modules (which
 must be of this TVM release), devices are rebuilt from their targets, every trace is replayed by ``RecordValidator``,
 and every record arrives "imported" (unless it was measured here in the first place). Records keep their origin, so
-two registries' measurements of one schedule are both kept; re-reading the same set adds nothing.
+two registries' measurements of one schedule are both kept; re-reading the same set adds nothing. A bundle's
+predictors, checked as it is read (``registry.share.bundle``), are stored after its records, each once per device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -19,7 +23,15 @@ from registry.records.validator import RecordValidator
 from registry.records.write import Batch, Progress, checked_write
 from registry.share.bundle import read_bundle
 from registry.share.log_import import checked_workload
-from registry.store.interface import DeviceSpec, IngestExtras, IngestResult, RecordIn, RecordStorage, WorkloadIn
+from registry.store.interface import (
+    DeviceSpec,
+    IngestExtras,
+    IngestResult,
+    RecordIn,
+    RecordStorage,
+    RegistryStorage,
+    WorkloadIn,
+)
 from registry.store.rows import GPU_KINDS
 from registry.store.validation import (
     Problem,
@@ -29,7 +41,7 @@ from registry.store.validation import (
     origin_problem,
     weight_problem,
 )
-from registry.store.values import ExchangeSet, ExRecord
+from registry.store.values import ExchangeSet, ExPredictor, ExRecord, PredictorIn
 from registry.tvm_side.target import canonical_target
 
 
@@ -179,9 +191,45 @@ def _record(
     )
 
 
+@dataclass
+class BundleImport(IngestResult):
+    predictors_new: int = 0
+    predictors_present: int = 0  # already stored for their device (the same blob)
+
+
 def import_bundle(
-    store: RecordStorage, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
-) -> IngestResult:
-    """``registry import BUNDLE``: checksums first, then everything as ``import_exchange`` checks it."""
+    store: RegistryStorage, path: Path, *, skip_invalid: bool = False, progress: Progress | None = None
+) -> BundleImport:
+    """``registry import BUNDLE``: checksums and predictors first, then everything as ``import_exchange`` checks it,
+    then the predictors."""
     exchange, _manifest = read_bundle(path)
-    return import_exchange(store, exchange, where=str(path), skip_invalid=skip_invalid, progress=progress)
+    result = import_exchange(store, exchange, where=str(path), skip_invalid=skip_invalid, progress=progress)
+    stored = list(import_predictors(store, exchange, where=str(path)))
+    return BundleImport(
+        **dataclasses.asdict(result), predictors_new=sum(stored), predictors_present=len(stored) - sum(stored)
+    )
+
+
+def import_predictors(store: RegistryStorage, exchange: ExchangeSet, *, where: str) -> Iterator[bool]:
+    """Store each predictor of ``exchange`` as its device's next version, unless that device holds its blob already:
+    True for each stored, False for each already there. Its metrics keep the registry that trained it ("origin", the
+    sender unless it says another) and the blob's sha256 ("blob_sha256"), by which a second import finds it."""
+    devices = {d.key: d for d in exchange.devices}
+    for p in exchange.predictors():
+        device_id = store.add_device(_device(devices[p.device_key], where))
+        if _holds(store, device_id, p):
+            yield False
+            continue
+        metrics = {"origin": exchange.origin} | p.metrics | {"blob_sha256": p.sha256}
+        store.save_predictor(PredictorIn(device_id, p.kind, p.blob, metrics, p.n_workloads, p.n_records, p.tvm_version))
+        yield True
+
+
+def _holds(store: RegistryStorage, device_id: int, p: ExPredictor) -> bool:
+    """Whether the device holds ``p``'s blob: an imported predictor by the sha256 its metrics keep, one trained
+    here when it is still the newest of its kind."""
+    for info in store.list_predictors(device_id):
+        if info.kind == p.kind and isinstance(info.metrics, dict) and info.metrics.get("blob_sha256") == p.sha256:
+            return True
+    newest = store.latest_predictor(device_id, p.kind)
+    return newest is not None and hashlib.sha256(newest.blob).hexdigest() == p.sha256

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import itertools
 import json
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.errors import BadInputError, UnknownDeviceError
-from registry.share.bundle import BundleInfo, write_bundle
+from registry.errors import BadInputError, RegistryWarning, UnknownDeviceError
+from registry.share.bundle import PREDICTOR_KINDS, BundleInfo, predictor_problem, write_bundle
 from registry.share.plain_export import plain_records, readme
 from registry.store.decode import parse
 from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage, Sharing
 from registry.store.own_files import refuse_own_file
-from registry.store.values import ExchangeFilters
+from registry.store.values import ExchangeFilters, ExchangeSet, ExPredictor
 from registry.tvm_side import tvmlog
 
 
@@ -143,9 +146,44 @@ def held(store: Catalogue, what: str, devices: str) -> str:
     return f"{label}: " + ", ".join(repr(n[:40]) for n in names[:MAX_NAMED]) + more
 
 
-def export_bundle(store: RegistryStorage, path: Path, filters: ExchangeFilters) -> BundleInfo:
-    """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``.
+def export_bundle(
+    store: RegistryStorage, path: Path, filters: ExchangeFilters, *, predictors: bool = True
+) -> BundleInfo:
+    """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``;
+    with ``predictors``, each of those devices' newest predictor of each kind that travels too.
     Raises BadInputError when ``path`` is the registry's own file (it would be replaced) or cannot be written."""
     refuse_own_file(path, [store.url], "--bundle")
     with store.read_exchange(filters) as exchange:
+        if predictors:
+            exchange.predictors = lambda: newest_predictors(store, exchange)
         return write_bundle(path, exchange, filters.described())
+
+
+def newest_predictors(store: RegistryStorage, exchange: ExchangeSet) -> Iterator[ExPredictor]:
+    """The newest predictor of each kind in ``bundle.PREDICTOR_KINDS`` of each device of ``exchange``, one at a
+    time. Its metrics say which registry trained it ("origin": this one, unless it came from another) and leave out
+    per_workload, whose workload ids are this registry's own. One an import would refuse is left out with a
+    warning: a corrupt stored predictor never stops an export."""
+    ids = {d.key: (d.id, d.name) for d in store.all_devices()}
+    for device in exchange.devices:
+        if device.key not in ids:
+            continue
+        device_id, name = ids[device.key]
+        for kind in PREDICTOR_KINDS:
+            stored = store.latest_predictor(device_id, kind)
+            if stored is None:
+                continue
+            metrics = stored.metrics
+            if isinstance(metrics, dict):
+                metrics = {"origin": exchange.origin} | {k: v for k, v in metrics.items() if k != "per_workload"}
+            p = ExPredictor(device.key, kind, stored.tvm_version, stored.n_workloads, stored.n_records, metrics,
+                            stored.blob, hashlib.sha256(stored.blob).hexdigest())  # fmt: skip
+            problem = predictor_problem(p)
+            if problem:
+                warnings.warn(
+                    f"predictor v{stored.version} of device {device_id}:{name} is left out of the bundle: {problem}",
+                    RegistryWarning,
+                    stacklevel=2,
+                )
+                continue
+            yield p

@@ -296,6 +296,20 @@ class ExEffort:
     plateau: bool
 
 
+@dataclass(frozen=True)
+class ExPredictor:
+    """A device's trained predictor as it travels (``registry.tvm_side.predictor_blob``'s blob for its kind)."""
+
+    device_key: str
+    kind: str
+    tvm_version: str
+    n_workloads: int
+    n_records: int
+    metrics: dict[str, Any]
+    blob: bytes
+    sha256: str  # of the blob
+
+
 @dataclass
 class ExchangeSet:
     """Everything but the records, which stream (``records``): small enough to hold, needed before any record."""
@@ -310,6 +324,8 @@ class ExchangeSet:
     last_record_id: int = 0  # the highest record id in the set: where the next incremental sync starts
     # The records in batches, read from the start on each call (a write that lost a lock race starts over).
     records: Callable[[], Iterator[list[ExRecord]]] = lambda: iter(())
+    # Its devices' predictors, one at a time (each holds a blob of up to tens of MB), read from the start on each call
+    predictors: Callable[[], Iterator[ExPredictor]] = lambda: iter(())
 
 
 # -- registry verify (registry.store.sql.verdicts) -------------------------------------------------------------------
