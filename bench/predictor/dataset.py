@@ -35,7 +35,8 @@ class WorkloadData:
 
 def _model_weights(storage) -> dict[int, tuple[list[str], int]]:
     found: dict[int, tuple[list[str], int]] = {}
-    for m in storage.find_models(""):
+    for name in storage.model_names(limit=1000):
+        m = storage.find_models(name)[0]
         for t in storage.model_tasks(m.id):
             names, weight = found.get(t.workload_id, ([], 0))
             found[t.workload_id] = ([*names, m.name], weight + t.weight)

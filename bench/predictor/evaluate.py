@@ -37,50 +37,65 @@ def normalised(d: dataset.WorkloadData) -> np.ndarray:
     return d.mean_s.min() / d.mean_s
 
 
-def rows_of(d: dataset.WorkloadData, pooling: str) -> np.ndarray:
-    """The registry's rows (``ranker.program_rows``: block features summed, then the device), or with each feature's
-    maximum over blocks beside the sum ("sum+max")."""
-    rows = ranker.program_rows(d.blocks, d.device)
-    if pooling == "sum+max":
-        rows = np.hstack([rows, np.stack([b.max(axis=0) for b in d.blocks])])
-    return rows
+def summed_rows(d: dataset.WorkloadData, pooling: str) -> np.ndarray:
+    """One row per program, for XGBoost's built-in objectives: its blocks' features summed (and each feature's maximum
+    over blocks beside, for "sum+max"), then the device."""
+    rows = [b.sum(axis=0) if pooling == "sum" else np.concatenate([b.sum(axis=0), b.max(axis=0)]) for b in d.blocks]
+    return np.hstack([np.asarray(rows), np.tile(d.device, (d.size, 1))]).astype(np.float32)
 
 
 class Variant:
     """A ranking model: ``fit`` on workloads, then ``rank`` one workload's programs (higher: predicted faster).
-    "tvm" is MetaSchedule's XGBModel (pack-sum regression on normalised throughput, per-block rows); the others are
-    ``registry.tvm_side.ranker.fit`` with ``params`` overriding its objective."""
+    "registry" is ``registry.tvm_side.ranker`` (pack-sum rows, pairwise loss) with ``params`` overriding its own;
+    "tvm" is MetaSchedule's XGBModel (pack-sum regression on normalised throughput); the others are XGBoost's built-in
+    objectives over one summed row a program."""
 
     def __init__(self, objective: str, pooling: str = "sum", params: dict | None = None, rounds: int = ranker.ROUNDS):
         self.objective, self.pooling, self.params, self.rounds = objective, pooling, dict(params or {}), rounds
 
     def fit(self, train: list[dataset.WorkloadData]) -> None:
+        if self.objective == "registry":
+            own = dict(self.params)
+            sharpness = own.pop("sharpness", ranker.SHARPNESS)
+            workloads = [(d.blocks, d.mean_s, d.device) for d in train]
+            self.booster = ranker.fit(workloads, self.rounds, params=own, sharpness=sharpness)
+            return
         if self.objective == "tvm":
             from registry.tvm_side.predictor import new_model
 
             self.model = new_model()
             self.model._train([b for d in train for b in d.blocks], np.concatenate([normalised(d) for d in train]))
             return
-        x = np.concatenate([rows_of(d, self.pooling) for d in train])
+        import xgboost as xgb
+
+        x = np.concatenate([summed_rows(d, self.pooling) for d in train])
         y = np.concatenate([normalised(d) for d in train])
         qid = np.concatenate([[k] * d.size for k, d in enumerate(train)])
-        params = {"objective": self.objective, **self.params}
         if self.objective == "rank:ndcg":
             y = np.round(y * 20)  # graded relevance: NDCG's gain 2^rel wants small integers
-        self.booster = ranker.fit(x, y, qid, self.rounds, params=params)
+        params = {**ranker.PARAMS, "nthread": 1, "objective": self.objective, **self.params}
+        matrix = xgb.DMatrix(x, label=y, qid=None if self.objective.startswith("reg:") else qid)
+        self.booster = xgb.train(params, matrix, num_boost_round=self.rounds)
 
     def rank(self, d: dataset.WorkloadData) -> np.ndarray:
+        if self.objective == "registry":
+            return ranker.program_scores(self.booster, d.blocks, d.device)
         if self.objective == "tvm":
             return np.asarray(self.model._predict(d.blocks))
-        return ranker.scores(self.booster, rows_of(d, self.pooling))
+        import xgboost as xgb
+
+        return self.booster.predict(xgb.DMatrix(summed_rows(d, self.pooling)))
 
 
 VARIANTS = {
+    "registry": lambda: Variant("registry"),
     "tvm-reg": lambda: Variant("tvm"),
-    "registry": lambda: Variant(ranker.PARAMS["objective"]),
-    "reg-sum": lambda: Variant("reg:squarederror"),
+    "pairwise-sum": lambda: Variant("rank:pairwise"),
     "ndcg-sum": lambda: Variant("rank:ndcg", params={"lambdarank_pair_method": "topk"}),
+    "reg-sum": lambda: Variant("reg:squarederror"),
     "pairwise-summax": lambda: Variant("rank:pairwise", "sum+max"),
+    "registry-gain0": lambda: Variant("registry", params={"sharpness": 0.0}),
+    "registry-depth6": lambda: Variant("registry", params={"max_depth": 6}),
 }
 
 

@@ -163,10 +163,7 @@ def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
 def _fit_ranking(groups: list[WorkloadGroup], source: TrainingSource) -> RankingModel:
     """A ranking model (``registry.tvm_side.ranker``) trained once on all ``groups``, each workload one query."""
     device = ranker.descriptor(source.target, source.threads)
-    rows = [ranker.program_rows(g.features, device) for g in groups]
-    qid = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows)])
-    labels = np.concatenate([ranker.relevance(g.mean_s) for g in groups])
-    booster = ranker.fit(np.concatenate(rows), labels, qid, nthread=xgboost_threads())
+    booster = ranker.fit([(g.features, g.mean_s, device) for g in groups], nthread=xgboost_threads())
     return RankingModel(booster, source.target, source.threads, nthread=xgboost_threads())
 
 

@@ -1,11 +1,12 @@
 """The ranking predictor (kind ``xgb-rank-v1``): which of a workload's schedules runs fastest on a device.
 
-One row per program: MetaSchedule's per-store features (``PerStoreFeature``) summed over the program's blocks, then
-the device's descriptor (``descriptor``), so that one model learns from, and ranks for, several devices. XGBoost is
-trained with a ranking objective within each workload (the query id is the workload): a pick needs the order of one
-workload's schedules, not their latencies. TVM's own ``XGBModel`` regresses each program's throughput normalised by
-its workload's best instead; ``bench/predictor/evaluate.py`` compares the two (docs/BENCHMARKS.md, "A predictor that
-ranks").
+Rows are blocks: MetaSchedule's per-store features (``PerStoreFeature``) of each block of a program, each followed by
+the device's descriptor (``descriptor``), so that one model learns from, and ranks for, several devices. A program's
+score is the sum of its blocks' (TVM's "pack-sum"), and XGBoost learns them with a ranking loss within each workload
+(``pairwise_pack_sum_objective``): a pick needs the order of one workload's schedules, not their latencies. TVM's own
+``XGBModel`` regresses each program's throughput normalised by its workload's best; XGBoost's built-in ranking
+objectives need one row a program. ``bench/predictor/evaluate.py`` compares them (docs/BENCHMARKS.md, "A predictor
+that ranks").
 
 In a tuning run the model is MetaSchedule's cost model (``RankingModel``): ``update`` adds what the run measured and
 grows the pre-trained booster by ``UPDATE_ROUNDS`` trees fitted to the run's own workloads, so the pre-trained trees
@@ -27,9 +28,8 @@ from tvm.target import Target
 from registry.tvm_side import predictor_blob
 
 KIND = predictor_blob.RANK_KIND
-LAYOUT = "store-sum+device-v1"  # the row layout a stored booster was trained on
+LAYOUT = "store-blocks+device-v1"  # the rows a stored booster was trained on
 PARAMS: dict[str, Any] = {
-    "objective": "rank:pairwise",
     "max_depth": 8,
     "eta": 0.1,
     "min_child_weight": 1,
@@ -39,10 +39,14 @@ PARAMS: dict[str, Any] = {
     "verbosity": 0,
 }
 ROUNDS = 300
+# How much a pair's weight grows with its better program's throughput (see pairwise_pack_sum_objective).
+SHARPNESS = 4.0
 UPDATE_ROUNDS = 30
-# A run's own measurements are the most telling ones about its workloads: its trees take larger steps than the base's.
+# A run's own measurements are the most telling ones about its workloads: its trees take larger steps than the base's,
+# and split where the base's margins already saturate the loss (its hessians there are near 0).
 UPDATE_PARAMS = {"eta": 0.3, "min_child_weight": 0, "max_delta_step": 1}
 DESCRIPTOR_WIDTH = 7
+FEATURE_WIDTH = 164  # PerStoreFeature's, per block
 
 
 def descriptor(target: Target, threads: int) -> np.ndarray:
@@ -83,10 +87,11 @@ def _log2(value: Any) -> float:
     return math.log2(number) if number > 0 else 0.0
 
 
-def program_rows(blocks: list[np.ndarray], device: np.ndarray) -> np.ndarray:
-    """One row per program: its blocks' features summed, then the device's descriptor."""
-    summed = np.stack([b.sum(axis=0) for b in blocks]) if blocks else np.zeros((0, 0), np.float32)
-    return np.hstack([summed, np.tile(device, (len(blocks), 1))]).astype(np.float32)
+def block_rows(blocks: list[np.ndarray], device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every program's blocks as rows, each with the device's descriptor, and each row's program."""
+    rows = np.concatenate([np.hstack([b, np.tile(device, (len(b), 1))]) for b in blocks]).astype(np.float32)
+    program = np.concatenate([np.full(len(b), k) for k, b in enumerate(blocks)])
+    return rows, program
 
 
 def relevance(mean_s: np.ndarray) -> np.ndarray:
@@ -94,29 +99,64 @@ def relevance(mean_s: np.ndarray) -> np.ndarray:
     return mean_s.min() / mean_s
 
 
+def pairwise_pack_sum_objective(program: np.ndarray, query: np.ndarray, labels: np.ndarray, sharpness: float):
+    """XGBoost's custom objective for block rows: a program's score is its blocks' sum (``program``: each row's
+    program; ``query``: each program's workload; ``labels``: each program's relevance), and programs are ranked by a
+    pairwise logistic loss within each workload. A pair weighs the gap of its gains, 2^(sharpness x relevance), so
+    that pairs of fast programs weigh most, as picking the best needs. A row's gradient and hessian are its
+    program's, as TVM's pack-sum regression passes them."""
+    starts = np.flatnonzero(np.r_[True, program[1:] != program[:-1]])
+    groups = [np.flatnonzero(query == q) for q in np.unique(query)]
+    gains = np.exp2(sharpness * labels)
+
+    def objective(predt: np.ndarray, _matrix):
+        s = np.add.reduceat(predt, starts)
+        grad, hess = np.zeros_like(s), np.zeros_like(s)
+        for members in groups:
+            g, v = gains[members], s[members]
+            weight = np.maximum(g[:, None] - g[None, :], 0.0)  # pairs (i, j) with i the faster
+            p = 1 / (1 + np.exp(np.clip(v[:, None] - v[None, :], -30, 30)))  # sigmoid(s_j - s_i)
+            d1, d2 = weight * p, weight * p * (1 - p)
+            grad[members] += d1.sum(axis=0) - d1.sum(axis=1)
+            hess[members] += d2.sum(axis=1) + d2.sum(axis=0)
+        return grad[program], np.maximum(hess[program], 1e-6)
+
+    return objective
+
+
 def fit(
-    rows: np.ndarray,
-    labels: np.ndarray,
-    qid: np.ndarray,
+    workloads: list[tuple[list[np.ndarray], np.ndarray, np.ndarray]],
     rounds: int = ROUNDS,
     base=None,
     nthread: int = 1,
     params: dict[str, Any] | None = None,
+    sharpness: float = SHARPNESS,
 ):
-    """A booster ranking ``rows`` within each query (workload), grown from ``base`` when given; ``params`` override
-    ``PARAMS`` (the benchmark's alternatives)."""
+    """A booster ranking each workload's programs, grown from ``base`` when given. ``workloads``: per workload, the
+    block features of each program, each program's mean seconds, and the device's descriptor."""
     import xgboost as xgb
 
-    order = np.argsort(qid, kind="stable")  # XGBoost wants each query's rows together
-    matrix = xgb.DMatrix(rows[order], label=labels[order], qid=qid[order])
+    rows, program, query, labels, offset = [], [], [], [], 0
+    for q, (blocks, mean_s, device) in enumerate(workloads):
+        r, p = block_rows(blocks, device)
+        rows.append(r)
+        program.append(p + offset)
+        offset += len(blocks)
+        query.append(np.full(len(blocks), q))
+        labels.append(relevance(np.asarray(mean_s, float)))
+    objective = pairwise_pack_sum_objective(
+        np.concatenate(program), np.concatenate(query), np.concatenate(labels), sharpness
+    )
     merged = {**PARAMS, "nthread": nthread, **(params or {})}
-    return xgb.train(merged, matrix, num_boost_round=rounds, xgb_model=base)
+    return xgb.train(merged, xgb.DMatrix(np.concatenate(rows)), num_boost_round=rounds, obj=objective, xgb_model=base)
 
 
-def scores(booster, rows: np.ndarray) -> np.ndarray:
+def program_scores(booster, blocks: list[np.ndarray], device: np.ndarray) -> np.ndarray:
+    """Each program's score (higher: predicted faster)."""
     import xgboost as xgb
 
-    return booster.predict(xgb.DMatrix(rows))
+    rows, program = block_rows(blocks, device)
+    return np.bincount(program, weights=booster.predict(xgb.DMatrix(rows)), minlength=len(blocks))
 
 
 @derived_object
@@ -132,36 +172,32 @@ class RankingModel(PyCostModel):
         self.device = descriptor(target, threads)
         self.nthread = nthread
         self.extractor = PerStoreFeature()
-        self.measured: dict[str, tuple[list[np.ndarray], list[float]]] = {}  # workload hash -> rows, mean seconds
+        self.measured: dict[str, tuple[list[np.ndarray], list[float]]] = {}  # workload hash -> blocks, mean seconds
         self._rng = np.random.default_rng(0)
 
-    def _rows(self, context, candidates) -> np.ndarray:
+    def _blocks(self, context, candidates) -> list[np.ndarray]:
         blocks = [f.numpy() for f in self.extractor.extract_from(context, candidates)]
-        return program_rows([b if len(b) else np.zeros((1, b.shape[1] or 164), np.float32) for b in blocks],
-                            self.device)  # fmt: skip
+        return [b if len(b) else np.zeros((1, FEATURE_WIDTH), np.float32) for b in blocks]
 
     def predict(self, context, candidates) -> np.ndarray:
         if self.booster is None:
             return self._rng.uniform(size=len(candidates))
-        return scores(self.booster, self._rows(context, candidates)).astype("float64")
+        return program_scores(self.booster, self._blocks(context, candidates), self.device).astype("float64")
 
     def update(self, context, candidates, results) -> None:
-        rows = self._rows(context, candidates)
+        blocks = self._blocks(context, candidates)
         kept, seconds = self.measured.setdefault(shash2hex(context.mod), ([], []))
-        for row, result in zip(rows, results, strict=True):
+        for b, result in zip(blocks, results, strict=True):
             if result.error_msg is None and result.run_secs:
-                kept.append(row)
+                kept.append(b)
                 seconds.append(float(np.mean([float(s) for s in result.run_secs])))
-        groups = [(np.stack(r), np.asarray(s)) for r, s in self.measured.values() if len(s) >= 2]
+        groups = [(b, np.asarray(s), self.device) for b, s in self.measured.values() if len(s) >= 2]
         if not groups:
             return
-        x = np.concatenate([r for r, _ in groups])
-        y = np.concatenate([relevance(s) for _, s in groups])
-        qid = np.concatenate([[k] * len(s) for k, (_, s) in enumerate(groups)])
         if self.base is None:
-            self.booster = fit(x, y, qid, ROUNDS // 3, nthread=self.nthread)
+            self.booster = fit(groups, ROUNDS // 3, nthread=self.nthread)
         else:
-            self.booster = fit(x, y, qid, UPDATE_ROUNDS, base=self.base, nthread=self.nthread, params=UPDATE_PARAMS)
+            self.booster = fit(groups, UPDATE_ROUNDS, base=self.base, nthread=self.nthread, params=UPDATE_PARAMS)
 
     def load(self, path: str) -> None:
         raise NotImplementedError("a ranking predictor is read from the registry, not from a file")

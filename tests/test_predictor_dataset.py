@@ -1,0 +1,76 @@
+"""The ranking predictor on the collected dataset (bench/predictor/data): real random schedules of the corpus's
+operators, measured on this CPU class. A model trained on some workloads must rank the programs of workloads it never
+saw far better than chance, as the benchmark's figures say it does (docs/BENCHMARKS.md, "A predictor that ranks").
+
+Only a slice is read (the whole dataset is the benchmark's): the first workloads of the bundle with 16 programs or
+more, read straight from the bundle, without importing it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from registry.predictor_scores import weighted, workload_row
+from registry.share.bundle import read_bundle
+
+DATA = Path(__file__).resolve().parents[1] / "bench" / "predictor" / "data"
+BUNDLES = sorted(DATA.glob("*.bundle"))
+TRAIN, HELD_OUT = 48, 16  # workloads
+
+
+def _slice(path: Path, n: int) -> tuple[dict, object]:
+    """The first ``n`` workloads with 16+ ok programs: (workload index, [trace], [mean seconds]) by shash; and the
+    bundle's first device's target."""
+    exchange, _ = read_bundle(path)
+    by_workload: dict = {}
+    for batch in exchange.records():
+        for r in batch:
+            if r.run_secs and max(r.run_secs) < 1e9:
+                trace = [json.loads(exchange.skeletons[r.skeleton]), json.loads(r.decisions_json)]
+                by_workload.setdefault(r.workload, []).append((trace, float(np.mean(r.run_secs))))
+    chosen = [w for w in exchange.workloads if len(by_workload.get(w.ident, ())) >= 16][:n]
+    return {w.ident: (w, by_workload[w.ident]) for w in chosen}, exchange.devices[0]
+
+
+@pytest.mark.tvm
+@pytest.mark.skipif(not BUNDLES, reason="no collected dataset in bench/predictor/data")
+def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.target import Target
+
+    from registry.tvm_side import ranker
+    from registry.tvm_side.apply_trace import as_stored
+    from registry.tvm_side.compat import load_tensor_intrinsics
+
+    workloads, device = _slice(BUNDLES[0], TRAIN + HELD_OUT)
+    assert len(workloads) == TRAIN + HELD_OUT
+    target = Target(device.target)
+    load_tensor_intrinsics("llvm")
+    extractor, described = PerStoreFeature(), ranker.descriptor(target, device.num_threads)
+    data = []
+    for w, programs in workloads.values():
+        mod = tvm.ir.load_json(w.mod_json)
+        args = ArgInfo.from_prim_func(next(iter(mod.functions.values())))
+        schedules = [(as_stored(mod, trace), s) for trace, s in programs]
+        kept = [(sch, s) for sch, s in schedules if sch is not None]
+        assert len(kept) == len(programs)  # every stored trace replays on its workload
+        context = TuneContext(mod=mod, target=target)
+        blocks = [f.numpy() for f in extractor.extract_from(context, [MeasureCandidate(sch, args) for sch, _ in kept])]
+        data.append((blocks, np.array([s for _, s in kept]), described))
+
+    booster = ranker.fit(data[:TRAIN], rounds=100)
+    rows = [workload_row(mean_s, ranker.program_scores(booster, blocks, dev)) for blocks, mean_s, dev in data[TRAIN:]]
+    figures = weighted(rows, [1] * len(rows))
+    print(json.dumps(figures))
+    # On the whole dataset (300+ workloads) held-out top-1 is about 0.72 against a random pick's 0.38. Trained on 48
+    # workloads, the 16 held out scored 0.6-0.7 in trials here; an inverted or constant ranking scores at or under
+    # chance.
+    assert figures["top1"] > figures["random_top1"] + 0.1, figures
+    assert figures["spearman"] > 0.3 and figures["pairwise"] > 0.6, figures
