@@ -98,9 +98,10 @@ def train(ctx: Context, device: str, holdout: float, seed: int, kind: str, fmt: 
 @common_options
 @pass_ctx
 def list_(ctx: Context, device: str | None, fmt: str) -> None:
-    """The stored predictors, by device and version, with their held-out Spearman, top-5 recall and top-1 regret
-    (how much slower the predicted best schedule is than the best measured one; JSON: each predictor's full
-    evaluation).
+    """The stored predictors, by device and version: what each was trained on, and its held-out top-1 score (TenSet's:
+    the best latency over the latency of the schedule it ranks first, on workloads it never saw), Spearman and top-1
+    regret (how much slower its pick is than the best measured one), each beside a random ranking's. JSON: each
+    predictor's full evaluation.
 
     \b
     Example:
@@ -123,7 +124,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
 
     def held(r, key: str) -> str:
         m = r.metrics
-        if key not in m.get("held_out", {}):  # no evaluation, or one made before the metric existed
+        if key not in m.get("held_out", {}) or key not in m.get("random", {}):  # none, or made before the metric
             return "-"
         return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
 
@@ -133,10 +134,11 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
             "device",
             "version",
             "kind",
+            "trained on",
             "workloads",
             "records",
+            "top1 (random)",
             "spearman (random)",
-            "recall@5 (random)",
             "regret@1 (random)",
             "KiB",
             "created",
@@ -146,10 +148,11 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
                 f"{r.device_id}:{r.device}",
                 r.version,
                 r.kind,
+                r.metrics.get("trained_on") or r.metrics.get("device") or "-",
                 r.n_workloads,
                 r.n_records,
+                held(r, "top1"),
                 held(r, "spearman"),
-                held(r, "recall@5"),
                 held(r, "regret@1"),
                 round(r.blob_bytes / 1024),
                 r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else None,

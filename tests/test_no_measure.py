@@ -129,3 +129,50 @@ def test_a_pick_is_what_tvm_reads_from_the_database(other_device, tmp_path):
     database.pick(task.mod, trace_json(sch), args)
     found = database.query_tuning_record(task.mod, database.target, "main")
     assert found is not None and [float(s) for s in found.run_secs] == [1.0]
+
+
+@pytest.mark.tvm
+def test_a_measured_transfer_ranks_the_donors_with_the_predictor_and_says_so(other_device, tmp_path):
+    url, device_id = other_device
+    model = tmp_path / "mlp2.onnx"
+    onnx.save(zoo.mlp(16, (128, 192, 128)), model)
+    args = ("--db", url, "transfer", str(model), "--target", haswell(), "--tune-trials", "0")
+    report = json.loads(_ok(*args, "--json"))
+    # trained with --holdout 0, it was never judged: it earns no trust, and each task measures what it would without
+    assert report["ranked_by"] == {"version": 1, "sibling": None, "top1": None, "measured": 3}, report["ranked_by"]
+    transferred = [t for t in report["tasks"] if t["source"] == "transferred"]
+    assert transferred and all(1 <= t["candidates"] <= 3 for t in transferred), report["tasks"]
+    text = _ok(*args)
+    assert "donor schedules ranked by predictor v1 (never judged): up to 3 measured a task" in text
+
+
+def test_a_predictor_earns_fewer_measurements_with_its_held_out_score():
+    from registry.tvm_side.predictor import CONFIDENT, LoadedPredictor
+
+    def warranted(metrics: dict) -> int:
+        return LoadedPredictor(None, 1, metrics).warranted(3)
+
+    assert warranted({"held_out": {"top1": CONFIDENT}}) == 1
+    assert warranted({"held_out": {"top1": CONFIDENT - 0.01}}) == 3
+    assert warranted({}) == 3 and warranted({"held_out": {"top1": "0.99"}}) == 3  # judged on nothing, or not a number
+
+
+@pytest.mark.tvm
+def test_no_measure_picks_among_design_space_samples_where_no_donor_applies(other_device, tmp_path):
+    """This machine's device, a CNN while the registry holds only an MLP's records: its convolutions have no donor, so
+    each gets the predictor's pick among samples of its design spaces, checked here against the workload's outputs
+    first."""
+    url, _ = other_device
+    cnn = tmp_path / "cnn.onnx"
+    onnx.save(zoo.resnet(18, image=16, width=4, classes=10), cnn)
+    library = tmp_path / "cnn.so"
+    out = _ok("--db", url, "transfer", str(cnn), "--no-measure", "-o", str(library), "--json")
+    report = json.loads(out[out.index("{") :])
+    sampled = [t for t in report["tasks"] if t["source"] == "predicted" and t["donor"] is None]
+    convolutions = [t for t in sampled if "conv2d" in t["name"]]
+    assert convolutions and all(t["candidates"] > 1 for t in convolutions), report["tasks"]
+
+    plain = tmp_path / "plain.so"
+    _ok("--db", f"sqlite:///{tmp_path / 'empty.db'}", "transfer", str(cnn), "--tune-trials", "0", "-o", str(plain))
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")}
+    np.testing.assert_allclose(_outputs(library, x), _outputs(plain, x), rtol=1e-4, atol=1e-4)

@@ -2,12 +2,16 @@
 
     .venv/bin/python bench/corpus/starter.py [--work bench/work/corpus] [--out registry/bundles/starter.bundle]
     .venv/bin/python bench/corpus/starter.py --base registry/share/bundles/starter.bundle --add REGISTRY.db ...
+    .venv/bin/python bench/corpus/starter.py --base registry/share/bundles/starter.bundle --predictor DATASET.db
 
 Every model's registry (``WORK/tune/MODEL.db``, written by ``bench/corpus/run.py``; or, with ``--base``, the
 records of that bundle, and then each ``--add`` registry, such as the YOLO that ``bench/cnn_bench.py`` tuned) is
 synced into one registry (a copy of each is upgraded first when it was written at an older schema), and the best
-record of each workload is exported as a bundle, with the models and their tasks. Prints what it holds and its
-size.
+record of each workload is exported as a bundle, with the models and their tasks. With ``--predictor``, the newest
+ranking predictor of that registry (``bench/predictor``'s dataset, trained there with ``registry predictor train``)
+goes with it, stored as the predictor of each of the bundle's devices (a ranking predictor ranks for whichever device
+loads it; its metrics name the device it was trained on), so that ``registry pull starter`` gives a new registry a
+predictor. Prints what it holds and its size.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "registry" / "share" / "bundles" / "starter.bundle")
     parser.add_argument("--base", type=Path, help="start from this bundle's records instead of WORK's registries")
     parser.add_argument("--add", type=Path, nargs="+", default=[], help="registries synced in after the others")
+    parser.add_argument("--predictor", type=Path, help="an SQLite registry whose newest ranking predictor travels")
     args = parser.parse_args()
     tuned = [] if args.base else sorted((args.work / "tune").glob("*.db"))
     if not tuned and not args.base:
@@ -52,10 +57,35 @@ def main() -> None:
             registry("--db", f"sqlite:///{copy}", "db", "upgrade")
             result = registry("sync", f"sqlite:///{copy}", starter)
             print(f"{db.stem}: {result['records_new']} records", flush=True)
+        if args.predictor:
+            print(ship_predictor(f"sqlite:///{args.predictor}", starter))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         info = registry("--db", starter, "export", "--bundle", str(args.out), "--best-only")
     print(f"{args.out}: {info['records']} records of {info['workloads']} workloads, {info['models']} models, "
           f"{info['bytes'] / 1e6:.1f} MB")  # fmt: skip
+
+
+def ship_predictor(source_url: str, starter_url: str) -> str:
+    """The newest ranking predictor of ``source_url``, stored as each device's of ``starter_url``."""
+    from registry.store.factory import open_storage
+    from registry.store.values import PredictorIn
+    from registry.tvm_side.predictor_blob import RANK_KIND
+
+    source, starter = open_storage(source_url, create_new=False), open_storage(starter_url, create_new=False)
+    infos = [p for p in source.list_predictors() if p.kind == RANK_KIND]
+    if not infos:
+        raise SystemExit(f"{source_url}: no {RANK_KIND} predictor: train one with `registry predictor train`")
+    newest = max(infos, key=lambda p: p.created_at)
+    stored = source.latest_predictor(newest.device_id, RANK_KIND)
+    metrics = {**stored.metrics, "trained_on": f"{newest.device} ({newest.n_records} programs)"}
+    metrics.pop("per_workload", None)  # workload ids of the dataset's registry
+    for device in starter.all_devices():
+        starter.save_predictor(
+            PredictorIn(
+                device.id, RANK_KIND, stored.blob, metrics, newest.n_workloads, newest.n_records, stored.tvm_version
+            )  # fmt: skip
+        )
+    return f"predictor v{newest.version} of {newest.device} ({len(stored.blob) / 1e6:.1f} MB) for every device"
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 
 Every task of the corpus models (``bench/corpus``; the starter bundle was tuned on the same models) is stored as a
 workload; then, round after round, each workload short of ``--per-workload`` programs gets ``--batch`` more: schedules
-sampled by MetaSchedule's ``ReplayTrace`` (a design space's trace with every decision drawn anew), built by the
+sampled by MetaSchedule's ``ReplayTrace`` (a design space's trace with every decision drawn anew:
+``registry.pipeline.design_space``), built by the
 registry's builder pool and timed by its one measurer, on one runtime thread, at its calibrated degree of parallelism.
 Each program is stored as a record of this machine's device (source "tuned", model = the first corpus model that has
 the task), failed builds and runs included: a predictor learns from those too.
@@ -50,7 +51,6 @@ class Workload:
     arguments: tuple
     done: int = 0  # programs stored (ok or failed)
     traces: set | None = None  # trace hashes stored
-    spaces: object = None  # (TuneContext) built on first use
     broken: str | None = None  # why no more of its schedules are sampled
 
 
@@ -108,58 +108,6 @@ def stored_tasks(storage, name: str, sha256: str) -> list | None:
     return found
 
 
-def tune_context(w: Workload, target, seed: int):
-    """The workload's TuneContext with a ReplayTrace search over its design spaces (the registry's fallback rules
-    where MetaSchedule's own fail, as ``registry tune`` does)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from registry.pipeline.rules import rules_with_producers_inlined
-    from registry.tvm_side.compat import TVM_ERRORS
-
-    for generator in ("post-order-apply", None):
-        if generator is None:
-            generator = ms.space_generator.PostOrderApply(
-                sch_rules=rules_with_producers_inlined(target), postprocs="from-target", mutator_probs="from-target"
-            )
-        context = ms.TuneContext(
-            mod=w.mod,
-            target=target,
-            space_generator=generator,
-            search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=50),
-            task_name=w.task,
-            rand_state=seed,
-            num_threads=1,
-        )
-        try:
-            return context, context.generate_design_space()
-        except TVM_ERRORS:
-            continue
-    raise ValueError("no design space could be generated")
-
-
-def sample(w: Workload, target, count: int, seed: int) -> list:
-    """Up to ``count`` new schedules of the workload (not among those stored), each a MeasureCandidate."""
-    from registry.store.traces import record_trace_hash
-    from registry.tvm_side.apply_trace import trace_json
-
-    context, spaces = tune_context(w, target, seed)
-    context.pre_tuning(
-        max_trials=count * 2, num_trials_per_iter=count * 2, design_spaces=spaces, database=None, cost_model=None
-    )
-    proposed = context.generate_measure_candidates() or []
-    context.post_tuning()
-    kept = []
-    for c in proposed:
-        trace = trace_json(c.sch)
-        key = record_trace_hash(trace)
-        if key not in w.traces:
-            w.traces.add(key)
-            kept.append((c, trace))
-        if len(kept) == count:
-            break
-    return kept
-
-
 def measure(w: Workload, candidates: list, target, builder, measurer) -> list:
     """Each candidate built by the pool and timed by the measurer: a Measurement per candidate, in order."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -205,6 +153,7 @@ def main() -> None:
     from registry import hostinfo
     from registry.measure.builder import PersistentBuilder
     from registry.measure.measurer import Measurer
+    from registry.pipeline.design_space import sample
     from registry.records.write import RecordWriter
     from registry.store.factory import open_storage
     from registry.store.interface import RecordIn
@@ -249,7 +198,8 @@ def main() -> None:
                     stop = "budget spent"
                     break
                 try:
-                    candidates = sample(w, target, min(quota, args.per_workload) - w.done, rng.randrange(1 << 30))
+                    count, seed = min(quota, args.per_workload) - w.done, rng.randrange(1 << 30)
+                    candidates = sample(w.mod, target, w.task, count, seed, w.traces)
                 except Exception as e:  # noqa: BLE001 - TVM raises many kinds; the workload is left out, said why
                     w.broken = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
                     print(f"  {w.task} ({w.workload_id}): left out: {w.broken}", flush=True)

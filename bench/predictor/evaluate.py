@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,10 @@ VARIANTS = {
     "pairwise-summax": lambda: Variant("rank:pairwise", "sum+max"),
     "registry-gain0": lambda: Variant("registry", params={"sharpness": 0.0}),
     "registry-depth6": lambda: Variant("registry", params={"max_depth": 6}),
+    "registry-gain8": lambda: Variant("registry", params={"sharpness": 8.0}),
+    "registry-depth10": lambda: Variant("registry", params={"max_depth": 10}),
+    "registry-slow": lambda: Variant("registry", params={"eta": 0.05}, rounds=600),
+    "registry-allcols": lambda: Variant("registry", params={"colsample_bytree": 1.0, "subsample": 1.0}),
 }
 
 
@@ -146,6 +151,12 @@ def line(figures: dict) -> str:
     ).format(**figures)
 
 
+def held_out_device(variant_of, data: list, other: list, min_programs: int) -> dict:
+    """Trained on every workload of ``data``'s device, judged on another device's programs (``other``)."""
+    rows, weights = judge(variant_of(), data, other, min_programs)
+    return {"workloads": len(rows), **scores.weighted(rows, weights)} if rows else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
@@ -155,6 +166,8 @@ def main() -> None:
     parser.add_argument("--min-programs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload-features", action="store_true", help="MetaSchedule's extract_workload=True")
+    parser.add_argument("--other-device", help="a device judged by a model trained on --device's records only")
+    parser.add_argument("--quick", action="store_true", help="workloads held out only (no models held out)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -165,18 +178,30 @@ def main() -> None:
     result = {
         "machine": hostinfo.cpu_model(),
         "date": time.strftime("%Y-%m-%d"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip(),
         "dataset": dataset.summary(data),
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
         "variants": {},
     }
+    other = []
+    if args.other_device:
+        other = [d for d in dataset.load(args.db, args.other_device) if d.size >= 2]
+        result["other_device"] = {"device": args.other_device, **dataset.summary(other)}
     print(json.dumps(result["dataset"]), flush=True)
     for name in args.variants.split(","):
         t = time.monotonic()
         workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
-        models = held_out_models(VARIANTS[name], data, args.min_programs)
+        models = held_out_models(VARIANTS[name], data, args.min_programs) if not args.quick else {}
         result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models,
                                     "seconds": round(time.monotonic() - t)}  # fmt: skip
+        if other:
+            result["variants"][name]["device_held_out"] = device = held_out_device(
+                VARIANTS[name], data, other, args.min_programs
+            )
+            print(f"{name:16s} device held out: {line(device)}", flush=True)
         seconds = time.monotonic() - t
         print(f"{name:16s} {seconds:4.0f} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
     if args.out:

@@ -9,7 +9,9 @@ than the last 10% of latency. For each task of the model:
    devices, its nearest stored workloads; up to ``candidates`` distinct programs, re-samples included) are ranked by
    the device's predictor, or a sibling device's until it has one, from their scheduled TIR (no code generation), and
    the one it ranks fastest is **built** for the target; where it does not compile, the next that does is picked;
-3. **default**: no candidate built; TVM's default schedule.
+   a task no donor covers, on a device that is this machine's CPU, gets the predictor's pick among samples of its
+   design spaces (One-Shot Tuner's way), once its outputs are checked against the workload's here;
+3. **default**: no candidate built (or, for a sampled pick, none checked); TVM's default schedule.
 
 The model is compiled with those schedules and exported. Nothing is timed, and nothing is written to the registry
 (except the model and its tasks): a pick has no measured latency, so it is a compile's input, never a record.
@@ -33,6 +35,7 @@ from registry.errors import BadInputError, RegistryError
 from registry.measure.builder import PersistentBuilder
 from registry.options import TRANSFER
 from registry.pipeline.clock import Clock
+from registry.pipeline.design_space import sample
 from registry.pipeline.donor_schedules import DonorSchedules
 from registry.pipeline.model_run import Progress, RunTask, extract
 from registry.records.database import RegistryDatabase
@@ -44,8 +47,22 @@ from registry.tvm_side.apply_trace import trace_json
 from registry.tvm_side.compat import TVM_ERRORS, error_line, prepare_tuning
 from registry.tvm_side.compile import compile_model
 from registry.tvm_side.frontend import LoadedModel
+from registry.tvm_side.output_check import OutputCheck
 from registry.tvm_side.predictor import scores_of
 from registry.tvm_side.signature import structural_hash
+from registry.tvm_side.target import host_target
+
+# Design-space samples the predictor ranks for a task no donor covers, and how many of its first it may check.
+SAMPLED = 32
+CHECKED = 4
+
+
+def _is_this_cpu(target: Target) -> bool:
+    """Whether code built for ``target`` runs in this process: this machine's CPU, its triple and mcpu."""
+    if target.kind.name != "llvm":
+        return False
+    here = host_target()
+    return all(str(target.attrs.get(k, "")) == str(here.attrs[k]) for k in ("mtriple", "mcpu"))
 
 
 @dataclass
@@ -101,6 +118,7 @@ def predict(
         index = SimilarityIndex(storage)
         index.load()
     chooser = _Chooser(_Picks(storage, device), DonorSchedules(storage, target), index, model, device_id, opts, clock)
+    chooser.checks_here = _is_this_cpu(target)
     results = []
     try:
         for i, task in enumerate(tasks):
@@ -168,6 +186,7 @@ class _Chooser:
     opts: PredictOptions
     clock: Clock
     builder: PersistentBuilder = field(default_factory=PersistentBuilder)
+    checks_here: bool = False  # the device is this machine's CPU: a sampled schedule's outputs can be checked here
 
     def resolve(self, task: RunTask) -> TaskResult:
         result = TaskResult(task.name, task.weight, task.workload_id, "default", None, None)
@@ -178,7 +197,7 @@ class _Chooser:
             donors = self.schedules.find(self.index, task, self.device_id, self.opts.neighbours)
             picked = self.schedules.distinct(task.mod, donors, self.opts.candidates, resample=self.opts.candidates)
         if not picked:
-            return result
+            return self._sampled(task, result) if self.checks_here else result
         with self.clock("search"):
             scores = scores_of(self.model, task.mod, self.database.target, task.name, [sch for _, sch in picked])
         result.candidates = len(picked)
@@ -192,6 +211,32 @@ class _Chooser:
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance = donor.record.id, donor.distance
         result.same_device = donor.same_device
+        return result
+
+    def _sampled(self, task: RunTask, result: TaskResult) -> TaskResult:
+        """A task no donor covers: the predictor's pick among ``SAMPLED`` samples of its design spaces (One-Shot
+        Tuner's way), the first of its top ``CHECKED`` that builds and computes what the workload computes (a random
+        schedule was never checked by anyone: ``output_check``), else TVM's default."""
+        target = self.database.target
+        with self.clock("search"):
+            try:
+                sampled = [c.sch for c, _ in sample(task.mod, target, task.name, SAMPLED, seed=0)]
+            except ValueError:  # no design space: TVM's default
+                return result
+            if not sampled:
+                return result
+            scores = scores_of(self.model, task.mod, target, task.name, sampled)
+        result.candidates = len(sampled)
+        check = OutputCheck(task.mod, target)
+        for i in sorted(range(len(sampled)), key=lambda i: -scores[i])[:CHECKED]:
+            built = self._first_that_builds([(None, sampled[i])])
+            with self.clock("search"):
+                wrong = built is None or check.problem(sampled[i].mod) is not None
+            if not wrong:
+                args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
+                self.database.pick(task.mod, trace_json(sampled[i]), [a.as_json() for a in args])
+                result.source = "predicted"
+                return result
         return result
 
     def _first_that_builds(self, ranked: list):

@@ -132,6 +132,7 @@ def transfer(
         progress(len(run.tasks), len(run.tasks), "compiling")
         report = finish(run, results, opts.output, untuned)
     report.tuning, report.history = tuning, history
+    report.ranked_by = resolver.ranking()
     return report
 
 
@@ -376,6 +377,17 @@ class _Resolver:
             scores = scores_of(self.predictor.model, task.mod, self.target, task.name, [sch for _, sch in pool])
         order = sorted(range(len(pool)), key=lambda i: -scores[i])
         return [pool[i] for i in order[: self.predictor.warranted(candidates)]]
+
+    def ranking(self) -> dict | None:
+        """Which predictor ranked the donors' schedules, as the report says it (None: none did)."""
+        if self.predictor is None:
+            return None
+        return {
+            "version": self.predictor.version,
+            "sibling": self.predictor.sibling,
+            "top1": self.predictor.metrics.get("held_out", {}).get("top1"),
+            "measured": self.predictor.warranted(self.opts.candidates),
+        }
 
     def _commit(self, task: RunTask, donor: Donor | None, sch, timing: Measurement, source: str) -> str | None:
         """Store the winner as ``source`` through the registry's one check; why it was refused, if it was."""

@@ -75,6 +75,9 @@ class ModelReport:
     output: str | None = None
     tuning: dict[str, Any] | None = None  # how the tuner ran: measurer, degree of parallelism, predictor, stop
     errors: list[str] = field(default_factory=list)  # why a model latency is missing, one line each
+    # The predictor that ranked a transfer's donor schedules: version, sibling device (or None), its held-out top-1
+    # score, and how many candidates a task it warranted measuring; None: no predictor ranked them
+    ranked_by: dict[str, Any] | None = None
     # The tuner's per-batch history: {seconds, trials, task, best_us: {task: µs or None}, model_us}; None: no tuning
     history: list[dict[str, Any]] | None = None
     device_id: int | None = None  # the registry's device row the records were filed under (not in the JSON)
@@ -100,6 +103,7 @@ class ModelReport:
             "tuning": self.tuning,
             "tasks": [asdict(task) for task in self.tasks],
             "errors": self.errors,
+            "ranked_by": self.ranked_by,
             "history": self.history,
         }
 
@@ -150,6 +154,14 @@ def summary_lines(report: ModelReport) -> list[str]:
         lines.append(
             f"tuning cost: {sum(x.tune_s for x in tuned):.1f} s, {sum(x.trials for x in tuned)} trials"
             f"{asked} (measured candidates; {sum(x.proposed for x in tuned)} proposed) over {len(tuned)} task(s)"
+        )
+    if report.ranked_by:
+        r = report.ranked_by
+        whose = f" of sibling device {r['sibling']}" if r.get("sibling") else ""
+        top1 = f"held-out top-1 {r['top1']:.2f}" if isinstance(r.get("top1"), float) else "never judged"
+        lines.append(
+            f"donor schedules ranked by predictor v{r['version']}{whose} ({top1}): "
+            f"up to {r['measured']} measured a task"
         )
     if report.tuning:
         lines.append(report.tuning.get("summary", ""))
