@@ -51,14 +51,17 @@ def ok(*args: str) -> str:
     return result.stdout
 
 
+WIDTH = predictor_blob.PER_STORE_FEATURES  # an XGBModel's rows: MetaSchedule's per-store features
+
+
 def tiny_blob(seed: int) -> bytes:
     """A real predictor blob: an XGBoost booster trained on random features of two workloads, in the stored form."""
     import xgboost as xgb
 
     rng = np.random.default_rng(seed)
     groups = [
-        predictor_blob.Group(f"{g:032x}", [rng.random((3, 8), dtype=np.float32) for _ in range(4)], rng.random(4) + 0.1)
-        for g in range(2)
+        predictor_blob.Group(f"{g:032x}", [rng.random((3, WIDTH), dtype=np.float32) for _ in range(4)], costs)
+        for g, costs in enumerate([rng.random(4) + 0.1, rng.random(4) + 0.1])
     ]
     x = np.concatenate([f for g in groups for f in g.features])
     y = np.concatenate([np.repeat(g.costs, 3) for g in groups])

@@ -139,7 +139,8 @@ def test_a_measured_transfer_ranks_the_donors_with_the_predictor_and_says_so(oth
     args = ("--db", url, "transfer", str(model), "--target", haswell(), "--tune-trials", "0")
     report = json.loads(_ok(*args, "--json"))
     # trained with --holdout 0, it was never judged: it earns no trust, and each task measures what it would without
-    assert report["ranked_by"] == {"version": 1, "sibling": None, "top1": None, "measured": 3}, report["ranked_by"]
+    want = {"version": 1, "sibling": None, "trained_on": None, "top1": None, "measured": 3}
+    assert report["ranked_by"] == want, report["ranked_by"]
     transferred = [t for t in report["tasks"] if t["source"] == "transferred"]
     assert transferred and all(1 <= t["candidates"] <= 3 for t in transferred), report["tasks"]
     text = _ok(*args)
@@ -154,6 +155,9 @@ def test_a_predictor_earns_fewer_measurements_with_its_held_out_score():
 
     assert warranted({"held_out": {"top1": CONFIDENT}}) == 1
     assert warranted({"held_out": {"top1": CONFIDENT - 0.01}}) == 3
+    # judged on another device's programs, its score says nothing of this one's
+    assert warranted({"held_out": {"top1": 0.99}, "trained_on": "llvm-znver4-2c-1t (20000 programs)"}) == 3
+    assert LoadedPredictor(None, 1, {"held_out": {"top1": 0.99}}, sibling="2:other").warranted(3) == 3
     assert warranted({}) == 3 and warranted({"held_out": {"top1": "0.99"}}) == 3  # judged on nothing, or not a number
 
 

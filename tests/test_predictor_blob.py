@@ -203,3 +203,39 @@ def test_tune_and_transfer_finish_past_crafted_predictors(sqlite_url, tmp_path):
         assert len(warned) == 1 and "tuning goes on without it" in warned[0], result.stderr
         assert "end-to-end latency" in result.stdout
         assert not marker.exists()
+
+
+def _booster_json(width: int, **params) -> bytes:
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, width), dtype=np.float32), rng.integers(0, 3, 40)
+    booster = xgb.train({"max_depth": 2, "nthread": 1, **params}, xgb.DMatrix(x, y), num_boost_round=2)
+    return bytes(booster.save_raw("json"))
+
+
+def test_each_kind_reads_only_its_own_rows():
+    """A blob's kind says which rows its booster reads: one labelled with the other kind, or of another width, would
+    rank on columns that mean something else, silently. And a booster answering several numbers a row ranks nothing."""
+    rank = predictor_blob.encode(
+        _booster_json(predictor_blob.RANK_WIDTH), [], width=predictor_blob.RANK_WIDTH, layout=predictor_blob.RANK_LAYOUT
+    )
+    assert predictor_blob.decode_kind(predictor_blob.RANK_KIND, rank).layout == predictor_blob.RANK_LAYOUT
+    with pytest.raises(predictor_blob.BadPredictorBlob, match="not a xgb-v2 predictor"):
+        predictor_blob.decode_kind(predictor_blob.KIND, rank)
+    narrow = predictor_blob.encode(_booster_json(8), [], width=8, layout=predictor_blob.RANK_LAYOUT)
+    with pytest.raises(predictor_blob.BadPredictorBlob, match="not a xgb-rank-v1 predictor"):
+        predictor_blob.decode_kind(predictor_blob.RANK_KIND, narrow)
+    width = predictor_blob.RANK_WIDTH
+    classes = _booster_json(width, objective="multi:softprob", num_class=3)
+    with pytest.raises(predictor_blob.BadPredictorBlob, match="one score a row"):
+        predictor_blob.decode(predictor_blob.encode(classes, [], width=width, layout=predictor_blob.RANK_LAYOUT))
+
+
+def test_a_bundles_predictor_scores_must_be_in_their_range():
+    from registry.share.bundle import metrics_problem
+
+    good = {"held_out": {"top1": 0.7, "spearman": -0.2}, "random": {"top1": 0.4, "spearman": 0.0}}
+    assert metrics_problem(good) is None
+    assert "top1" in metrics_problem({**good, "held_out": {"top1": 7.0, "spearman": 0.1}})
+    assert "spearman" in metrics_problem({**good, "random": {"top1": 0.4, "spearman": -3.0}})

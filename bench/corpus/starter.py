@@ -79,13 +79,14 @@ def ship_predictor(source_url: str, starter_url: str) -> str:
     stored = source.latest_predictor(newest.device_id, RANK_KIND)
     metrics = {**stored.metrics, "trained_on": f"{newest.device} ({newest.n_records} programs)"}
     metrics.pop("per_workload", None)  # workload ids of the dataset's registry
-    for device in starter.all_devices():
+    kind = json.loads(next(d for d in source.all_devices() if d.id == newest.device_id).target_json)["kind"]
+    for device in [d for d in starter.all_devices() if json.loads(d.target_json)["kind"] == kind]:
         starter.save_predictor(
             PredictorIn(
                 device.id, RANK_KIND, stored.blob, metrics, newest.n_workloads, newest.n_records, stored.tvm_version
             )  # fmt: skip
         )
-    return f"predictor v{newest.version} of {newest.device} ({len(stored.blob) / 1e6:.1f} MB) for every device"
+    return f"predictor v{newest.version} of {newest.device} ({len(stored.blob) / 1e6:.1f} MB) for every {kind} device"
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine_speed import stamped  # noqa: E402
 from bench.predictor import dataset  # noqa: E402
 from registry import predictor_scores as scores  # noqa: E402
 from registry.tvm_side import ranker  # noqa: E402
@@ -171,16 +171,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    from registry import hostinfo
-
     start = time.monotonic()
     data = [d for d in dataset.load(args.db, args.device, extract_workload=args.workload_features) if d.size >= 2]
     result = {
-        "machine": hostinfo.cpu_model(),
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
         "dataset": dataset.summary(data),
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
@@ -205,7 +198,7 @@ def main() -> None:
         seconds = time.monotonic() - t
         print(f"{name:16s} {seconds:4.0f} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        args.out.write_text(json.dumps(stamped(result), indent=1))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def main() -> None:
     import tvm
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from registry import hostinfo
+    from bench.machine_speed import stamped
     from registry.pipeline.design_space import sample
     from registry.store.factory import open_storage
     from registry.tvm_side.predictor import load_predictor
@@ -51,11 +51,11 @@ def main() -> None:
         start = time.perf_counter()
         model.predict(context, candidates)
         times.append(time.perf_counter() - start)
-    print(json.dumps({
-        "machine": hostinfo.cpu_model(), "date": time.strftime("%Y-%m-%d"), "predictor_version": version,
+    print(json.dumps(stamped({
+        "predictor_version": version,
         "workload": task, "candidates": len(candidates), "median_s": round(statistics.median(times), 3),
         "runs_s": [round(t, 3) for t in times],
-    }))  # fmt: skip
+    })))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -48,14 +48,17 @@ def sample(
     mod: IRModule, target: Target, task_name: str, count: int, seed: int, seen: set[str] | None = None
 ) -> list[tuple[MeasureCandidate, list]]:
     """Up to ``count`` distinct schedules of ``mod`` with their traces, none whose trace hash is in ``seen`` (which
-    gains the new ones). Raises ValueError when the workload has no design space."""
+    gains the new ones). Raises ValueError when the workload has no design space, and what TVM raises
+    (``compat.TVM_ERRORS``) where sampling it fails."""
     seen = set() if seen is None else seen
     context, spaces = _tune_context(mod, target, task_name, seed)
     context.pre_tuning(
         max_trials=count * 2, num_trials_per_iter=count * 2, design_spaces=spaces, database=None, cost_model=None
     )
-    proposed = context.generate_measure_candidates() or []
-    context.post_tuning()
+    try:
+        proposed = context.generate_measure_candidates() or []
+    finally:
+        context.post_tuning()
     kept = []
     for candidate in proposed:
         trace = trace_json(candidate.sch)

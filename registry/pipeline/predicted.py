@@ -58,11 +58,20 @@ CHECKED = 4
 
 
 def _is_this_cpu(target: Target) -> bool:
-    """Whether code built for ``target`` runs in this process: this machine's CPU, its triple and mcpu."""
-    if target.kind.name != "llvm":
+    """Whether code built for ``target`` runs in this process: this machine's CPU, its triple and mcpu, and no
+    extra instruction-set features (``mattr``) that its mcpu does not already give."""
+    if target.kind.name != "llvm" or target.attrs.get("mattr"):
         return False
     here = host_target()
     return all(str(target.attrs.get(k, "")) == str(here.attrs[k]) for k in ("mtriple", "mcpu"))
+
+
+def _fails(check: OutputCheck, scheduled) -> bool:
+    """Whether a schedule does not compute its workload here, or cannot be run to tell."""
+    try:
+        return check.problem(scheduled) is not None
+    except TVM_ERRORS:
+        return True
 
 
 @dataclass
@@ -142,7 +151,8 @@ def predict(
         tuning={
             "predictor_version": version,
             "predictor_from": source,
-            "summary": f"no measurement: predictor v{version}{whose} chose among the donors' schedules that built",
+            "summary": f"no measurement: predictor v{version}{whose} chose among the donors' schedules (or, for a "
+            "task without donors, samples of its design spaces), the pick built",
         },
         errors=["not measured (--no-measure): time the library with TVM, on the device"],
         device_id=device_id,
@@ -221,17 +231,15 @@ class _Chooser:
         with self.clock("search"):
             try:
                 sampled = [c.sch for c, _ in sample(task.mod, target, task.name, SAMPLED, seed=0)]
-            except ValueError:  # no design space: TVM's default
+                scores = scores_of(self.model, task.mod, target, task.name, sampled) if sampled else []
+            except TVM_ERRORS:  # no design space, or sampling it failed: TVM's default
                 return result
-            if not sampled:
-                return result
-            scores = scores_of(self.model, task.mod, target, task.name, sampled)
         result.candidates = len(sampled)
         check = OutputCheck(task.mod, target)
         for i in sorted(range(len(sampled)), key=lambda i: -scores[i])[:CHECKED]:
             built = self._first_that_builds([(None, sampled[i])])
             with self.clock("search"):
-                wrong = built is None or check.problem(sampled[i].mod) is not None
+                wrong = built is None or _fails(check, sampled[i].mod)
             if not wrong:
                 args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
                 self.database.pick(task.mod, trace_json(sampled[i]), [a.as_json() for a in args])

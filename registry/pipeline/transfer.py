@@ -64,6 +64,7 @@ from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
 from registry.tvm_side import apply_trace
+from registry.tvm_side.compat import TVM_ERRORS
 from registry.tvm_side.frontend import LoadedModel
 from registry.tvm_side.gemm_schedules import matrix_product_seeds
 from registry.tvm_side.output_check import output_check
@@ -374,7 +375,10 @@ class _Resolver:
         if len(pool) < 2:
             return pool
         with self.clock("search"):
-            scores = scores_of(self.predictor.model, task.mod, self.target, task.name, [sch for _, sch in pool])
+            try:
+                scores = scores_of(self.predictor.model, task.mod, self.target, task.name, [sch for _, sch in pool])
+            except TVM_ERRORS:  # features that cannot be read: the donors' own order
+                return pool[:candidates]
         order = sorted(range(len(pool)), key=lambda i: -scores[i])
         return [pool[i] for i in order[: self.predictor.warranted(candidates)]]
 
@@ -385,6 +389,7 @@ class _Resolver:
         return {
             "version": self.predictor.version,
             "sibling": self.predictor.sibling,
+            "trained_on": self.predictor.metrics.get("trained_on"),
             "top1": self.predictor.metrics.get("held_out", {}).get("top1"),
             "measured": self.predictor.warranted(self.opts.candidates),
         }

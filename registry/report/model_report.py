@@ -158,6 +158,7 @@ def summary_lines(report: ModelReport) -> list[str]:
     if report.ranked_by:
         r = report.ranked_by
         whose = f" of sibling device {r['sibling']}" if r.get("sibling") else ""
+        whose += f", trained on {r['trained_on']}" if r.get("trained_on") else ""
         top1 = f"held-out top-1 {r['top1']:.2f}" if isinstance(r.get("top1"), float) else "never judged"
         lines.append(
             f"donor schedules ranked by predictor v{r['version']}{whose} ({top1}): "

@@ -27,6 +27,7 @@ import base64
 import binascii
 import collections
 import datetime as dt
+import functools
 import hashlib
 import io
 import itertools
@@ -77,7 +78,9 @@ MAX_RATIO = 100
 # The predictor kinds a bundle carries (those the registry makes and reads: predictor_blob.KINDS), each with the check
 # its blob must pass (raising BadPredictorBlob). Any other kind never travels (predictor_blob.LEGACY_KIND's tars hold
 # pickles).
-PREDICTOR_KINDS: dict[str, Callable[[bytes], object]] = {kind: predictor_blob.decode for kind in predictor_blob.KINDS}
+PREDICTOR_KINDS: dict[str, Callable[[bytes], object]] = {
+    kind: functools.partial(predictor_blob.decode_kind, kind) for kind in predictor_blob.KINDS
+}
 # Bytes of one predictor's blob. A predictor trained on 10^5 records is tens of MB (predictor_blob); 64 MiB holds
 # that with room, and bounds what one line makes an import hold at once: its base64 text, the bytes, and the arrays
 # ``decode`` reads from them.
@@ -558,7 +561,17 @@ def metrics_problem(metrics: Any) -> str | None:
         numbers = lambda d: isinstance(d, dict) and all(_number(v) for v in d.values())  # noqa: E731
         if not (numbers(held) and numbers(rand) and set(held) - {"workloads", "records"} <= set(rand)):
             return "its metrics' held_out and random are not finite numbers, a random one for each held-out score"
+        for name, score in [*held.items(), *rand.items()]:
+            low, high = SCORE_RANGES.get(name.split("@")[0].rstrip("0123456789"), (float("-inf"), float("inf")))
+            if not low <= score <= high:
+                return f"its metrics' {name} score {score!r:.20} is outside [{low}, {high}]"
     return None
+
+
+# The range of each evaluation score a predictor's metrics may state (registry.predictor_scores): the top-k scores,
+# recall and pairwise accuracy are shares, Spearman a correlation, regret a latency ratio minus 1.
+SCORE_RANGES = {"top": (0.0, 1.0), "recall": (0.0, 1.0), "pairwise": (0.0, 1.0), "spearman": (-1.0, 1.0),
+                "regret": (0.0, float("inf"))}  # fmt: skip
 
 
 def _json_problem(value: Any, depth: int) -> str | None:

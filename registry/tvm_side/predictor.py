@@ -1,13 +1,15 @@
 """A performance predictor pre-trained on a device's stored records: the One-Shot Tuner idea.
 
 MetaSchedule's XGBModel normally starts each tuning run knowing nothing and predicts at random for its first 100
-trials. Trained offline on every workload the registry has measured on a device, it ranks a new workload's candidates
-from the first trial. The model is stored in the registry as a versioned artifact of that device
-(``RegistryStorage.save_predictor``).
+trials. Trained offline on every workload the registry has measured on a device, a predictor ranks a new workload's
+candidates from the first trial, and picks among a transfer's donors. It is stored in the registry as a versioned
+artifact of that device (``RegistryStorage.save_predictor``), of one of two kinds: ``xgb-rank-v1``, the ranking model
+of ``registry.tvm_side.ranker`` (the default), or ``xgb-v2``, TVM's own XGBModel.
 
-Training set: each workload with ok records on the device is one XGBModel feature group. Its stored traces are
-replayed on the workload (``apply_trace.as_stored``), MetaSchedule extracts the features, and XGBModel normalises the
-latencies within the group (best / latency), so that fast and slow operators train one model.
+Training set: each workload with ok records on the device is one group. Its stored traces are replayed on the
+workload (``apply_trace.as_stored``) and MetaSchedule extracts each block's features; the ranking model learns the
+order of each group's latencies, XGBModel the latencies normalised within the group (best / latency), so that fast
+and slow operators train one model.
 
 Evaluation holds out whole workloads, not records: the question is how well the model ranks schedules of an operator
 it has never seen, which is how a pre-trained model is used.
@@ -249,12 +251,13 @@ def train(
     progress: Callable[[str], None] | None = None,
     kind: str = ranker.KIND,
 ) -> tuple[XGBModel | RankingModel, dict[str, Any]]:
-    """Train an XGBModel on every workload of ``device_id``; first evaluate one trained without ``holdout`` of them
-    (a share, drawn with ``seed``), or without the workloads whose ids ``held_out`` names.
+    """Train a predictor of ``kind`` on every workload of ``device_id``; first evaluate one trained without
+    ``holdout`` of them (a share, drawn with ``seed``), or without the workloads whose ids ``held_out`` names.
 
     Returns the model trained on all workloads, and metrics: counts (``skipped_records``: traces that no longer
-    replay), seconds (trace replay and feature extraction included), and (with ``holdout`` > 0) the mean Spearman
-    correlation and top-1/top-5 recall on held-out workloads next to a random ranking's, with each workload's.
+    replay), seconds (trace replay and feature extraction included), and (with ``holdout`` > 0) TenSet's top-1/top-5
+    scores, the mean Spearman correlation, top-1/top-5 recall and top-1 regret on held-out workloads next to a random
+    ranking's, with each workload's.
     Raises RegistryError when the device has too few workloads or records.
     """
     if not 0 <= holdout < 1:
@@ -353,7 +356,7 @@ def from_bytes(blob: bytes) -> XGBModel:
     Built here field by field, never through ``XGBModel.load``, which unpickles. Raises BadPredictorBlob for a blob
     that is not one (XGBoost's own refusals included).
     """
-    decoded = predictor_blob.decode(blob)
+    decoded = predictor_blob.decode_kind(KIND, blob)
     model = new_model()
     model.booster = _booster(decoded)
     for g in decoded.groups:
@@ -366,10 +369,18 @@ def ranking_from_bytes(blob: bytes, target: Target, threads: int) -> RankingMode
     """A stored ranking predictor, ranking for the device ``target`` and ``threads`` describe (its descriptor goes
     into every row, so one booster ranks for each device it is loaded for). Raises BadPredictorBlob as
     ``from_bytes`` does, and for rows of another layout."""
-    decoded = predictor_blob.decode(blob)
-    if decoded.layout != ranker.LAYOUT or decoded.groups:
-        raise predictor_blob.BadPredictorBlob(f"rows of layout {decoded.layout!r}; this registry reads {ranker.LAYOUT}")
-    return RankingModel(_booster(decoded), target, threads, nthread=xgboost_threads())
+    booster = _booster(predictor_blob.decode_kind(ranker.KIND, blob))
+    model = RankingModel(booster, target, threads, nthread=xgboost_threads())
+    probe = model.booster.predict(_zeros_row())
+    if probe.shape != (1,) or not np.isfinite(probe).all():  # one finite score a row, or it ranks nothing
+        raise predictor_blob.BadPredictorBlob(f"it scores a row as {probe.shape} values, not one finite number")
+    return model
+
+
+def _zeros_row():
+    import xgboost as xgb
+
+    return xgb.DMatrix(np.zeros((1, ranker.ROW_WIDTH), np.float32))
 
 
 def save(store: RecordWrites, device_id: int, model: XGBModel | RankingModel, metrics: dict[str, Any]) -> int:
@@ -465,9 +476,12 @@ class LoadedPredictor:
     def warranted(self, most: int) -> int:
         """How many of a task's ranked candidates to measure, at most ``most``: 1 where the predictor's held-out
         top-1 score reached ``CONFIDENT`` (its pick is within 5% of the best, on average, on workloads it never
-        saw), else ``most``. A predictor judged on nothing earns no trust."""
+        saw), else ``most``. A predictor judged on nothing earns no trust, and neither does one judged on another
+        device (a sibling's, or one trained on other devices' programs: ``trained_on``)."""
         held = self.metrics.get("held_out", {})
-        return 1 if isinstance(held.get("top1"), float) and held["top1"] >= CONFIDENT else most
+        elsewhere = self.sibling is not None or "trained_on" in self.metrics
+        confident = isinstance(held.get("top1"), float) and held["top1"] >= CONFIDENT
+        return 1 if confident and not elsewhere else most
 
 
 def scores_of(model: XGBModel | RankingModel, mod, target: Target, task_name: str, schedules: list) -> np.ndarray:

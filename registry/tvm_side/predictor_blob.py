@@ -36,6 +36,10 @@ LEGACY_KIND = "xgb"
 # A ranking predictor (registry.tvm_side.ranker) in the same archive: no groups, rows named by the header's layout.
 RANK_KIND = "xgb-rank-v1"
 KINDS = (RANK_KIND, KIND)  # the kinds this registry makes and reads; the first is what training makes by default
+# The rows each kind's booster reads: MetaSchedule's 164 per-store features a block (xgb-v2); those and the 7 numbers
+# of the device's descriptor (xgb-rank-v1, registry.tvm_side.ranker).
+PER_STORE_FEATURES = 164
+RANK_LAYOUT, RANK_WIDTH = "store-blocks+device-v1", PER_STORE_FEATURES + 7
 _HEADER, _BOOSTER = "predictor.json", "booster.json"
 # A predictor of 10^5 records with MetaSchedule's 164 features per block row is tens of MB; 1 GiB is far beyond any
 # real one and keeps a zip bomb from exhausting memory.
@@ -61,6 +65,7 @@ class Decoded:
     booster_json: bytes
     groups: list[Group]
     layout: str = ""  # the rows the booster reads, when they are not MetaSchedule's per-block features
+    width: int = 0  # features a row
 
 
 def encode(booster_json: bytes, groups: list[Group], *, width: int | None = None, layout: str = "") -> bytes:
@@ -91,6 +96,22 @@ def _npy(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
     return buf.getvalue()
+
+
+def decode_kind(kind: str, blob: bytes) -> Decoded:
+    """``decode``, and the rows ``kind``'s booster reads: a ranking predictor's layout and width without training
+    groups, an XGBModel's per-block features. Raises BadPredictorBlob for a blob of another kind or none."""
+    decoded = decode(blob)
+    if kind == RANK_KIND:
+        want = (RANK_LAYOUT, RANK_WIDTH, 0)
+    elif kind == KIND:
+        want = ("", PER_STORE_FEATURES, len(decoded.groups))
+    else:
+        raise BadPredictorBlob(f"unknown kind {kind!r}")
+    got = (decoded.layout, decoded.width, len(decoded.groups))
+    if got != want and not (kind == KIND and decoded.width == 0 and not decoded.groups):
+        raise BadPredictorBlob(f"rows {got[:2]} with {got[2]} group(s) are not a {kind} predictor's {want[:2]}")
+    return decoded
 
 
 def decode(blob: bytes) -> Decoded:
@@ -129,7 +150,7 @@ def _decode(z: zipfile.ZipFile) -> Decoded:
     groups = [_group(z, i, spec, width) for i, spec in enumerate(specs)]
     booster_json = z.read(_BOOSTER)
     check_booster(orjson.loads(booster_json), width)
-    return Decoded(booster_json, groups, layout)
+    return Decoded(booster_json, groups, layout, width)
 
 
 def _member_names(n: int) -> set[str]:
@@ -168,6 +189,9 @@ def check_booster(model: Any, width: int) -> None:
         trees = booster["model"]["trees"]
         if booster["name"] != "gbtree" or int(params["num_feature"]) != width:
             raise BadPredictorBlob(f"expected a gbtree booster over {width} features")
+        # one score a row: a multi-class or multi-target booster answers several, which no ranking reads
+        if str(params.get("num_class", "0")) not in ("0", "1") or str(params.get("num_target", "1")) != "1":
+            raise BadPredictorBlob("expected one score a row (num_class 0, num_target 1)")
         if int(booster["model"]["gbtree_model_param"]["num_trees"]) != len(trees):
             raise BadPredictorBlob("its tree count does not match its trees")
         for t, tree in enumerate(trees):

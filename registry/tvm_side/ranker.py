@@ -16,6 +16,7 @@ keep ranking what the run has not measured yet, and the booster never grows past
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from tvm.target import Target
 from registry.tvm_side import predictor_blob
 
 KIND = predictor_blob.RANK_KIND
-LAYOUT = "store-blocks+device-v1"  # the rows a stored booster was trained on
+LAYOUT = predictor_blob.RANK_LAYOUT  # the rows a stored booster was trained on
 PARAMS: dict[str, Any] = {
     "max_depth": 8,
     "eta": 0.1,
@@ -45,8 +46,8 @@ UPDATE_ROUNDS = 30
 # A run's own measurements are the most telling ones about its workloads: its trees take larger steps than the base's,
 # and split where the base's margins already saturate the loss (its hessians there are near 0).
 UPDATE_PARAMS = {"eta": 0.3, "min_child_weight": 0, "max_delta_step": 1}
-DESCRIPTOR_WIDTH = 7
-FEATURE_WIDTH = 164  # PerStoreFeature's, per block
+FEATURE_WIDTH = predictor_blob.PER_STORE_FEATURES  # PerStoreFeature's, per block
+ROW_WIDTH = predictor_blob.RANK_WIDTH  # and the descriptor's 7
 
 
 def descriptor(target: Target, threads: int) -> np.ndarray:
@@ -54,9 +55,9 @@ def descriptor(target: Target, threads: int) -> np.ndarray:
     (CPU), of the cores and of the runtime threads, the CUDA arch (90 for sm_90), log2 of the threads per block and
     of the shared memory per block (GPU)."""
     if target.kind.name == "cuda":
-        arch = str(target.attrs.get("arch", "sm_0")).removeprefix("sm_")
+        digits = re.match(r"sm_(\d+)", str(target.attrs.get("arch", "")))  # sm_90a is an sm_90
         return np.array(
-            [1, 0, 0, 0, float(arch) if arch.isdigit() else 0,
+            [1, 0, 0, 0, float(digits.group(1)) if digits else 0,
              _log2(target.attrs.get("max_threads_per_block", 0)),
              _log2(target.attrs.get("max_shared_memory_per_block", 0))],
             dtype=np.float32,
@@ -105,12 +106,11 @@ def pairwise_pack_sum_objective(program: np.ndarray, query: np.ndarray, labels: 
     pairwise logistic loss within each workload. A pair weighs the gap of its gains, 2^(sharpness x relevance), so
     that pairs of fast programs weigh most, as picking the best needs. A row's gradient and hessian are its
     program's, as TVM's pack-sum regression passes them."""
-    starts = np.flatnonzero(np.r_[True, program[1:] != program[:-1]])
     groups = [np.flatnonzero(query == q) for q in np.unique(query)]
     gains = np.exp2(sharpness * labels)
 
     def objective(predt: np.ndarray, _matrix):
-        s = np.add.reduceat(predt, starts)
+        s = np.bincount(program, weights=predt, minlength=len(labels))
         grad, hess = np.zeros_like(s), np.zeros_like(s)
         for members in groups:
             g, v = gains[members], s[members]
@@ -155,6 +155,8 @@ def program_scores(booster, blocks: list[np.ndarray], device: np.ndarray) -> np.
     """Each program's score (higher: predicted faster)."""
     import xgboost as xgb
 
+    if not blocks:
+        return np.zeros(0)
     rows, program = block_rows(blocks, device)
     return np.bincount(program, weights=booster.predict(xgb.DMatrix(rows)), minlength=len(blocks))
 
@@ -187,6 +189,8 @@ class RankingModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         blocks = self._blocks(context, candidates)
         kept, seconds = self.measured.setdefault(shash2hex(context.mod), ([], []))
+        # a failed candidate has no latency to rank by; the search already avoids it (MetaSchedule's own XGBModel
+        # trains on it as infinitely slow, which a pairwise loss needs no sample of)
         for b, result in zip(blocks, results, strict=True):
             if result.error_msg is None and result.run_secs:
                 kept.append(b)

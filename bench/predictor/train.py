@@ -1,0 +1,83 @@
+"""Train the ranking predictor that ships with the starter bundle, on the collected dataset of one or more devices.
+
+    .venv/bin/python bench/predictor/train.py --evaluation bench/results/predictor-*.json [--device 1 --device 2]
+
+The same model as ``registry predictor train --kind xgb-rank-v1`` (``registry.tvm_side.ranker.fit``), on the features
+``bench/predictor/dataset.py`` caches, of every workload of every ``--device`` at once (each program's rows carry its
+device's descriptor), so that one predictor ranks for each of them and for their siblings. Its held-out figures are
+the evaluation's (``bench/predictor/evaluate.py``, workloads held out whole: the folds judge models trained the same
+way on four fifths). It is stored in the dataset's registry as the first device's next predictor version, where
+``bench/corpus/starter.py --predictor`` takes it from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.predictor import dataset  # noqa: E402
+
+
+def held_out_metrics(evaluation: dict) -> dict:
+    """The evaluation's figures for the registry's variant, as ``registry predictor train`` reports them."""
+    figures = evaluation["variants"]["registry"]["workloads_held_out"]
+    return {
+        "held_out": {
+            "workloads": figures["workloads"],
+            "top1": figures["top1"],
+            "top5": figures["top5"],
+            "spearman": figures["spearman"],
+            "regret@1": figures["regret1"],
+        },
+        "random": {
+            "top1": figures["random_top1"],
+            "top5": figures["random_top5"],
+            "spearman": 0.0,
+            "regret@1": figures["random_regret1"],
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
+    parser.add_argument("--device", action="append", help="devices whose programs it trains on (default: 1)")
+    parser.add_argument("--evaluation", type=Path, required=True, help="bench/predictor/evaluate.py's result")
+    args = parser.parse_args()
+
+    from tvm.target import Target
+
+    from registry.store.factory import open_storage
+    from registry.tvm_side import ranker
+    from registry.tvm_side.predictor import save, xgboost_threads
+    from registry.tvm_side.ranker import RankingModel
+
+    devices = args.device or ["1"]
+    start = time.monotonic()
+    data = [d for device in devices for d in dataset.load(args.db, device) if d.size >= 2]
+    booster = ranker.fit([(d.blocks, d.mean_s, d.device) for d in data], nthread=xgboost_threads())
+    storage = open_storage(args.db, create_new=False)
+    rows = [storage.resolve_one_device(device) for device in devices]
+    first = rows[0]
+    model = RankingModel(booster, Target(json.loads(first.target_json)), first.num_threads)
+    metrics = {
+        "device": f"{first.id}:{first.name}",
+        "trained_on": " + ".join(f"{r.name}" for r in rows) + f" ({sum(d.size for d in data)} programs)",
+        "workloads": len({d.workload_id for d in data}),
+        "records": int(sum(d.size for d in data)),
+        "skipped_records": 0,
+        "train_seconds": round(time.monotonic() - start, 1),
+        **held_out_metrics(json.loads(args.evaluation.read_text())),
+    }
+    version = save(storage, first.id, model, metrics)
+    print(json.dumps({"version": version, **{k: v for k, v in metrics.items() if k != "random"}}))
+
+
+if __name__ == "__main__":
+    main()
