@@ -8,6 +8,10 @@ For one workload with measured latencies ``lat`` and predicted scores ``score`` 
   different latencies that the scores order the same way), top-1 regret (the predicted best's latency over the best,
   minus 1);
 - a random ranking's expected top-k score and regret, computed exactly from the order statistics.
+
+Programs the scores tie are ranked slowest first: a ranking gets no credit for the order its data came in (a model
+that scores everything alike would otherwise pick whatever program was listed first, and stores list the fastest
+first).
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ from math import comb
 import numpy as np
 
 
+def picked(lat: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Program indices in the order the scores rank them, ties slowest first."""
+    return np.lexsort((-np.asarray(lat, float), -np.asarray(score, float)))
+
+
 def top_k_score(lat: np.ndarray, score: np.ndarray, k: int) -> float:
-    picked = np.argsort(-score, kind="stable")[: min(k, len(lat))]
-    return float(lat.min() / lat[picked].min())
+    top = picked(lat, score)[: min(k, len(lat))]
+    return float(lat.min() / lat[top].min())
 
 
 def random_top_k_score(lat: np.ndarray, k: int) -> float:
@@ -52,8 +61,8 @@ def top_k_recall(score: np.ndarray, truth: np.ndarray, k: int) -> float:
     """The share of the true ``k`` best (highest ``truth``) among the ``k`` highest ``score``; k capped at n."""
     k = min(k, len(truth))
     best = set(np.argsort(-truth, kind="stable")[:k].tolist())
-    picked = set(np.argsort(-score, kind="stable")[:k].tolist())
-    return len(best & picked) / k
+    chosen = set(picked(1 / np.asarray(truth, float), score)[:k].tolist())
+    return len(best & chosen) / k
 
 
 def pairwise_accuracy(lat: np.ndarray, score: np.ndarray) -> float:
@@ -69,7 +78,7 @@ def workload_row(lat: np.ndarray, score: np.ndarray) -> dict[str, float]:
         "top5": top_k_score(lat, score, 5),
         "spearman": spearman(score, 1 / lat),
         "pairwise": pairwise_accuracy(lat, score),
-        "regret1": float(lat[int(np.argmax(score))] / lat.min() - 1),
+        "regret1": float(lat[picked(lat, score)[0]] / lat.min() - 1),
         "random_top1": random_top_k_score(lat, 1),
         "random_top5": random_top_k_score(lat, 5),
         "random_regret1": float(lat.mean() / lat.min() - 1),

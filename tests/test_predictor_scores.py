@@ -37,3 +37,12 @@ def test_workload_rows_are_weighted_by_task_weight():
     good, bad = workload_row(LAT, -LAT), workload_row(LAT, LAT)
     assert good["regret1"] == 0 and bad["regret1"] == pytest.approx(7.0)
     assert weighted([good, bad], [3, 1])["top1"] == pytest.approx((3 * 1.0 + 1 / 8) / 4)
+
+
+def test_tied_scores_get_no_credit_for_the_order_programs_came_in():
+    """A model that scores everything alike ranks nothing: listed fastest first (as stores list records), its pick
+    must still be the slowest of the tie, not the first listed."""
+    listed = np.sort(LAT)
+    flat = np.zeros(len(listed))
+    assert top_k_score(listed, flat, 1) == pytest.approx(listed.min() / listed.max())
+    assert workload_row(listed, flat)["regret1"] == pytest.approx(listed.max() / listed.min() - 1)

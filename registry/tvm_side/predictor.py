@@ -37,7 +37,7 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
-from registry.predictor_scores import random_top_k_score, spearman, top_k_recall, top_k_score
+from registry.predictor_scores import picked, random_top_k_score, spearman, top_k_recall, top_k_score
 from registry.store.interface import PredictorIn, RecordWrites, RegistryReads
 from registry.tvm_side import cpus, predictor_blob, ranker, tvmlog
 from registry.tvm_side.apply_trace import as_stored
@@ -188,7 +188,7 @@ def _evaluate(model: XGBModel | RankingModel, g: WorkloadGroup) -> dict[str, Any
     # Top-1 regret: how much slower the predicted best is than the best measured (what a pick without measurement
     # costs), and a random pick's, in expectation.
     best = float(g.mean_s.min())
-    row["regret@1"] = float(g.mean_s[int(np.argmax(score))]) / best - 1
+    row["regret@1"] = float(g.mean_s[picked(g.mean_s, score)[0]]) / best - 1
     row["random_regret@1"] = float(np.mean(g.mean_s)) / best - 1
     return row
 
