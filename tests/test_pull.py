@@ -47,3 +47,24 @@ def test_pull_imports_the_starter_bundle_once(sqlite_url):
 def test_an_unknown_shipped_bundle_is_one_line(sqlite_url):
     result = CliRunner().invoke(cli, ["--db", sqlite_url, "pull", "nothing-of-that-name"])
     assert result.exit_code == 1 and "pull --list" in result.output and "Traceback" not in result.output
+
+
+def test_pull_gives_a_new_registry_a_predictor_for_this_machine(sqlite_url):
+    """The starter bundle carries a ranking predictor: after `registry pull`, this machine's device (which has no
+    predictor of its own) ranks with it, as a sibling's, from its first transfer or tuning run."""
+    from registry.store.sql.store import Store
+    from registry.tvm_side.predictor import predictor_for
+    from registry.tvm_side.ranker import RankingModel
+    from registry.tvm_side.target import device_spec, host_target, runtime_threads
+
+    pulled = run_json("--db", sqlite_url, "pull")
+    assert pulled["predictors_new"] >= 1, pulled
+    [row] = run_json("--db", sqlite_url, "predictor", "list")["rows"]
+    assert row["kind"] == "xgb-rank-v1" and row["metrics"]["held_out"]["top1"] > row["metrics"]["random"]["top1"]
+    store = Store(sqlite_url)
+    here = store.add_device(device_spec(host_target(), runtime_threads()))
+    found = predictor_for(store, here)
+    assert found is not None and found.sibling == f"{row['device_id']}:{row['device']}"
+    assert isinstance(found.model, RankingModel) and found.model.booster is not None
+    again = run_json("--db", sqlite_url, "pull")
+    assert again["predictors_new"] == 0 and again["predictors_present"] >= 1

@@ -77,7 +77,7 @@ def ship_predictor(source_url: str, starter_url: str) -> str:
         raise SystemExit(f"{source_url}: no {RANK_KIND} predictor: train one with `registry predictor train`")
     newest = max(infos, key=lambda p: p.created_at)
     stored = source.latest_predictor(newest.device_id, RANK_KIND)
-    metrics = {**stored.metrics, "trained_on": f"{newest.device} ({newest.n_records} programs)"}
+    metrics = {"trained_on": f"{newest.device} ({newest.n_records} programs)", **stored.metrics}
     metrics.pop("per_workload", None)  # workload ids of the dataset's registry
     kind = json.loads(next(d for d in source.all_devices() if d.id == newest.device_id).target_json)["kind"]
     for device in [d for d in starter.all_devices() if json.loads(d.target_json)["kind"] == kind]:

@@ -4,7 +4,8 @@
 
 Samples ``--candidates`` schedules of one corpus workload (a convolution: many blocks, the slow case) from its design
 spaces, then times ``RankingModel.predict`` on all of them (features from the scheduled TIR, then the booster), the
-median of ``--rounds`` runs, on the device's newest ranking predictor of the registry.
+median of ``--rounds`` runs, on the device's newest ranking predictor of the registry; and the feature extraction
+alone (MetaSchedule's ``PerStoreFeature``, which TVM's own XGBModel runs too).
 """
 
 from __future__ import annotations
@@ -46,15 +47,18 @@ def main() -> None:
     target = json.loads(device.target_json)
     candidates = [c for c, _ in sample(mod, tvm.target.Target(target), task, args.candidates, seed=0)]
     context = TuneContext(mod=mod, target=tvm.target.Target(target), task_name=task)
-    times = []
+    times, features = [], []
     for _ in range(args.rounds):
         start = time.perf_counter()
         model.predict(context, candidates)
         times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        model.extractor.extract_from(context, candidates)  # the features alone: what any MetaSchedule model reads
+        features.append(time.perf_counter() - start)
     print(json.dumps(stamped({
         "predictor_version": version,
         "workload": task, "candidates": len(candidates), "median_s": round(statistics.median(times), 3),
-        "runs_s": [round(t, 3) for t in times],
+        "runs_s": [round(t, 3) for t in times], "features_median_s": round(statistics.median(features), 3),
     })))  # fmt: skip
 
 

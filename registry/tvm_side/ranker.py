@@ -103,11 +103,11 @@ def relevance(mean_s: np.ndarray) -> np.ndarray:
 def pairwise_pack_sum_objective(program: np.ndarray, query: np.ndarray, labels: np.ndarray, sharpness: float):
     """XGBoost's custom objective for block rows: a program's score is its blocks' sum (``program``: each row's
     program; ``query``: each program's workload; ``labels``: each program's relevance), and programs are ranked by a
-    pairwise logistic loss within each workload. A pair weighs the gap of its gains, 2^(sharpness x relevance), so
-    that pairs of fast programs weigh most, as picking the best needs. A row's gradient and hessian are its
-    program's, as TVM's pack-sum regression passes them."""
+    pairwise logistic loss within each workload. A pair weighs the gap of its gains, 2^(sharpness x relevance) (the
+    relevance itself for sharpness 0), so that pairs of fast programs weigh most, as picking the best needs. A row's
+    gradient and hessian are its program's, as TVM's pack-sum regression passes them."""
     groups = [np.flatnonzero(query == q) for q in np.unique(query)]
-    gains = np.exp2(sharpness * labels)
+    gains = np.exp2(sharpness * labels) if sharpness else labels  # sharpness 0: the plain relevance gap
 
     def objective(predt: np.ndarray, _matrix):
         s = np.bincount(program, weights=predt, minlength=len(labels))
