@@ -260,8 +260,9 @@ def test_the_rules_catch_what_they_are_for():
     ]
     assert not hash_findings(doc, "```\nat 094c43b\n```\nthe `a2f9e1c` value", use_git=False)
     if git_history():
+        # the whole hash: a short one may be all digits (9268420 was), which no rule can tell from a number
         head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         assert hash_findings(doc, f"```\nat {head}\n```", use_git=True), head  # in code too, with git's history
         assert not hash_findings(doc, legitimate, use_git=True)
