@@ -84,7 +84,7 @@ def tuned(tmp_path_factory):
 
 
 def test_rank_metrics():
-    from registry.predictor_scores import spearman, top_k_recall
+    from registry.tvm_side.predictor_scores import spearman, top_k_recall
 
     truth = np.array([1.0, 4.0, 2.0, 3.0])
     assert spearman(truth, truth) == pytest.approx(1.0)
@@ -268,6 +268,6 @@ def test_a_ranking_predictor_grows_from_its_base_and_ranks_for_the_device_it_is_
 
 
 def spearman_of(a, b) -> float:
-    from registry.predictor_scores import spearman
+    from registry.tvm_side.predictor_scores import spearman
 
     return spearman(np.asarray(a), np.asarray(b))

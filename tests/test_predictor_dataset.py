@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from registry.predictor_scores import weighted, workload_row
 from registry.share.bundle import read_bundle
+from registry.tvm_side.predictor_scores import weighted, workload_row
 
 DATA = Path(__file__).resolve().parents[1] / "bench" / "predictor" / "data"
 BUNDLES = sorted(DATA.glob("*.bundle"))

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from registry.predictor_scores import pairwise_accuracy, random_top_k_score, top_k_score, weighted, workload_row
+from registry.tvm_side.predictor_scores import (
+    pairwise_accuracy,
+    random_top_k_score,
+    top_k_score,
+    weighted,
+    workload_row,
+)
 
 LAT = np.array([4.0, 1.0, 2.0, 8.0, 3.0])  # the best is index 1
 

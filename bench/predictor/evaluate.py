@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import stamped  # noqa: E402
 from bench.predictor import dataset  # noqa: E402
-from registry import predictor_scores as scores  # noqa: E402
+from registry.tvm_side import predictor_scores as scores  # noqa: E402
 from registry.tvm_side import ranker  # noqa: E402
 
 HELD_OUT_MODELS = ("bert-l2-h128", "whisper-encoder-l2-d128", "resnet-bottleneck-w64", "mobilenetv2-0.35",

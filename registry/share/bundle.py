@@ -568,8 +568,8 @@ def metrics_problem(metrics: Any) -> str | None:
     return None
 
 
-# The range of each evaluation score a predictor's metrics may state (registry.predictor_scores): the top-k scores,
-# recall and pairwise accuracy are shares, Spearman a correlation, regret a latency ratio minus 1.
+# The range of each evaluation score a predictor's metrics may state (registry.tvm_side.predictor_scores): the top-k
+# scores, recall and pairwise accuracy are shares, Spearman a correlation, regret a latency ratio minus 1.
 SCORE_RANGES = {"top": (0.0, 1.0), "recall": (0.0, 1.0), "pairwise": (0.0, 1.0), "spearman": (-1.0, 1.0),
                 "regret": (0.0, float("inf"))}  # fmt: skip
 

@@ -37,11 +37,11 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
-from registry.predictor_scores import picked, random_top_k_score, spearman, top_k_recall, top_k_score
 from registry.store.interface import PredictorIn, RecordWrites, RegistryReads
 from registry.tvm_side import cpus, predictor_blob, ranker, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
+from registry.tvm_side.predictor_scores import picked, random_top_k_score, spearman, top_k_recall, top_k_score
 from registry.tvm_side.ranker import RankingModel
 
 KIND, LEGACY_KIND = predictor_blob.KIND, predictor_blob.LEGACY_KIND
