@@ -239,3 +239,12 @@ def test_a_bundles_predictor_scores_must_be_in_their_range():
     assert metrics_problem(good) is None
     assert "top1" in metrics_problem({**good, "held_out": {"top1": 7.0, "spearman": 0.1}})
     assert "spearman" in metrics_problem({**good, "random": {"top1": 0.4, "spearman": -3.0}})
+
+
+def test_a_bundles_predictor_names_what_it_was_trained_on_in_one_printable_line():
+    from registry.share.bundle import metrics_problem
+
+    named = {"device": "1:llvm-znver4-2c-1t", "trained_on": "llvm-znver4-2c-1t (24898 programs)"}
+    assert metrics_problem(named) is None
+    assert "control character" in metrics_problem({"trained_on": "x\n\x1b[2Jforged line"})
+    assert "more than 200" in metrics_problem({"device": "d" * 201})

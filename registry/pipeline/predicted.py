@@ -215,9 +215,7 @@ class _Chooser:
         if chosen is None:
             return result
         donor, sch = chosen
-        args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
-        self.database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
-        result.source = "predicted"
+        self._pick(task, sch, result)
         result.donor = f"{donor.task_name}#{donor.workload_id}"
         result.donor_record_id, result.distance = donor.record.id, donor.distance
         result.same_device = donor.same_device
@@ -241,11 +239,15 @@ class _Chooser:
             with self.clock("search"):
                 wrong = built is None or _fails(check, sampled[i].mod)
             if not wrong:
-                args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
-                self.database.pick(task.mod, trace_json(sampled[i]), [a.as_json() for a in args])
-                result.source = "predicted"
+                self._pick(task, sampled[i], result)
                 return result
         return result
+
+    def _pick(self, task: RunTask, sch, result: TaskResult) -> None:
+        """``sch`` becomes the task's schedule in the compile, and the task's source "predicted"."""
+        args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
+        self.database.pick(task.mod, trace_json(sch), [a.as_json() for a in args])
+        result.source = "predicted"
 
     def _first_that_builds(self, ranked: list):
         """The highest-ranked (donor, schedule) pair whose schedule builds for the target (a schedule that does not

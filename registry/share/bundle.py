@@ -556,6 +556,10 @@ def metrics_problem(metrics: Any) -> str | None:
     origin = metrics.get("origin")
     if origin is not None and not (type(origin) is str and REGISTRY_ID.fullmatch(origin)):
         return f"its metrics' origin {origin!r:.40} is not a registry id (32 hex digits)"
+    for name in ("device", "trained_on"):  # what `predictor list` and a transfer's report print of it
+        problem = name_problem(metrics.get(name), f"its metrics' {name}")
+        if problem:
+            return problem
     if "held_out" in metrics or "random" in metrics:
         held, rand = metrics.get("held_out"), metrics.get("random")
         numbers = lambda d: isinstance(d, dict) and all(_number(v) for v in d.values())  # noqa: E731
