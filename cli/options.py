@@ -52,7 +52,9 @@ class Context:
     @property
     def store(self):
         """The registry, created (and migrated) if it does not exist yet: for the commands that write. With
-        --overlay, the registry must exist and is only read; the writes go to the overlay file."""
+        --overlay, the registry must exist and is only read; the writes go to the overlay file. A served registry
+        (``--db https://...``, transfer and tune only) takes a run's writes through its API
+        (``registry.share.served_run``)."""
         if self._store is None and self.overlay is not None:
             from registry.config import resolve_database_url
             from registry.share.overlay import open_overlay
@@ -65,6 +67,11 @@ class Context:
 
                 token = read_token(self.token_file)
             self._store = open_overlay(served(self.url) or self.url, self.overlay, trust=self.trust, token=token)
+        elif self._store is None and served(self.url):
+            from registry.share.remote import read_token
+            from registry.share.served_run import open_served_run
+
+            self._store = open_served_run(served(self.url), read_token(self.token_file), trust=self.trust)
         elif self._store is None:
             from registry.config import resolve_database_url
             from registry.store.factory import file_of, not_writable, open_storage, read_only_uri
@@ -122,6 +129,10 @@ class Context:
         from registry.store.own_files import refuse_own_file, refuse_registry_file
 
         urls = [resolve_database_url(self.url), *([resolve_database_url(self.overlay)] if self.overlay else [])]
+        if served(self.url) and not self.overlay:  # a run against a server writes to this machine's outbox for it
+            from registry.share.served_run import outbox_path
+
+            urls.append(f"sqlite:///{outbox_path(served(self.url))}")
         for option, path in outputs:
             if path is not None:
                 refuse_own_file(path, urls, option)
@@ -279,14 +290,15 @@ DB_HELP = (
     "Database: a SQLAlchemy URL or a path to an SQLite file "
     f"[env {DATABASE_URL_ENV}; default: an SQLite file under the per-user data dir]. "
     "Example: postgresql://registry@db-host/registry or ./team.db. "
-    "Or the http(s):// URL of a `registry serve`, for lookup, show, stats, devices and report, and for transfer "
-    "and tune with --overlay FILE "
-    "(a reader's token from --token-file FILE or $REGISTRY_TOKEN)"
+    "Or the http(s):// URL of a `registry serve`: lookup, show, stats, devices and report read it (a reader's "
+    "token), transfer and tune run against it (a writer's token: records pushed there, leases taken there; with "
+    "--overlay FILE only read). Token from --token-file FILE or $REGISTRY_TOKEN"
 )
 
 # The commands that read a served registry by URL (``--db http(s)://...``): every other one writes or measures.
 READS_BY_URL = ("lookup", "show", "stats", "devices", "report")
-# The commands that read it as the shared side of an ``--overlay FILE``, which takes their writes.
+# The commands that run a model against it: their records are pushed to it and their leases taken there
+# (``registry.share.served_run``; a writer's token), or, with ``--overlay FILE``, written to that file only.
 OVERLAY_BY_URL = ("transfer", "tune")
 
 
@@ -299,25 +311,18 @@ def served(url: str | None) -> str | None:
 
 
 def refuse_served_writes() -> None:
-    """A command other than ``READS_BY_URL`` given a served registry: one line, exit 2, naming what works instead."""
+    """A command other than ``READS_BY_URL`` and ``OVERLAY_BY_URL`` given a served registry: one line, exit 2,
+    naming what works instead."""
     ctx = click.get_current_context()
     command = " ".join(ctx.command_path.split()[1:])
     url = served(current().url)
-    if url is not None and command in OVERLAY_BY_URL and current().overlay is None:
-        from registry.store.urls import redact
-
-        raise click.UsageError(
-            f"`registry {command}` writes, and by URL the registry reads only: give --overlay local.db to read the "
-            f"served registry {redact(url)[:100]} and write there (`registry push URL` from it later), or "
-            "`registry pull URL` into a local registry and work there"
-        )
     if url is not None and command not in READS_BY_URL + OVERLAY_BY_URL:
         from registry.store.urls import redact
 
         raise click.UsageError(
             f"`registry {command}` works on a database, not on the served registry {redact(url)[:100]}; by URL "
-            f"the registry reads only ({', '.join(READS_BY_URL)}): `registry pull URL` into a local registry, work "
-            "there, then `registry push URL`"
+            f"the registry reads ({', '.join(READS_BY_URL)}) and runs models ({', '.join(OVERLAY_BY_URL)}): "
+            "`registry pull URL` into a local registry, work there, then `registry push URL`"
         )
 
 

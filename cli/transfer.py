@@ -101,6 +101,7 @@ def transfer(
       registry transfer resnet50.onnx --input-shape x=1,3,224,224 -o resnet50.so
       registry transfer bert.onnx --input-shape ids=1,128 --threads 2 --candidates 8 --json
       registry transfer vit.onnx --no-measure --device 3 -o vit-xeon.so   # for another CPU, measuring nothing
+      registry transfer vit.onnx --db https://registry.example.com --token-file writer.token   # a team's server
     """
     if not no_measure and device is not None:
         raise BadInputError("--device applies with --no-measure: a measured transfer measures on this machine")

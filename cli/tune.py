@@ -131,9 +131,10 @@ def tune(
     interrupted run loses at most one batch: run the same command again to resume.
 
     Several models are tuned together: a task they share is tuned once, weighted by all of them. Runs that share a
-    registry (this machine or others, one PostgreSQL) divide the work: each task is leased to the run tuning it, the
-    others tune other tasks first and then wait for its records. Each task's effort (trials, seconds, best latency
-    over trials) is recorded, and a task that reached a plateau is skipped unless --retune.
+    registry (this machine or others, one PostgreSQL, or a `registry serve` by URL with a writer's token) divide the
+    work: each task is leased to the run tuning it, the others tune other tasks first and then wait for its
+    records. Each task's effort (trials, seconds, best latency over trials) is recorded, and a task that reached a
+    plateau is skipped unless --retune.
 
     \b
     Examples:
@@ -142,6 +143,7 @@ def tune(
       registry tune vit.onnx deit.onnx --budget 30m   # on N machines at once: they share the work
       registry tune --models models.txt --trials 2000
       registry tune mlp.onnx --rpc 127.0.0.1:9190:xeon      # measure on RPC servers
+      registry tune vit.onnx --db https://registry.example.com --token-file writer.token   # a team's server
     """
     from registry.api import ModelSpec
 

@@ -473,6 +473,11 @@ def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
         return open_overlay(None if db is None else _url(db), _url(overlay)), True
     if db is not None and not isinstance(db, (str, os.PathLike)):
         return db, False
+    if db is not None and os.fspath(db).startswith(("http://", "https://")):  # a served registry: a writer's token
+        from registry.share.remote import read_token
+        from registry.share.served_run import open_served_run
+
+        return open_served_run(os.fspath(db), read_token(None)), True
     return _store(db) or open_storage(None), True
 
 

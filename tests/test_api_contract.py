@@ -12,7 +12,7 @@ import pytest
 from registry.store.sql.store import Store
 from tests.server import make_token, problem, request, serving
 
-TAGS = {"registry", "records", "models", "sharing", "tokens"}
+TAGS = {"registry", "records", "models", "sharing", "tokens", "tuning"}
 PROBLEM_REF = "#/components/schemas/Problem"
 
 
@@ -61,6 +61,9 @@ def test_the_schema_documents_tokens_tags_ids_problems_and_the_pushed_body(empty
     assert push["requestBody"]["required"] is True
     assert push["requestBody"]["content"]["application/zip"]["schema"] == {"type": "string", "format": "binary"}
     assert "413" in push["responses"] and "422" in push["responses"]
+    for route in ("tasks", "leases/take", "leases/renew", "leases/release", "leases/effort"):  # a tuning run's
+        body = operations[("post", f"/api/v1/{route}")]["requestBody"]
+        assert body["required"] is True and "application/json" in body["content"], route
     page = operations[("get", "/api/v1/exchange/bundle")]["responses"]["200"]["content"]
     assert "application/zip" in page
 

@@ -31,7 +31,9 @@ API_ROUTES = {
     ("GET", "/api/v1/workloads/{shash}"), ("GET", "/api/v1/records/{record_id}"), ("GET", "/api/v1/models"),
     ("GET", "/api/v1/models/{name:path}"), ("GET", "/api/v1/exchange"), ("GET", "/api/v1/exchange/bundle"),
     ("GET", "/api/v1/sync-state"), ("POST", "/api/v1/bundles"), ("GET", "/api/v1/tokens"),
-    ("DELETE", "/api/v1/tokens/{name}"), ("GET", "/api/v1/storage/{read}"),
+    ("DELETE", "/api/v1/tokens/{name}"), ("GET", "/api/v1/storage/{read}"), ("POST", "/api/v1/tasks"),
+    ("POST", "/api/v1/leases/take"), ("POST", "/api/v1/leases/renew"), ("POST", "/api/v1/leases/release"),
+    ("POST", "/api/v1/leases/effort"),
 }  # fmt: skip
 PAGE_ROUTES = {
     ("GET", "/"), ("GET", "/models"), ("GET", "/models/{name:path}"), ("GET", "/search"), ("GET", "/workloads/{shash}"),

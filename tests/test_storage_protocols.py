@@ -10,6 +10,7 @@ import pytest
 
 from registry.share.overlay import OverlayStorage
 from registry.share.rest_storage import RestStorage
+from registry.share.served_run import ServedRun
 from registry.store import interface
 from registry.store.sql.store import Store
 
@@ -24,7 +25,7 @@ PROTOCOLS = (
     interface.Browsing,
     interface.Administration,
 )
-IMPLEMENTATIONS = (Store, OverlayStorage)
+IMPLEMENTATIONS = (Store, OverlayStorage, ServedRun)  # the last: a model run against a served registry
 # Implementations of some of the protocols, with the protocols each declares: a served registry read by URL (the
 # record reads too: an overlay's shared side).
 PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing, interface.RecordReads)}

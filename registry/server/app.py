@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from registry import hostinfo
 from registry.errors import DatabaseError, RegistryError
 from registry.options import SERVE
-from registry.server import api, pages, problems, state, storage_api
+from registry.server import api, leases_api, pages, problems, state, storage_api
 from registry.server.auth import COOKIE
 from registry.server.limits import BoundedHeaders, RateLimit
 from registry.server.problems import HttpProblem, one_line
@@ -92,6 +92,7 @@ def create_app(config: ServeConfig, store: RegistryStorage | None = None) -> Fas
     state.keep(app.state, store, public=config.public, max_upload=config.max_upload)
     app.include_router(api.router)
     app.include_router(storage_api.router)
+    app.include_router(leases_api.router)
     app.include_router(pages.router)
     app.add_exception_handler(HttpProblem, _problem)
     app.add_exception_handler(HTTPException, _http_error)
@@ -109,6 +110,7 @@ TAGS = [
     {"name": "models", "description": "Models and their reports: tasks, records, curves."},
     {"name": "sharing", "description": "Pull (pages of bundles) and push (a bundle) between registries."},
     {"name": "tokens", "description": "The tokens the server admits: an admin's."},
+    {"name": "tuning", "description": "Tuning machines that share the server: their tasks, leases and effort."},
 ]
 SECURITY_SCHEME = "bearerAuth"
 

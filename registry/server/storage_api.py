@@ -23,7 +23,7 @@ from registry.server.problems import HttpProblem, responses
 from registry.server.state import Storage, reader
 from registry.share.rest_storage import MAX_DEVICE_RECORDS, READS, WireError, decode, encode, read_of
 from registry.store.trust import TRUST_CHOICES
-from registry.store.values import BROWSE_SORTS, BrowseFilter, LookupFilter
+from registry.store.values import BROWSE_SORTS, IMPORTED_EFFORT, BrowseFilter, Effort, LookupFilter
 
 MAX_ARGS = 16 << 10  # characters of a read's arguments: a model's workload ids, with room to spare
 MAX_TEXT = 1000  # characters of one name or filter
@@ -56,8 +56,14 @@ def storage_read(
     if read == "workload_ids":  # JSON's keys are text: (ident, id) pairs travel instead
         value = list(value.items())
     if read == "efforts":  # how hard a task was searched, not which run (host:pid) holds its lease now
-        value = {k: dataclasses.replace(e, holder=None, lease_until=None) for k, e in value.items()}
+        value = {k: _unheld(e) for k, e in value.items()}
     return Response(encode(value), media_type="application/json")
+
+
+def _unheld(e: Effort) -> Effort:
+    """An effort as a reader sees it: how hard its task was searched, not which run (host:pid) holds it now; an
+    effort another registry claimed stays marked so (``IMPORTED_EFFORT``), which a tuning run counts as none."""
+    return dataclasses.replace(e, holder=IMPORTED_EFFORT if e.holder == IMPORTED_EFFORT else None, lease_until=None)
 
 
 def _device_records(store, device_id: int, best_only: bool = False, unsound: bool = False) -> tuple:

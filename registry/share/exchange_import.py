@@ -60,8 +60,8 @@ def import_exchange(
     validator.pool.start()  # a replay worker's TVM import, overlapping the workload checks
     progress = progress or (lambda _done, _total, _what: None)
     progress(0, exchange.n_records, f"checking {len(exchange.workloads)} workloads")
-    workloads = {w.ident: _workload(w, where) for w in exchange.workloads}
-    devices = {d.key: _device(d, where) for d in exchange.devices}
+    workloads = {w.ident: sent_workload(w, where) for w in exchange.workloads}
+    devices = {d.key: sent_device(d, where) for d in exchange.devices}
     insts = {h: (text, _json(text, f"{where}: skeleton {h}")) for h, text in exchange.skeletons.items()}
     for m in exchange.models:
         tasks = (p for _, task, weight in m.tasks for p in (name_problem(task, "task name"), weight_problem(weight)))
@@ -103,7 +103,7 @@ def import_exchange(
     )  # fmt: skip
 
 
-def _workload(w, where: str) -> WorkloadIn:
+def sent_workload(w, where: str) -> WorkloadIn:
     """A workload as sent, checked: its module (``checked_workload``), and the hash it states against the module's,
     recomputed here. They agree for a bundle of this TVM release from a registry on this platform (the hash is
     platform-dependent); a bundle whose records name one workload and whose module is another is refused."""
@@ -123,7 +123,7 @@ def _json(text: str, where: str):
         raise BadInputError(f"{where}: not JSON ({e})") from None
 
 
-def _device(d, where: str) -> DeviceSpec:
+def sent_device(d, where: str) -> DeviceSpec:
     """The device as sent, rebuilt here: its target canonical, its runtime threads what ``DeviceSpec.of`` gives (a
     GPU's 0, a CPU's 1 to hostinfo.MAX_THREADS: an INTEGER column), its hardware a name fit to print."""
     if not (isinstance(d.target, dict) and type(d.tvm_version) is str and type(d.key) is str):
@@ -216,7 +216,7 @@ def import_predictors(store: RegistryStorage, exchange: ExchangeSet, *, where: s
     sender unless it says another) and the blob's sha256 ("blob_sha256"), by which a second import finds it."""
     devices = {d.key: d for d in exchange.devices}
     for p in exchange.predictors():
-        device_id = store.add_device(_device(devices[p.device_key], where))
+        device_id = store.add_device(sent_device(devices[p.device_key], where))
         if _holds(store, device_id, p):
             yield False
             continue

@@ -211,7 +211,7 @@ class Remote:
                 stacklevel=2,
             )
 
-    def _open(self, method: str, path: str, params: dict | None = None, body: Path | None = None):
+    def _open(self, method: str, path: str, params: dict | None = None, body: Path | bytes | None = None):
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
         request = urllib.request.Request(f"{self.url}{path}" + (f"?{query}" if query else ""), method=method)
         request.add_header("Accept", "application/json")
@@ -219,12 +219,15 @@ class Remote:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         data = None
-        if body is not None:
+        if isinstance(body, bytes):  # a JSON request (a tuning run's leases: registry.share.served_run)
+            request.add_header("Content-Type", "application/json")
+            data = body
+        elif body is not None:
             request.add_header("Content-Type", "application/zip")
             request.add_header("Content-Length", str(body.stat().st_size))
             data = body.open("rb")
         # A push's answer comes once the server has imported the page: the idle bound is the whole answer's there.
-        idle = self.limits.answer_s if body is not None else self.limits.idle_s
+        idle = self.limits.answer_s if isinstance(body, Path) else self.limits.idle_s
         try:
             return _opener.open(request, data=data, timeout=idle)
         except urllib.error.HTTPError as e:
@@ -238,7 +241,7 @@ class Remote:
                 raise RemoteError(f"{self.url}: no answer for {idle:g} s") from None
             raise RemoteError(f"cannot reach {self.url}: {printable(str(reason), MAX_DETAIL)}") from None
         finally:
-            if data is not None:
+            if isinstance(body, Path) and data is not None:
                 data.close()
 
     def _hint(self, status: int) -> str | None:
@@ -249,7 +252,7 @@ class Remote:
             return f"no token was given: give one with {TOKEN_HINT}"
         return f"the token given was refused: check {TOKEN_HINT}"
 
-    def json(self, method: str, path: str, params: dict | None = None, body: Path | None = None) -> Any:
+    def json(self, method: str, path: str, params: dict | None = None, body: Path | bytes | None = None) -> Any:
         """The answer's JSON, read whole within the limits (its shape is the caller's to check)."""
         with self._open(method, path, params, body) as r, self._reading():
             data = b"".join(self._blocks(r, self.limits.json_bytes, path))

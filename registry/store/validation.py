@@ -148,6 +148,12 @@ def effort_problem(trials: Any, seconds: Any, curve: Any, plateau: Any) -> str |
         return f"{trials} trials in {seconds:g} s is faster than a trial can be measured ({MIN_TRIAL_S:g} s each)"
     if not isinstance(plateau, bool):
         return f"effort plateau {_short(plateau)} is not true or false"
+    return curve_problem(curve, trials)
+
+
+def curve_problem(curve: Any, trials: int) -> str | None:
+    """None for an effort's curve: at most ``MAX_CURVE`` points (trials, best µs) whose trials rise to at most
+    ``trials`` and whose best never rises nor falls below ``MIN_EFFORT_US``."""
     if not isinstance(curve, (list, tuple)) or len(curve) > MAX_CURVE:
         return f"an effort curve is a list of at most {MAX_CURVE} points"
     last_n, last_us = 0, math.inf
