@@ -336,6 +336,8 @@ def _opened(specs: Sequence[ModelSpec], job: _Job, start: float) -> Iterator[tup
     store, owned = _open(job.db, job.overlay)
     try:
         yield loaded, store, import_s
+        if hasattr(store, "send_records"):  # a served registry: the run's records there before it reports
+            store.send_records()
     finally:
         if owned:
             store.close()

@@ -217,6 +217,10 @@ def test_hostile_lease_requests_are_problem_documents_and_change_nothing(tuned_l
             ("leases/take", {**take, "holder": "a\x1b[31mb"}, writer, 422, "holder"),
             ("leases/take", {**take, "holder": "x" * 1000}, writer, 422, "holder"),
             ("leases/take", {**take, "extra": 1}, writer, 422, "extra"),
+            ("leases/take", {**take, "holder": "alice/h:1:x"}, writer, 422, "'/'"),  # another token's run
+            ("leases/take", {**take, "holder": "x" * 100_000}, None, 401, "token"),  # the token before the body
+            ("leases/take", {**take, "holder": "x" * 100_000}, writer, 413, "bytes"),
+            ("leases/effort", {**effort, "trials": 5000}, writer, 422, "trials"),
             ("leases/effort", {**effort, "curve": [[2, 1.0], [1, 2.0]]}, writer, 422, "only rise"),
             ("leases/effort", {**effort, "trials": -1}, writer, 422, "trials"),
             ("leases/effort", {**effort, "seconds": float("nan")}, writer, 422, "seconds"),

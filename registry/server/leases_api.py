@@ -2,51 +2,93 @@
 through it (``registry transfer|tune --db URL``: ``registry.share.served_run`` is the client).
 
 A run names its device and its tasks' workloads once (``/tasks``: checked as a pushed bundle's are, the structural
-hash recomputed here, the device rebuilt from its description) and gets the server's ids for them; then it takes,
-renews and releases leases and records its effort by those ids, as a run on the database itself does
-(``registry.pipeline.effort``). The records it measures travel as pushes (``POST /api/v1/bundles``), "imported" here
-like any other.
+hash recomputed here, the device rebuilt from its description; one at a time per worker, as pushes are) and gets the
+server's ids for them; then it takes, renews and releases leases and records its effort by those ids, as a run on the
+database itself does (``registry.pipeline.effort``). The records it measures travel as pushes (``POST
+/api/v1/bundles``), "imported" here like any other.
 
-A lease's holder is stored under the writer token's name (``alice/host:pid:random``): one writer cannot renew,
-release or record effort under another's runs, and the name says whose run holds a task. Every number is bounded as
-an effort from another registry is (``registry.store.validation``); a writer's token is needed for all of it.
+- **Bodies are read after the token is checked**, within ``MAX_BODY`` (``/tasks``) or ``MAX_LEASE_BODY`` bytes, and
+  checked against their models here: FastAPI would read and parse a declared body before any dependency ran.
+- **A lease's holder is stored under its writer token** (``TAG/host:pid:random``, ``TAG`` a digest of the token's
+  name, a holder's name holding no ``/``): one writer cannot renew, release or record effort under another's runs.
+  The run holding a task is named to others by its token's name.
+- **Effort is a writer's report**, bounded: at most ``MAX_TRIALS`` trials a batch and ``MAX_EFFORT_TRIALS`` on a task
+  in all, a curve that only falls. The server cannot check it against its records (a batch's records are pushed
+  before it, but a curve's first point may be a default timed and not stored); writers are trusted to coordinate,
+  as with leases on a shared database.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from registry.server.api import known_query
 from registry.server.problems import HttpProblem, responses
-from registry.server.state import Storage, Writer, writer
+from registry.server.state import RequestLimits, Storage, Writer, writer
 from registry.store.validation import MAX_CURVE, MAX_EFFORT_S, MAX_LEASE_S, curve_problem, name_problem
 from registry.store.values import EffortUpdate, ExDevice, ExWorkload
 
-MAX_BODY = 32 << 20  # bytes of one request: a model's workloads, each module as JSON
+MAX_BODY = 32 << 20  # bytes of a /tasks request: a model's workloads, each module as JSON
+MAX_LEASE_BODY = 64 << 10  # bytes of a lease request: ids, a name and a curve of at most MAX_CURVE points
 MAX_WORKLOADS = 2000  # workloads named at once: a model's tasks, with room to spare
 MAX_MODULE = 8 << 20  # characters of one workload's module as JSON
-MAX_HOLDER = 140  # characters of a run's name (registry.pipeline.effort.holder_name), before the token's name
+MAX_HOLDER = 140  # characters of a run's name (registry.pipeline.effort.holder_name), before its token's tag
 MAX_ID = 2**62
-MAX_TRIALS = 1 << 20  # trials one batch may add
+MAX_TRIALS = 4096  # trials one batch may add (a batch is tens)
+MAX_EFFORT_TRIALS = 10**7  # trials one task's effort may reach through these routes
+TAG = 12  # hex digits of a token's tag in a holder
+
+BODY_REFUSALS = (411, 413, 422)  # what every route here may answer of its body
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(writer)], tags=["tuning"])
 
 
-async def bounded_body(request: Request) -> None:
-    """Refuses a body that does not declare its length (411) or declares more than ``MAX_BODY`` (413), before FastAPI
-    reads it."""
+async def _body(request: Request, model: type[BaseModel], limit: int) -> Any:
+    """The request's JSON body as ``model``, read after the route's dependencies (the token) and within ``limit``
+    bytes: 411 without a declared length, 413 past the limit, 422 for a body that is not the model."""
     declared = request.headers.get("content-length")
     if declared is None or not declared.isdigit():
         raise HttpProblem(411, "the request must declare its Content-Length")
-    if int(declared) > MAX_BODY:
-        raise HttpProblem(413, f"the request declares {int(declared):,} bytes; this route takes at most {MAX_BODY:,}")
+    if int(declared) > limit:
+        raise HttpProblem(413, f"the request declares {int(declared):,} bytes; this route takes at most {limit:,}")
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HttpProblem(413, f"the request passed {limit:,} bytes, the most this route takes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise HttpProblem(400, "the request broke off before its end") from None
+    try:
+        return model.model_validate_json(b"".join(chunks))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise HttpProblem(422, f"{where}: {first.get('msg', 'invalid')}") from None
 
 
-BODY_REFUSALS = (411, 413, 422)  # what every route here may answer of its body
-router = APIRouter(
-    prefix="/api/v1", dependencies=[Depends(known_query), Depends(writer), Depends(bounded_body)], tags=["tuning"]
-)
+def _documented(model: type[BaseModel]) -> dict:
+    """The OpenAPI of a route's JSON body, which the route reads itself (``_body``): the model's JSON schema with its
+    nested models written out in place."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if str(node.get("$ref", "")).startswith("#/$defs/"):
+            return inline(defs[node["$ref"].rsplit("/", 1)[1]])
+        return {k: inline(v) for k, v in node.items()}
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
 
 
 class Body(BaseModel):
@@ -119,11 +161,18 @@ class KeptOut(Body):
 
 @router.post(
     "/tasks", operation_id="registerTasks", response_model=TasksOut, responses=responses(*BODY_REFUSALS),
+    openapi_extra=_documented(TasksIn),
 )  # fmt: skip
-def register_tasks(store: Storage, sent: TasksIn) -> TasksOut:
+async def register_tasks(request: Request, store: Storage, limits: RequestLimits) -> TasksOut:
     """The server's ids of a device and of workloads, added if new: each workload's module checked and its
     structural hash recomputed, the device rebuilt from its description, as a pushed bundle's are. A tuning run
     names its tasks here before it takes their leases."""
+    sent = await _body(request, TasksIn, MAX_BODY)
+    async with limits.pushing:  # a module's check replays TVM's parser: one at a time, as pushes
+        return await run_in_threadpool(_register, store, sent)
+
+
+def _register(store, sent: TasksIn) -> TasksOut:
     from registry.share.exchange_import import sent_device, sent_workload
 
     where = "the tasks"
@@ -136,38 +185,62 @@ def register_tasks(store: Storage, sent: TasksIn) -> TasksOut:
     return TasksOut(device_id=device_id, workload_ids=[ids[w.ident] for w in workloads])
 
 
-@router.post("/leases/take", operation_id="takeLease", response_model=TakeOut, responses=responses(*BODY_REFUSALS, 404))
-def take_lease(store: Storage, token: Writer, sent: TakeIn) -> TakeOut:
+@router.post(
+    "/leases/take", operation_id="takeLease", response_model=TakeOut, responses=responses(*BODY_REFUSALS, 404),
+    openapi_extra=_documented(TakeIn),
+)  # fmt: skip
+async def take_lease(request: Request, store: Storage, token: Writer) -> TakeOut:
     """Take or renew the lease on tuning a workload on a device for ``lease_s`` seconds."""
+    sent = await _body(request, TakeIn, MAX_LEASE_BODY)
+    return await run_in_threadpool(_take, store, token, sent)
+
+
+def _take(store, token, sent: TakeIn) -> TakeOut:
     _known(store, sent.workload_id, sent.device_id)
-    return TakeOut(held_by=store.take_task(sent.workload_id, sent.device_id, _holder(token, sent.holder), sent.lease_s))
+    other = store.take_task(sent.workload_id, sent.device_id, _holder(token, sent.holder), sent.lease_s)
+    return TakeOut(held_by=None if other is None else _shown(store, other))
 
 
-@router.post("/leases/renew", operation_id="renewLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS))
-def renew_leases(store: Storage, token: Writer, sent: HolderIn) -> CountOut:
+@router.post(
+    "/leases/renew", operation_id="renewLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS),
+    openapi_extra=_documented(HolderIn),
+)  # fmt: skip
+async def renew_leases(request: Request, store: Storage, token: Writer) -> CountOut:
     """Extend every lease the run holds by ``lease_s`` seconds from now."""
+    sent = await _body(request, HolderIn, MAX_LEASE_BODY)
     if sent.lease_s is None:
         raise HttpProblem(422, "lease_s: renewing needs how long")
-    return CountOut(count=store.renew_tasks(_holder(token, sent.holder), sent.lease_s))
+    return CountOut(count=await run_in_threadpool(store.renew_tasks, _holder(token, sent.holder), sent.lease_s))
 
 
 @router.post(
-    "/leases/release", operation_id="releaseLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS)
-)
-def release_leases(store: Storage, token: Writer, sent: HolderIn) -> CountOut:
+    "/leases/release", operation_id="releaseLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS),
+    openapi_extra=_documented(HolderIn),
+)  # fmt: skip
+async def release_leases(request: Request, store: Storage, token: Writer) -> CountOut:
     """Release every lease the run holds (its end)."""
-    return CountOut(count=store.release_tasks(_holder(token, sent.holder)))
+    sent = await _body(request, HolderIn, MAX_LEASE_BODY)
+    return CountOut(count=await run_in_threadpool(store.release_tasks, _holder(token, sent.holder)))
 
 
 @router.post(
-    "/leases/effort", operation_id="saveEffort", response_model=KeptOut, responses=responses(*BODY_REFUSALS, 404)
-)
-def save_effort(store: Storage, token: Writer, sent: EffortIn) -> KeptOut:
+    "/leases/effort", operation_id="saveEffort", response_model=KeptOut, responses=responses(*BODY_REFUSALS, 404),
+    openapi_extra=_documented(EffortIn),
+)  # fmt: skip
+async def save_effort(request: Request, store: Storage, token: Writer) -> KeptOut:
     """Add a batch's trials and seconds to a task's effort, set its curve and plateau, and renew or release its lease,
     if the run still holds it."""
-    problem = curve_problem(sent.curve, MAX_ID)  # the task's trials in all, every run's: the store's to add up
+    sent = await _body(request, EffortIn, MAX_LEASE_BODY)
+    problem = curve_problem(sent.curve, MAX_EFFORT_TRIALS)
     if problem:
         raise HttpProblem(422, f"curve: {problem}")
+    return await run_in_threadpool(_save, store, token, sent)
+
+
+def _save(store, token, sent: EffortIn) -> KeptOut:
+    now = store.efforts([sent.workload_id], sent.device_id).get(sent.workload_id)
+    if now is not None and now.trials + sent.trials > MAX_EFFORT_TRIALS:
+        raise HttpProblem(422, f"trials: the task's effort would pass {MAX_EFFORT_TRIALS:,} trials")
     update = EffortUpdate(
         sent.workload_id, sent.device_id, _holder(token, sent.holder), (sent.trials, sent.seconds), sent.curve,
         sent.plateau, sent.lease_s,
@@ -175,16 +248,29 @@ def save_effort(store: Storage, token: Writer, sent: EffortIn) -> KeptOut:
     return KeptOut(kept=store.save_effort(update))
 
 
+def _tag(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:TAG]
+
+
 def _holder(token, holder: str) -> str:
-    """The run's name as stored: under its writer token's name, printable."""
-    problem = name_problem(holder, "holder")
+    """The run's name as stored: under its writer token's tag, printable, with no ``/`` of its own."""
+    problem = name_problem(holder, "holder") or ("holder: has a '/'" if "/" in holder else None)
     if problem:
         raise HttpProblem(422, problem)
-    return f"{token.name[:50]}/{holder}"
+    return f"{_tag(token.name)}/{holder}"
+
+
+def _shown(store, stored: str) -> str:
+    """A stored holder as others see it: its token's name in place of the tag (the tag itself for a token gone)."""
+    tag, sep, run = stored.partition("/")
+    if not sep or len(tag) != TAG:
+        return stored
+    name = next((t.name for t in store.tokens() if _tag(t.name) == tag), tag)
+    return f"{name}/{run}"
 
 
 def _known(store, workload_id: int, device_id: int) -> None:
-    if not store.workloads_by_id([workload_id]):
+    if not store.workload_hashes([workload_id]):
         raise HttpProblem(404, f"no workload {workload_id}: name it first (POST /api/v1/tasks)")
     if not any(d.id == device_id for d in store.all_devices()):
         raise HttpProblem(404, f"no device {device_id}: name it first (POST /api/v1/tasks)")

@@ -5,19 +5,22 @@ overlay (``registry.share.overlay``) whose local side is this machine's *outbox*
 under the registry's home (``outbox_path``). Every write lands there first, in its own transaction, then travels:
 
 - **Records** are pushed (``registry.share.remote.push``: a bundle, checked by the server as any push is, "imported"
-  there) before each effort update and lease release, and when the run ends. A task's records are on the server
-  before another machine can take the task over, so it resumes from them and measures none of them again.
+  there) before each effort update and lease release, and before the run reports. A task's records are on the
+  server before another machine can take the task over, so it resumes from them and measures none of them again.
+  A run pushes the records measured since it began (``ExchangeFilters.since``): one refused leftover of an earlier
+  run cannot stop every later run.
 - **Leases and effort** go to the server itself (``registry.server.leases_api``): the run names its device and its
   tasks' workloads once, gets the server's ids, and takes, renews and releases leases by them. Tuning machines that
   share only the URL divide the tasks as runs on one database do (``registry.pipeline.effort``).
 
 Nothing acknowledged is lost: a record is in the outbox before anything is sent, and pushes resume where the server's
-mark says the last one ended, so a run cut off from the server fails with one line naming the outbox, and the next
-run (or ``registry --db OUTBOX push URL``) sends what is left.
+mark says the last one ended, so a run cut off from the server fails with one line naming the outbox, and
+``registry --db OUTBOX push URL`` sends what is left.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import urllib.parse
 import warnings
@@ -28,7 +31,7 @@ from typing import Any
 import orjson
 
 from registry.config import registry_home
-from registry.errors import BadInputError, RegistryWarning, printable
+from registry.errors import BadInputError, RegistryError, RegistryWarning, printable
 from registry.share.overlay import SHARED_BASE, OverlayStorage
 from registry.share.remote import RemoteError, push, server_root
 from registry.share.rest_storage import RestStorage
@@ -38,6 +41,7 @@ from registry.store.values import Effort, EffortUpdate, ExchangeFilters
 TASKS = "/api/v1/tasks"
 LEASES = "/api/v1/leases"
 MAX_HELD_BY = 200  # characters of a lease holder's name as a server answers it
+LEASE_WHILE_PUSHING = 300.0  # seconds a releasing run's leases are renewed for while its last records are pushed
 
 
 def outbox_path(url: str) -> Path:
@@ -74,6 +78,9 @@ class ServedRun(OverlayStorage):
         self.path = path
         self._server_ids: dict[int, int] = {}  # overlay workload id -> the server's
         self._server_devices: dict[int, int] = {}  # overlay device id -> the server's
+        # What this run pushes: the records measured since it began (a second's slack for the clock's rounding)
+        began = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(seconds=1)
+        self.sending = ExchangeFilters(since=began)
 
     def check_writer(self) -> None:
         """One line now, not at the first batch's end, when the token cannot write."""
@@ -97,7 +104,9 @@ class ServedRun(OverlayStorage):
             if device is None:
                 raise BadInputError(f"no device {device_id} in the run's outbox {self.path}")
             found = self.overlay.workloads_by_id(missing)
-            workloads = [found[w] for w in missing if w in found]
+            if len(found) < len(set(missing)):
+                raise BadInputError(f"workload {min(set(missing) - set(found))} is not in the run's outbox {self.path}")
+            workloads = [found[w] for w in missing]
             body = {
                 "device": {
                     "key": device.key, "target": orjson.loads(device.target_json), "num_threads": device.num_threads,
@@ -129,9 +138,9 @@ class ServedRun(OverlayStorage):
         return f"this run's records are kept in {self.path} (`registry --db {self.path} push {self.remote.url}`)"
 
     def send_records(self) -> None:
-        """Push the outbox's records the server lacks (each push sends only what came after the last)."""
+        """Push this run's records the server lacks (each push sends only what came after the last)."""
         try:
-            push(self.remote, self.overlay, ExchangeFilters())
+            push(self.remote, self.overlay, self.sending)
         except RemoteError as e:
             raise RemoteError(f"{e}; {self._kept()}", status=e.status, cli_hint=e.cli_hint) from None
 
@@ -158,7 +167,7 @@ class ServedRun(OverlayStorage):
         (wid,), did = self._named([workload_id], device_id)
         answer = self._post(f"{LEASES}/take", {"workload_id": wid, "device_id": did, "holder": holder,
                                                "lease_s": lease_s})  # fmt: skip
-        held_by = answer.get("held_by") if isinstance(answer, dict) else ""
+        held_by = answer.get("held_by", "") if isinstance(answer, dict) else ""
         if held_by is not None and not (type(held_by) is str and 0 < len(held_by) <= MAX_HELD_BY):
             raise RemoteError(f"{self.remote.url}{LEASES}/take: the answer names no run (is this a registry server?)")
         return None if held_by is None else printable(held_by, MAX_HELD_BY)
@@ -167,7 +176,10 @@ class ServedRun(OverlayStorage):
         return self._count("renew", {"holder": holder, "lease_s": lease_s})
 
     def save_effort(self, update: EffortUpdate) -> bool:
-        self.send_records()  # the batch's records on the server before its lease is renewed or released
+        # The batch's records on the server before its lease is renewed or released; the leases renewed first, so
+        # that a push waiting its turn on a busy server does not outlast them.
+        self.renew_tasks(update.holder, update.lease_s or LEASE_WHILE_PUSHING)
+        self.send_records()
         (wid,), did = self._named([update.workload_id], update.device_id)
         body = {
             "workload_id": wid, "device_id": did, "holder": update.holder, "trials": update.added[0],
@@ -181,8 +193,13 @@ class ServedRun(OverlayStorage):
         return kept
 
     def release_tasks(self, holder: str) -> int:
-        self.send_records()
-        return self._count("release", {"holder": holder})
+        """Push the run's records, then release its leases: released even when the push fails, so that other runs
+        need not wait for them to expire."""
+        try:
+            self.send_records()
+        finally:
+            released = self._count("release", {"holder": holder})
+        return released
 
     def release_leases(self, model: str | None, may_run: Callable[[str], bool]) -> tuple[int, dict[str, int]]:
         raise BadInputError("`registry db release-leases` works on the server's database, not by URL")
@@ -190,15 +207,16 @@ class ServedRun(OverlayStorage):
     def _count(self, action: str, body: dict[str, Any]) -> int:
         answer = self._post(f"{LEASES}/{action}", body)
         count = answer.get("count") if isinstance(answer, dict) else None
-        if not _is_id(count) and count != 0:
+        if not (type(count) is int and 0 <= count < 2**63):
             raise RemoteError(f"{self.remote.url}{LEASES}/{action}: the answer is not a count")
         return count
 
     def close(self) -> None:
-        """Send what is left, then close the outbox; a server out of reach is a warning: the outbox keeps it all."""
+        """Send what is left, then close the outbox; a failure is a warning here (the run has reported: see
+        ``registry.api``, which sends before it does), and the outbox keeps every record."""
         try:
             self.send_records()
-        except RemoteError as e:
+        except RegistryError as e:
             warnings.warn(str(e), RegistryWarning, stacklevel=2)
         finally:
             super().close()
