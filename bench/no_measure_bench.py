@@ -13,12 +13,17 @@ each model, each on a copy of the registry:
 
 - ``measured``: ``registry transfer M --tune-budget 0 -o measured.so``: the donors' schedules measured here and the
   fastest kept, nothing tuned (the same candidates the predictor chooses among; with its default budget, transfer
-  would also tune the tasks no donor helped for up to 5 minutes, which is not what is compared here);
+  would also tune the tasks no donor helped for up to 5 minutes; ``--every-default`` compares against that
+  instead, `registry transfer M -o measured.so`, as a new user runs it);
 - ``no-measure``: ``registry transfer M --no-measure -o predicted.so`` (the same 3 candidates a task);
-- ``untuned``: the model without records.
+- ``untuned``: the model without records; its command's wall time is the compile-only floor (import and compile,
+  no search).
 
 Each command's wall time is kept, and the libraries are timed in turn in one process by the registry's workers (TVM's
-``time_evaluator``), ``--rounds`` times, medians. Writes the result with the machine, the commit and the date.
+``time_evaluator``), ``--rounds`` times, medians; each library's output is compared with onnxruntime's on the same
+seeded inputs (``bench.tuning.gap.output_error``). After `registry pull` (issue #53):
+``--registry PULLED.db --every-default --no-predictor-quality --models distilbert-l2-h128 resnet-bottleneck-w64
+ppocr-v5-det``. Writes the result with the machine, the commit and the date.
 """
 
 from __future__ import annotations
@@ -69,11 +74,12 @@ def predictor_quality(db: Path) -> list[dict]:
     return out
 
 
-def libraries(name: str, registry: Path, work: Path) -> dict:
+def libraries(name: str, registry: Path, work: Path, every_default: bool = False) -> dict:
     model = BY_NAME[name]
     path, shapes = str(materialize(model)), shape_args(model)
     out = {}
-    for kind, extra in (("measured", ["--tune-budget", "0"]), ("no-measure", ["--no-measure"])):
+    measured = [] if every_default else ["--tune-budget", "0"]
+    for kind, extra in (("measured", measured), ("no-measure", ["--no-measure"])):
         db = work / f"{name}-{kind.replace(', ', '-').replace(' ', '-')}.db"
         copy_sqlite(registry, db)
         library = db.with_suffix(".so")
@@ -103,13 +109,27 @@ def timed(name: str, libs: dict, rounds: int) -> dict[str, float]:
     return {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v}
 
 
-def untuned_library(name: str, work: Path) -> str:
+def untuned_library(name: str, work: Path) -> dict:
+    """The model compiled with no record (an empty registry): its library, and the wall time of that, the
+    compile-only floor (import and compile, no search)."""
     model = BY_NAME[name]
     db = work / f"{name}-untuned.db"
     db.unlink(missing_ok=True)
     library = db.with_suffix(".so")
-    cli(db, "transfer", str(materialize(model)), *shape_args(model), "--tune-budget", "0", "-o", str(library))
-    return str(library)
+    path = str(materialize(model))
+    _, seconds = cli(db, "transfer", path, *shape_args(model), "--tune-budget", "0", "-o", str(library))
+    return {"library": str(library), "wall_s": seconds}
+
+
+def output_errors(name: str, libs: dict) -> dict:
+    """Each library's largest difference from onnxruntime's output on the seeded inputs (``bench.tuning.gap``)."""
+    import tvm
+
+    from bench.tuning.gap import output_error
+
+    model = BY_NAME[name]
+    return {k: output_error(tvm.runtime.load_module(v["library"]), materialize(model), model.shapes)
+            for k, v in libs.items()}  # fmt: skip
 
 
 def main() -> None:
@@ -119,6 +139,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/no_measure")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/no_measure.json")
+    ap.add_argument(
+        "--every-default",
+        action="store_true",
+        help="measured: `registry transfer` with every default (its tuning too), not --tune-budget 0",
+    )
+    ap.add_argument(
+        "--no-predictor-quality",
+        action="store_true",
+        help="skip training predictors on the registry's records (a pulled bundle holds one a task)",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     registry = args.work / "registry.db"
@@ -127,21 +157,22 @@ def main() -> None:
         done = subprocess.run([REGISTRY, "sync", f"sqlite:///{more}", f"sqlite:///{registry}"], capture_output=True)
         if done.returncode != 0:
             raise SystemExit(f"sync of {more} failed: {done.stderr.decode().strip().splitlines()[-1:]}")
-    result: dict = {"registries": [p.name for p in args.registry], "models": []}
-    result["predictors"] = predictor_quality(registry)
+    result: dict = {"registries": [p.name for p in args.registry], "models": [], "every_default": args.every_default}
+    result["predictors"] = [] if args.no_predictor_quality else predictor_quality(registry)
     for name in args.models:
         try:
-            libs = libraries(name, registry, args.work)
+            libs = libraries(name, registry, args.work, args.every_default)
         except SystemExit as e:  # a model a door cannot compile: kept in the result, the others go on
             result["models"].append({"model": name, "error": str(e)})
             print(f"{name}: {e}", flush=True)
             continue
-        libs["untuned"] = {"library": untuned_library(name, args.work)}
+        libs["untuned"] = untuned_library(name, args.work)
         ms = timed(name, libs, args.rounds)
-        row = {"model": name, "runs": libs, "e2e_ms": ms}
+        row = {"model": name, "runs": libs, "e2e_ms": ms, "output_error": output_errors(name, libs)}
         if "no-measure" in ms and "measured" in ms:
             row["no_measure_vs_measured"] = ms["no-measure"] / ms["measured"]
             row["wall_ratio"] = libs["measured"]["wall_s"] / libs["no-measure"]["wall_s"]
+            row["of_floor"] = libs["no-measure"]["wall_s"] / libs["untuned"]["wall_s"]
         result["models"].append(row)
         print(json.dumps({k: row[k] for k in row if k != "runs"}), flush=True)
         args.out.write_text(json.dumps(stamped(result), indent=2))
