@@ -205,6 +205,11 @@ def test_hostile_lease_requests_are_problem_documents_and_change_nothing(tuned_l
     with serving(url) as base:
         writer, reader = make_token(url, "writer"), make_token(url, "reader")
         before = served_tables(url)
+        with Store(url) as db:  # the device as a run names it, and one the server must refuse
+            [row] = db.all_devices()
+        device = {"key": row.key, "target": json.loads(row.target_json), "num_threads": row.num_threads,
+                  "host_model": row.host_model, "tvm_version": row.tvm_version}  # fmt: skip
+        module = {"shash": "0" * 16, "module_equality": "structural", "mod_json": "{}"}
         take = {"workload_id": 1, "device_id": 1, "holder": "h:1:x", "lease_s": 60}
         effort = {"workload_id": 1, "device_id": 1, "holder": "h:1:x", "trials": 1, "seconds": 1.0,
                   "curve": [[1, 2.0]], "plateau": False, "lease_s": 60}  # fmt: skip
@@ -226,6 +231,11 @@ def test_hostile_lease_requests_are_problem_documents_and_change_nothing(tuned_l
             ("leases/effort", {**effort, "seconds": float("nan")}, writer, 422, "seconds"),
             ("leases/renew", {"holder": "h:1:x"}, writer, 422, "lease_s"),
             ("tasks", {"device": {}, "workloads": []}, writer, 422, "device"),
+            # refused as a pushed bundle's device and workloads are (400: what was sent is not what it says)
+            ("tasks", {"device": {**device, "key": "f" * 64}, "workloads": []}, writer, 400, "its own description"),
+            ("tasks", {"device": {**device, "num_threads": 10**6}, "workloads": []}, writer, 400, "threads"),
+            ("tasks", {"device": device, "workloads": [module]}, writer, 400, "workload 0000"),
+            ("tasks", {"device": device, "workloads": [module] * 2001}, writer, 422, "workloads"),
         ]:
             answer = _post(f"{base}/api/v1/{path}", body, token)
             assert answer.status == status, (path, body, answer.body)

@@ -26,9 +26,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
 
 from registry.server.api import known_query
+from registry.server.limits import bounded_stream
 from registry.server.problems import HttpProblem, responses
 from registry.server.state import RequestLimits, Storage, Writer, writer
 from registry.store.validation import MAX_CURVE, MAX_EFFORT_S, MAX_LEASE_S, curve_problem, name_problem
@@ -56,17 +56,9 @@ async def _body(request: Request, model: type[BaseModel], limit: int) -> Any:
         raise HttpProblem(411, "the request must declare its Content-Length")
     if int(declared) > limit:
         raise HttpProblem(413, f"the request declares {int(declared):,} bytes; this route takes at most {limit:,}")
-    chunks, size = [], 0
+    body = b"".join([chunk async for chunk in bounded_stream(request, limit)])
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise HttpProblem(413, f"the request passed {limit:,} bytes, the most this route takes")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise HttpProblem(400, "the request broke off before its end") from None
-    try:
-        return model.model_validate_json(b"".join(chunks))
+        return model.model_validate_json(body)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"

@@ -13,6 +13,7 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import Request
@@ -135,6 +136,20 @@ class BoundedHeaders(HttpToolsProtocol):
         self.transport.close()
 
 
+async def bounded_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The request's body as it arrives: 413 as soon as more than ``limit`` bytes have, 400 if the client goes away
+    before its end (killed, or its network), so that nothing of it is used."""
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HttpProblem(413, f"the request passed {limit:,} bytes, the most this server takes")
+            yield chunk
+    except ClientDisconnect:
+        raise HttpProblem(400, "the request broke off before its end; nothing of it was used") from None
+
+
 async def receive_upload(request: Request, limit: int) -> Path:
     """The request's body in a temporary file (the caller deletes it). Refused with 413 before a byte is read when
     it declares more than ``limit`` bytes, and as soon as more arrive when it declares nothing (chunked)."""
@@ -148,14 +163,9 @@ async def receive_upload(request: Request, limit: int) -> Path:
         path = Path(f.name)
         size = 0
         try:
-            async for chunk in request.stream():
+            async for chunk in bounded_stream(request, limit):
                 size += len(chunk)
-                if size > limit:
-                    raise HttpProblem(413, f"the upload passed {limit:,} bytes, the most this server takes")
                 f.write(chunk)
-        except ClientDisconnect:  # the pusher went away (killed, or its network): nothing was imported
-            path.unlink(missing_ok=True)
-            raise HttpProblem(400, "the upload broke off before its end; nothing of it was imported") from None
         except BaseException:
             path.unlink(missing_ok=True)
             raise
