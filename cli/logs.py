@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from registry import hostinfo
-from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx, served
 from registry.cli.output import Progress, echo_line, echo_model
 
 
@@ -151,6 +151,11 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
     logs = [("-o", folder / name) for name in (WORKLOAD_FILE, RECORD_FILE)] if folder is not None else []
     ctx.refuse_own_files(("--bundle", bundle), *logs)
     if bundle is not None:
+        if served(ctx.url):
+            raise click.UsageError(
+                "a served registry's records travel as a pull, not an export: `registry pull URL` (with --device, "
+                "--team, --model or --since) into a local registry, then `registry export --bundle FILE` there"
+            )
         _export_bundle(ctx, bundle, device, team, model, since, best_only, not no_predictors, fmt)
         return
     if any(v is not None for v in (team, model, since)):

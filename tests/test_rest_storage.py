@@ -66,6 +66,22 @@ def same(db: str, base: str, token_file: Path, *args: str) -> str:
     return served.stdout
 
 
+@pytest.mark.tvm
+def test_export_by_url_writes_the_logs_the_database_writes_and_a_bundle_is_a_pull(starter, tmp_path):
+    token = make_token(starter, "reader")
+    with serving(starter) as base:
+        for where, db in (("file", starter), ("url", base)):
+            result = run("--db", db, "export", "-o", str(tmp_path / where), env={"REGISTRY_TOKEN": token})
+            assert result.exit_code == 0, result.output
+        for name in ("database_workload.json", "database_tuning_record.json"):
+            mine, theirs = ((tmp_path / where / name).read_text() for where in ("file", "url"))
+            assert mine == theirs and len(mine.splitlines()) > 100, name
+        result = run("--db", base, "export", "--bundle", str(tmp_path / "b.bundle"), env={"REGISTRY_TOKEN": token})
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and "`registry pull URL`" in lines[0], result.output
+        assert not (tmp_path / "b.bundle").exists()
+
+
 @pytest.mark.tvm  # the starter bundle's records are checked (replayed) as they arrive
 def test_the_read_commands_print_through_the_server_what_they_print_through_the_database(starter, tmp_path):
     token_file = tmp_path / "token"
@@ -224,7 +240,6 @@ def test_commands_that_write_or_measure_refuse_a_url_in_one_line(tmp_path):
         ["db", "upgrade"],
         ["db", "release-leases"],
         ["token", "create", "--role", "reader", "--name", "x"],
-        ["export", "-o", str(tmp_path / "out")],
         ["serve"],
         ["push", "http://127.0.0.1:9"],
     ):
