@@ -290,13 +290,13 @@ DB_HELP = (
     "Database: a SQLAlchemy URL or a path to an SQLite file "
     f"[env {DATABASE_URL_ENV}; default: an SQLite file under the per-user data dir]. "
     "Example: postgresql://registry@db-host/registry or ./team.db. "
-    "Or the http(s):// URL of a `registry serve`: lookup, show, stats, devices, report and export -o read it "
+    "Or the http(s):// URL of a `registry serve`: lookup, show, stats, devices, report, export -o and verify read it "
     "(a reader's token), transfer and tune run against it (a writer's token: records pushed there, leases taken "
     "there; with --overlay FILE only read). Token from --token-file FILE or $REGISTRY_TOKEN"
 )
 
 # The commands that read a served registry by URL (``--db http(s)://...``): every other one writes or measures.
-READS_BY_URL = ("lookup", "show", "stats", "devices", "report", "export")
+READS_BY_URL = ("lookup", "show", "stats", "devices", "report", "export", "verify")
 # The commands that run a model against it: their records are pushed to it and their leases taken there
 # (``registry.share.served_run``; a writer's token), or, with ``--overlay FILE``, written to that file only.
 OVERLAY_BY_URL = ("transfer", "tune")

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import NAME, Context, FiniteRange, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import (
+    NAME,
+    Context,
+    FiniteRange,
+    common_options,
+    device_option,
+    output_options,
+    pass_ctx,
+    served,
+)
 from registry.cli.output import Progress, echo_model, echo_rows
+
+URL_LIMIT = 10_000  # records a verify by URL re-measures at most: one read's worth of ids
 
 
 @click.command()
@@ -42,7 +53,14 @@ def verify(ctx: Context, device: str, model: str | None, limit: int | None, tole
       registry verify --model resnet18 --limit 200
       registry verify --device 3 --tolerance 2 --json
       registry lookup --trust verified             # afterwards: only what was measured or verified here
+      registry --db https://registry.example.com verify --limit 100   # check a server's claims here; keeps nothing
+
+    By URL (a reader's token) the server's imported records of this machine's device are re-measured here and the
+    verdicts printed, not kept: the server keeps only verdicts measured where it runs. At most 10,000 records.
     """
+    by_url = served(ctx.url) is not None
+    if by_url and (limit is None or limit > URL_LIMIT):
+        limit = URL_LIMIT  # one read's worth of record ids (registry.server.storage_api)
     from registry.measure import zygote
 
     zygote.start_early()  # its TVM import, for the workers, beside this process's
@@ -78,6 +96,11 @@ def verify(ctx: Context, device: str, model: str | None, limit: int | None, tole
         )
     if fmt == "table" and not ctx.quiet:
         click.echo(summary(result))
+        if by_url:
+            click.echo(
+                "by URL these verdicts are reported, not kept: the server keeps only verdicts measured where it runs "
+                "(`registry verify` on its machine)"
+            )
 
 
 def summary(result) -> str:

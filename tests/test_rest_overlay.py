@@ -5,6 +5,8 @@ SQLite file is the reference."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from click.testing import CliRunner
 
@@ -156,3 +158,22 @@ def test_a_device_with_too_many_records_is_one_line(tuned_logs, tmp_path, monkey
         with pytest.raises(RemoteError, match="registry pull URL") as e, rest.device_records(device.id):
             pass
         assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.tvm
+def test_verify_by_url_measures_the_servers_claims_here_and_keeps_nothing_there(tuned_logs, tmp_path):
+    shared = shared_registry(f"sqlite:///{tmp_path / 'shared.db'}", tuned_logs)
+    mine = f"sqlite:///{tmp_path / 'mine.db'}"
+    shutil.copy(tmp_path / "shared.db", tmp_path / "mine.db")
+    with serving(shared) as base:
+        env = {"REGISTRY_TOKEN": make_token(shared, "reader")}
+        before = served_tables(shared)
+        by_url = report(CliRunner(env=env).invoke(cli, ["--db", base, "verify", "--limit", "4", "--json"]))
+        direct = report(CliRunner().invoke(cli, ["--db", mine, "verify", "--limit", "4", "--json"]))
+        assert served_tables(shared) == before  # the verdicts are not the server's
+        said = CliRunner(env=env).invoke(cli, ["--db", base, "verify", "--limit", "2"])
+        assert said.exit_code == 0 and "reported, not kept" in said.output, said.output
+    claimed = [(r["record_id"], r["claimed_us"]) for r in by_url["rows"]]
+    assert len(claimed) == 4 and claimed == [(r["record_id"], r["claimed_us"]) for r in direct["rows"]]
+    assert {r["verdict"] for r in by_url["rows"]} <= {"verified", "disputed"}
+    assert all(r["measured_us"] for r in by_url["rows"]), by_url["rows"]  # rebuilt from the traces sent, and timed

@@ -235,7 +235,6 @@ def test_commands_that_write_or_measure_refuse_a_url_in_one_line(tmp_path):
     base = "http://127.0.0.1:9"  # nothing listens: the refusal comes first
     for args in (
         ["import", str(tmp_path)],
-        ["verify"],
         ["predictor", "train"],
         ["db", "upgrade"],
         ["db", "release-leases"],

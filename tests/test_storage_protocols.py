@@ -27,8 +27,8 @@ PROTOCOLS = (
 )
 IMPLEMENTATIONS = (Store, OverlayStorage, ServedRun)  # the last: a model run against a served registry
 # Implementations of some of the protocols, with the protocols each declares: a served registry read by URL (the
-# record reads too: an overlay's shared side).
-PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing, interface.RecordReads)}
+# record reads too: an overlay's shared side; and verify's reads).
+PARTIAL = {RestStorage: (interface.Catalogue, interface.Browsing, interface.RecordReads, interface.Verification)}
 MOST_METHODS = 15
 
 

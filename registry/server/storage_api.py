@@ -1,7 +1,8 @@
 """``GET /api/v1/storage/{read}?args=JSON``: the storage's reads over HTTP, for ``registry --db http://...``
 (``registry.share.rest_storage.RestStorage``, its client): the catalogue, the browsing reads, the record reads (an
-overlay's shared side: ``registry transfer|tune --db URL --overlay FILE``) and efforts, without a lease's holder. A
-reader's token, as every read of the API. ``device_records`` comes whole, refused above ``MAX_DEVICE_RECORDS``.
+overlay's shared side: ``registry transfer|tune --db URL``), efforts, without a lease's holder, and the imported
+records ``registry --db URL verify`` re-measures (at most ``MAX_ITEMS`` ids a read). A reader's token, as every read
+of the API. ``device_records`` comes whole, refused above ``MAX_DEVICE_RECORDS``.
 
 The arguments are the read's keyword arguments as JSON, checked against the protocol method's annotations and
 bounded (``bounded``) before the storage sees them; the answer is the read's value as JSON
@@ -29,7 +30,7 @@ MAX_ARGS = 16 << 10  # characters of a read's arguments: a model's workload ids,
 MAX_TEXT = 1000  # characters of one name or filter
 MAX_ITEMS = 10_000  # items of one list of ids
 MAX_ID = 2**62
-COUNTS = ("k", "per_device")  # arguments that say how many records come back: at most MAX_ITEMS
+COUNTS = ("k", "per_device", "limit")  # arguments that say how many records come back: at most MAX_ITEMS
 
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(reader)])
 
@@ -93,6 +94,8 @@ def _arguments(read: str, text: str) -> dict[str, Any]:
     unknown = [k for k in given if k not in params]
     if unknown:
         raise HttpProblem(422, f"args: {read} takes no {unknown[0][:40]!r} (it takes {', '.join(params) or 'none'})")
+    if read == "imported_ids" and given.get("limit") is None:  # every imported record of a device: unbounded
+        raise HttpProblem(422, f"args: imported_ids needs a limit (at most {MAX_ITEMS}) by URL")
     kwargs = {}
     for name, tp in params.items():
         if name not in given:

@@ -35,10 +35,12 @@ from registry.store.interface import (
     Catalogue,
     LeaseStorage,
     RecordReads,
+    Verification,
 )
 from registry.store.values import (
     BrowseFilter,
     BrowsePage,
+    Claim,
     DeviceCoverage,
     DeviceListing,
     DeviceRecords,
@@ -60,6 +62,7 @@ from registry.store.values import (
     StoredWorkload,
     TaskRow,
     TuningState,
+    Verdict,
 )
 
 __all__ = ["MAX_DEVICE_RECORDS", "READS", "RestStorage", "WireError", "decode", "encode", "open_served", "read_of"]
@@ -89,6 +92,10 @@ READS: dict[str, Any] = {
     "workload_ids": WireReads.workload_ids,
     "device_records": WireReads.device_records,
     "efforts": LeaseStorage.efforts,
+    # `registry --db URL verify`: the imported records to re-measure here (its verdicts stay here: RestStorage)
+    "count_imported": Verification.count_imported,
+    "imported_ids": Verification.imported_ids,
+    "claims": Verification.claims,
 }
 MAX_INT = 2**63
 INT_KEY = re.compile(r"-?\d{1,19}")
@@ -149,6 +156,8 @@ def _scalar(value: Any, tp: Any, where: str) -> Any:
         return float(value)
     if tp is str and type(value) is str:
         return value
+    if tp is list and type(value) is list:  # a trace: its shape is checked where it is replayed, in a worker
+        return value
     if tp is bytes and type(value) is str:
         try:
             return base64.b64decode(value, validate=True)
@@ -206,7 +215,7 @@ def _dataclass(value: Any, cls: type, where: str) -> Any:
     return cls(**fields)
 
 
-class RestStorage(Catalogue, Browsing, RecordReads):
+class RestStorage(Catalogue, Browsing, RecordReads, Verification):
     """A registry served by ``registry serve`` at ``url``, read over HTTP with a reader's ``token`` (None: a public
     server). Every answer is decoded against the protocol's annotations (``decode``) and bounded by ``limits``; one
     that is not what the read returns is one line (``RemoteError``), never a value a caller would trust."""
@@ -339,6 +348,21 @@ class RestStorage(Catalogue, Browsing, RecordReads):
 
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
         return self._call("efforts", workload_ids=list(workload_ids), device_id=device_id)
+
+    # -- Verification: re-measured here, kept nowhere ------------------------------------------------------------
+
+    def count_imported(self, device_id: int, model: str | None = None) -> int:
+        return self._call("count_imported", device_id=device_id, model=model)
+
+    def imported_ids(self, device_id: int, model: str | None, limit: int | None) -> list[int]:
+        return self._call("imported_ids", device_id=device_id, model=model, limit=limit)
+
+    def claims(self, record_ids: Sequence[int]) -> list[Claim]:
+        return self._call("claims", record_ids=list(record_ids))
+
+    def record_verdicts(self, found: Sequence[Verdict], at: Any) -> None:
+        """Kept nowhere: a verdict a client sent would be one more claim, so the server keeps only those measured
+        where it runs; `registry --db URL verify` reports what it measured (``verified`` records of that run)."""
 
     def close(self) -> None:
         """Nothing to give back: each read is one request."""
