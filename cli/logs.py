@@ -164,13 +164,19 @@ def export(ctx: Context, folder: Path | None, bundle: Path | None, device, best_
         raise click.UsageError("--no-predictors is for bundles (--bundle FILE): TVM's logs carry no predictor")
     from registry.share.export import export_database
 
-    r = export_database(ctx.existing_store, folder, device, best_only=best_only)
+    by_url = served(ctx.url) is not None  # a server's traces are its claims: none is replayed here
+    r = export_database(ctx.existing_store, folder, device, best_only=best_only, replay_plain=not by_url)
     if fmt == "json":
         from registry.schemas import ExportOutput
 
         echo_model(ExportOutput(folder=str(folder), **dataclasses.asdict(r)))
         return
     echo_line(f"wrote {r.records} record(s) of {r.workloads} workload(s) for device {r.device} to {folder}")
+    if by_url:
+        echo_line(
+            "by URL the registry's schedules are not replayed on the kernels plain TVM extracts otherwise: "
+            "`registry pull URL`, then `registry export -o` there, for those too"
+        )
     if r.plain_kernels:
         click.echo(
             f"plain TVM: {r.plain_records} of the {r.plain_kernels} kernels it extracts otherwise than the registry "

@@ -226,7 +226,9 @@ def test_hostile_lease_requests_are_problem_documents_and_change_nothing(tuned_l
             ("leases/take", {**take, "holder": "x" * 100_000}, None, 401, "token"),  # the token before the body
             ("leases/take", {**take, "holder": "x" * 100_000}, writer, 413, "bytes"),
             ("leases/effort", {**effort, "trials": 5000}, writer, 422, "trials"),
-            ("leases/effort", {**effort, "curve": [[2, 1.0], [1, 2.0]]}, writer, 422, "only rise"),
+            ("leases/effort", {**effort, "curve": [[1, 1.0], [1, 2.0]]}, writer, 422, "only rise"),
+            ("leases/effort", {**effort, "curve": [[10**6, 1.0]]}, writer, 422, "trials up to"),  # past its trials
+            ("leases/effort", {**effort, "trials": 4000, "seconds": 0.0}, writer, 422, "faster than a trial"),
             ("leases/effort", {**effort, "trials": -1}, writer, 422, "trials"),
             ("leases/effort", {**effort, "seconds": float("nan")}, writer, 422, "seconds"),
             ("leases/renew", {"holder": "h:1:x"}, writer, 422, "lease_s"),

@@ -284,16 +284,18 @@ async def push(
     limits: RequestLimits,
     token: Writer,
     sync_key: Annotated[str | None, Query(pattern="^[0-9a-f]{64}$")] = None,
+    skip_invalid: bool = False,
 ):
     """Import a bundle, checked as `registry import` checks one: every trace replayed on its workload, one bad
-    record refuses the whole bundle. Its records arrive "imported", never trusted as measured here.
-    ``sync_key``: the pusher's filter key, under which (with the token's name) the bundle's origin and last
-    record id are kept, so that its next push sends only what came after."""
+    record refuses the whole bundle (``skip_invalid``: it is left out, counted, and the first one named). Its
+    records arrive "imported", never trusted as measured here. ``sync_key``: the pusher's filter key, under which
+    (with the token's name) the bundle's origin and last record id are kept, so that its next push sends only what
+    came after."""
     mark_key = None if sync_key is None else push_key(token, sync_key)
     path = await receive_upload(request, limits.max_upload)
     try:
         async with limits.pushing:
-            result = await run_in_threadpool(_import, store, path, mark_key)
+            result = await run_in_threadpool(_import, store, path, mark_key, skip_invalid)
     finally:
         path.unlink(missing_ok=True)
     return schemas.ImportOutput(**dataclasses.asdict(result))
@@ -399,7 +401,7 @@ def push_key(token: TokenRow | None, sync_key: str) -> str:
     return hashlib.sha256(f"push\0{name}\0{sync_key}".encode()).hexdigest()
 
 
-def _import(store: RecordStorage, path: Path, sync_key: str | None):
+def _import(store: RecordStorage, path: Path, sync_key: str | None, skip_invalid: bool = False):
     """A pushed bundle into the store, as ``registry import`` takes one; messages name "the bundle", not the
     server's temporary file."""
     from registry.share.bundle import read_bundle
@@ -409,4 +411,4 @@ def _import(store: RecordStorage, path: Path, sync_key: str | None):
     mark = None
     if sync_key is not None and "last_record_id" in manifest:  # read_bundle checked it is a record id
         mark = (exchange.origin, sync_key, manifest["last_record_id"])
-    return import_exchange(store, exchange, where="the bundle", sync_mark=mark)
+    return import_exchange(store, exchange, where="the bundle", sync_mark=mark, skip_invalid=skip_invalid)

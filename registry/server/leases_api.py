@@ -31,7 +31,7 @@ from registry.server.api import known_query
 from registry.server.limits import bounded_stream
 from registry.server.problems import HttpProblem, responses
 from registry.server.state import RequestLimits, Storage, Writer, writer
-from registry.store.validation import MAX_CURVE, MAX_EFFORT_S, MAX_LEASE_S, curve_problem, name_problem
+from registry.store.validation import MAX_CURVE, MAX_EFFORT_S, MAX_LEASE_S, effort_problem, name_problem
 from registry.store.values import EffortUpdate, ExDevice, ExWorkload
 
 MAX_BODY = 32 << 20  # bytes of a /tasks request: a model's workloads, each module as JSON
@@ -223,16 +223,20 @@ async def save_effort(request: Request, store: Storage, token: Writer) -> KeptOu
     """Add a batch's trials and seconds to a task's effort, set its curve and plateau, and renew or release its lease,
     if the run still holds it."""
     sent = await _body(request, EffortIn, MAX_LEASE_BODY)
-    problem = curve_problem(sent.curve, MAX_EFFORT_TRIALS)
-    if problem:
-        raise HttpProblem(422, f"curve: {problem}")
     return await run_in_threadpool(_save, store, token, sent)
 
 
 def _save(store, token, sent: EffortIn) -> KeptOut:
+    """The task's effort as it would stand, checked as a stored effort is read (``effort_problem``): one that its
+    readers would refuse, and so count as none, is not written."""
     now = store.efforts([sent.workload_id], sent.device_id).get(sent.workload_id)
-    if now is not None and now.trials + sent.trials > MAX_EFFORT_TRIALS:
+    trials = (now.trials if now is not None else 0) + sent.trials
+    seconds = (now.seconds if now is not None else 0.0) + sent.seconds
+    if trials > MAX_EFFORT_TRIALS:
         raise HttpProblem(422, f"trials: the task's effort would pass {MAX_EFFORT_TRIALS:,} trials")
+    problem = effort_problem(trials, seconds, sent.curve, sent.plateau)
+    if problem:
+        raise HttpProblem(422, f"the task's effort would be refused: {problem}")
     update = EffortUpdate(
         sent.workload_id, sent.device_id, _holder(token, sent.holder), (sent.trials, sent.seconds), sent.curve,
         sent.plateau, sent.lease_s,
@@ -258,7 +262,7 @@ def _shown(store, stored: str) -> str:
     if not sep or len(tag) != TAG:
         return stored
     name = next((t.name for t in store.tokens() if _tag(t.name) == tag), tag)
-    return f"{name}/{run}"
+    return f"{name[:50]}/{run}"  # within the 200 characters a client takes
 
 
 def _known(store, workload_id: int, device_id: int) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from registry.errors import BadInputError, RegistryWarning, UnknownDeviceError
 from registry.share.bundle import PREDICTOR_KINDS, BundleInfo, predictor_problem, write_bundle
-from registry.share.plain_export import plain_records, readme
+from registry.share.plain_export import PlainRecords, plain_records, readme
 from registry.store.decode import parse
 from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage, Sharing
 from registry.store.own_files import refuse_own_file
@@ -33,15 +33,19 @@ class ExportResult:
     plain_unusable: list[str] = dataclasses.field(default_factory=list)  # task names of the rest
 
 
-def export_database(store: RegistryReads, folder: Path, device: str | None, *, best_only: bool = False) -> ExportResult:
+def export_database(
+    store: RegistryReads, folder: Path, device: str | None, *, best_only: bool = False, replay_plain: bool = True
+) -> ExportResult:
     """Write ``folder/database_{workload,tuning_record}.json`` for one device.
 
     Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
-    ``device`` may be omitted when the registry knows exactly one.
+    ``device`` may be omitted when the registry knows exactly one. ``replay_plain``: also replay the registry's
+    schedules on the kernels plain TVM extracts otherwise (``plain_records``), in this process: not for a served
+    registry's traces, which are its claims.
     """
     dev = _pick_device(store, device)
     target = parse(dev.target_json, f"device {dev.id}'s target")
-    plain = plain_records(store, dev.id, target)
+    plain = plain_records(store, dev.id, target) if replay_plain else PlainRecords()
     with store.device_records(dev.id, best_only=best_only) as found:
         workloads = dict(found.workloads)
         workloads.update({w.id: w for w in plain.workloads if w.id not in workloads})

@@ -450,9 +450,11 @@ def push(
     *,
     full: bool = False,
     page: int = PAGE,
+    skip_invalid: bool = False,
 ) -> TransferResult:
     """``store``'s records matching ``filters`` that the server lacks, page by page: the server keeps how far pushes
-    from this registry with these filters and this token have come, so only what was added since goes."""
+    from this registry with these filters and this token have come, so only what was added since goes.
+    ``skip_invalid``: the server leaves out a record it refuses (counted, the first named) instead of the page."""
     from registry.share.bundle import write_bundle
 
     start = time.perf_counter()
@@ -484,7 +486,8 @@ def push(
                 info = write_bundle(path, exchange, {"push": True})
                 result.model_names |= {m.name for m in exchange.models}
                 result.models = len(result.model_names)
-            counts = remote.json("POST", "/api/v1/bundles", {"sync_key": key}, body=path)
+            params = {"sync_key": key, **({"skip_invalid": "true"} if skip_invalid else {})}
+            counts = remote.json("POST", "/api/v1/bundles", params, body=path)
             _check_counts(counts, f"{remote.url}/api/v1/bundles")
             result.pages += 1
             result.records_read += info.records

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from registry.errors import BadInputError
+from registry.errors import BadInputError, DeviceNotFoundError, UnknownDeviceError
 from registry.share.remote import Limits, Remote, RemoteError
 from registry.store.interface import (
     Browsing,
@@ -37,6 +37,7 @@ from registry.store.interface import (
     RecordReads,
     Verification,
 )
+from registry.store.query import host_device, is_host
 from registry.store.values import (
     BrowseFilter,
     BrowsePage,
@@ -246,10 +247,27 @@ class RestStorage(Catalogue, Browsing, RecordReads, Verification):
         return self._call("all_devices")
 
     def resolve_devices(self, selector: str) -> list[DeviceRow]:
-        return self._call("resolve_devices", selector=selector)
+        """``host`` is this machine (the client's CPU and TVM release), not the server's: resolved here."""
+        if selector.strip() != "host":
+            return self._call("resolve_devices", selector=selector)
+        devices = self.all_devices()
+        found = [d for d in devices if is_host(d)]
+        if not found:
+            known = ", ".join(f"{d.id}:{d.name}" for d in devices)
+            raise DeviceNotFoundError(
+                f"no device 'host' on this machine in the registry (known: {known or 'none yet'}); see `registry "
+                "devices`"
+            )
+        return found
 
     def resolve_one_device(self, selector: str) -> DeviceRow:
-        return self._call("resolve_one_device", selector=selector)
+        if selector.strip() != "host":
+            return self._call("resolve_one_device", selector=selector)
+        found = host_device(self.resolve_devices(selector))
+        if len(found) > 1:
+            choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
+            raise UnknownDeviceError(f"device 'host' is ambiguous; give its id, one of: {choices}")
+        return found[0]
 
     def devices(self) -> list[DeviceListing]:
         return self._call("devices")
@@ -318,6 +336,10 @@ class RestStorage(Catalogue, Browsing, RecordReads, Verification):
     ) -> Iterator[DeviceRecords]:
         """Whole, in one answer: a device with more than ``MAX_DEVICE_RECORDS`` records is refused by the server."""
         workloads, records = self._call("device_records", device_id=device_id, best_only=best_only, unsound=unsound)
+        if any(r.workload_id not in workloads for r in records):
+            raise RemoteError(
+                f"{self.url}{PATH}/device_records: a record of a workload the answer lacks (is this a registry server?)"
+            )
         yield DeviceRecords(workloads, iter(records))
 
     def tuning_state(self, workload_id: int, device_id: int) -> TuningState:

@@ -7,8 +7,9 @@ under the registry's home (``outbox_path``). Every write lands there first, in i
 - **Records** are pushed (``registry.share.remote.push``: a bundle, checked by the server as any push is, "imported"
   there) before each effort update and lease release, and before the run reports. A task's records are on the
   server before another machine can take the task over, so it resumes from them and measures none of them again.
-  A run pushes the records measured since it began (``ExchangeFilters.since``): one refused leftover of an earlier
-  run cannot stop every later run.
+  Each push sends every record of the outbox the server's mark (for this outbox and token) has not reached, a killed
+  run's leftovers included; one the server refuses is left out and named once (``skip_invalid``), so it cannot
+  stop every later push.
 - **Leases and effort** go to the server itself (``registry.server.leases_api``): the run names its device and its
   tasks' workloads once, gets the server's ids, and takes, renews and releases leases by them. Tuning machines that
   share only the URL divide the tasks as runs on one database do (``registry.pipeline.effort``).
@@ -20,7 +21,6 @@ mark says the last one ended, so a run cut off from the server fails with one li
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import urllib.parse
 import warnings
@@ -41,7 +41,7 @@ from registry.store.values import Effort, EffortUpdate, ExchangeFilters
 TASKS = "/api/v1/tasks"
 LEASES = "/api/v1/leases"
 MAX_HELD_BY = 200  # characters of a lease holder's name as a server answers it
-LEASE_WHILE_PUSHING = 300.0  # seconds a releasing run's leases are renewed for while its last records are pushed
+LEASE_WHILE_PUSHING = 300.0  # seconds leases are renewed for during a push, when the run took none yet
 
 
 def outbox_path(url: str) -> Path:
@@ -78,9 +78,9 @@ class ServedRun(OverlayStorage):
         self.path = path
         self._server_ids: dict[int, int] = {}  # overlay workload id -> the server's
         self._server_devices: dict[int, int] = {}  # overlay device id -> the server's
-        # What this run pushes: the records measured since it began (a second's slack for the clock's rounding)
-        began = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(seconds=1)
-        self.sending = ExchangeFilters(since=began)
+        self._lease_s: float | None = None  # how long this run's leases last (its last take), renewed as long
+        self._refused: set[str] = set()  # the server's refusals of the outbox's records, each said once
+        self._failed = False  # the last push failed: its one line was raised; closing does not push again
 
     def check_writer(self) -> None:
         """One line now, not at the first batch's end, when the token cannot write."""
@@ -138,11 +138,22 @@ class ServedRun(OverlayStorage):
         return f"this run's records are kept in {self.path} (`registry --db {self.path} push {self.remote.url}`)"
 
     def send_records(self) -> None:
-        """Push this run's records the server lacks (each push sends only what came after the last)."""
+        """Push the outbox's records the server lacks (each push sends only what came after the last); a record the
+        server refuses is left out, and said once."""
         try:
-            push(self.remote, self.overlay, self.sending)
+            sent = push(self.remote, self.overlay, ExchangeFilters(), skip_invalid=True)
         except RemoteError as e:
+            self._failed = True
             raise RemoteError(f"{e}; {self._kept()}", status=e.status, cli_hint=e.cli_hint) from None
+        self._failed = False
+        if sent.records_skipped and sent.first_skipped not in self._refused:
+            self._refused.add(sent.first_skipped)
+            warnings.warn(
+                f"{self.remote.url} refused {sent.records_skipped} record(s) of the outbox {self.path}; the first: "
+                f"{printable(sent.first_skipped or '', 200)}",
+                RegistryWarning,
+                stacklevel=2,
+            )
 
     # -- leases and effort: the server's -------------------------------------------------------------------------
 
@@ -164,6 +175,7 @@ class ServedRun(OverlayStorage):
         return {server[s]: e for s, e in found.items() if s in server}
 
     def take_task(self, workload_id: int, device_id: int, holder: str, lease_s: float) -> str | None:
+        self._lease_s = lease_s
         (wid,), did = self._named([workload_id], device_id)
         answer = self._post(f"{LEASES}/take", {"workload_id": wid, "device_id": did, "holder": holder,
                                                "lease_s": lease_s})  # fmt: skip
@@ -178,7 +190,7 @@ class ServedRun(OverlayStorage):
     def save_effort(self, update: EffortUpdate) -> bool:
         # The batch's records on the server before its lease is renewed or released; the leases renewed first, so
         # that a push waiting its turn on a busy server does not outlast them.
-        self.renew_tasks(update.holder, update.lease_s or LEASE_WHILE_PUSHING)
+        self.renew_tasks(update.holder, update.lease_s or self._lease_s or LEASE_WHILE_PUSHING)
         self.send_records()
         (wid,), did = self._named([update.workload_id], update.device_id)
         body = {
@@ -215,7 +227,8 @@ class ServedRun(OverlayStorage):
         """Send what is left, then close the outbox; a failure is a warning here (the run has reported: see
         ``registry.api``, which sends before it does), and the outbox keeps every record."""
         try:
-            self.send_records()
+            if not self._failed:  # a failed push has said its one line already
+                self.send_records()
         except RegistryError as e:
             warnings.warn(str(e), RegistryWarning, stacklevel=2)
         finally:

@@ -43,6 +43,7 @@ from registry.store.values import Claim, Verdict
 
 TOLERANCE = 1.5  # measured up to 1.5x the claim is verified: timing noise and a busy machine stay below it
 BATCH = 64  # records built and measured together; each batch's verdicts are committed in one transaction
+MAX_CLAIM_S = 3600.0  # a claimed latency verify will judge: an hour, far above any kernel
 RECHECKS = 2  # precise timings, at most, of a record the quick pass found slower than tolerated
 # A record still FAR x tolerance slower than claimed when timed alone is not being slowed by a neighbour (one sharing
 # its core makes it about 2x slower): it is not timed a second time.
@@ -124,7 +125,9 @@ def verify(
         with measurer:
             result.devices.append(row.name)
             ids = store.imported_ids(row.id, model, left)
-            _Verifier(store, measurer, tolerance, result, progress).run(ids)
+            if len(set(ids)) != len(ids) or (left is not None and len(ids) > left):
+                raise RegistryError(f"the registry named {len(ids)} records to verify, some twice or more than asked")
+            _Verifier(store, measurer, tolerance, result, progress, row.id).run(ids)
         if left is not None:
             left -= len(ids)
             if left <= 0:
@@ -159,9 +162,10 @@ class _Verifier:
     """Verifies one device's records, batch by batch."""
 
     def __init__(
-        self, store: RegistryStorage, measurer: Measurer, tolerance: float, result: VerifyResult, progress
-    ) -> None:
-        self.store, self.measurer, self.tolerance = store, measurer, tolerance
+        self, store: RegistryStorage, measurer: Measurer, tolerance: float, result: VerifyResult, progress,
+        device_id: int,
+    ) -> None:  # fmt: skip
+        self.store, self.measurer, self.tolerance, self.device_id = store, measurer, tolerance, device_id
         self.result, self.progress = result, progress
         self.builder = PersistentBuilder()  # its workers start on the first batch
         self.workloads: dict[int, tuple[str, tuple]] = {}  # workload id -> (module JSON, kernel arguments)
@@ -170,18 +174,38 @@ class _Verifier:
         try:
             for begin in range(0, len(ids), BATCH):
                 self.progress(begin, len(ids), self.measurer.device.name)
-                claims = self.store.claims(ids[begin : begin + BATCH])
+                asked = ids[begin : begin + BATCH]
+                claims = self.store.claims(asked)
                 self._load_workloads({c.workload_id for c in claims})
+                self._check(claims, asked)
                 self._batch(claims)
             self.progress(len(ids), len(ids), "done")
         finally:
             self.builder.shutdown()
 
+    def _check(self, claims: list[Claim], asked: list[int]) -> None:
+        """The claims are of the records asked for, once each, on this device, of workloads at hand, with a latency
+        to judge: a served registry's answer is its claim (``registry --db URL verify``)."""
+        ids = [c.record_id for c in claims]
+        bad = next(
+            (c for c in claims if c.device_id != self.device_id or c.workload_id not in self.workloads
+             or not (isinstance(c.mean_s, float) and 0 < c.mean_s < MAX_CLAIM_S)),
+            None,
+        )  # fmt: skip
+        if len(set(ids)) != len(ids) or not set(ids) <= set(asked) or bad is not None:
+            raise RegistryError(
+                "the registry's claims are not those of the records asked for, on this device, with a latency: "
+                f"{len(claims)} claims for {len(asked)} records"
+            )
+
     def _load_workloads(self, ids: set[int]) -> None:
         todo = sorted(ids - self.workloads.keys())
         for wid, w in self.store.workloads_by_id(todo).items():
             # Only the workload is parsed here (for its arguments); its schedule is made in the workers.
-            self.workloads[wid] = (w.mod_json, kernel_arguments(tvm.ir.load_json(w.mod_json)))
+            try:
+                self.workloads[wid] = (w.mod_json, kernel_arguments(tvm.ir.load_json(w.mod_json)))
+            except Exception as e:  # noqa: BLE001 - TVM raises many kinds for a corrupt module (a server's claim)
+                raise RegistryError(f"workload {wid}'s module does not load ({str(e).strip()[:120]})") from None
 
     def _batch(self, claims: list[Claim]) -> None:
         if self.measurer.device_type == "cpu":

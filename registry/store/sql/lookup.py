@@ -14,6 +14,7 @@ from typing import Any
 
 from registry import hostinfo
 from registry.errors import BadInputError, DatabaseError, DeviceNotFoundError, UnknownDeviceError
+from registry.store.query import host_device
 from registry.store.rows import shape_text
 from registry.store.sql import sqlite_file
 from registry.store.sql.revision import HEAD, VERSION_TABLE
@@ -93,7 +94,7 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
     Raises UnknownDeviceError, naming the known devices, when nothing matches.
     """
     sel = selector.strip()
-    if sel == "host":
+    if sel == "host":  # registry.store.query.is_host, in SQL
         where, params = "host_model = :h AND tvm_version = :v", {"h": hostinfo.cpu_model(), "v": hostinfo.tvm_version()}
     elif sel.isdigit():
         where, params = "id = :id", {"id": int(sel)}
@@ -117,25 +118,6 @@ def resolve_one_device(sql: Sql, selector: str) -> DeviceRow:
         choices = ", ".join(f"{d.id} ({d.name}, {d.host_model}, TVM {d.tvm_version})" for d in found)
         raise UnknownDeviceError(f"device {selector!r} is ambiguous; give its id, one of: {choices}")
     return found[0]
-
-
-def host_device(found: list[DeviceRow], measured_here: set[int] = frozenset()) -> list[DeviceRow]:
-    """Of this machine's devices, the one(s) ``transfer`` and ``tune`` file records under here: one with records
-    this registry measured (``measured_here``: a VM's CPU model names no generation, so a pulled bundle's device of
-    another generation, say emeraldrapids against this rocketlake, has the same name), then a target naming its mcpu
-    before a generic one (plain TVM's usual target, which an imported log brings), then the runtime thread count
-    ``$TVM_NUM_THREADS`` asks for. Without TVM, which alone knows this CPU's mcpu, this is the closest rule."""
-
-    def rank(d: DeviceRow) -> tuple[bool, bool, bool]:
-        try:
-            target = json.loads(d.target_json)
-        except ValueError:
-            target = {}
-        env = hostinfo.env_threads()
-        return d.id in measured_here, bool(target.get("mcpu")), (d.num_threads == env) if env is not None else True
-
-    best = max(rank(d) for d in found)
-    return [d for d in found if rank(d) == best]
 
 
 def _measured_here(sql: Sql, device_ids: list[int]) -> set[int]:
