@@ -83,6 +83,15 @@ def _documented(model: type[BaseModel]) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
 
 
+def _post(path: str, operation_id: str, answer: type[BaseModel], body: type[BaseModel], *statuses: int):
+    """A route of this router: its answer's model, its body's documented (the route reads it: ``_body``), and the
+    refusals of a body besides ``statuses``."""
+    return router.post(
+        path, operation_id=operation_id, response_model=answer, responses=responses(*BODY_REFUSALS, *statuses),
+        openapi_extra=_documented(body),
+    )  # fmt: skip
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -151,10 +160,7 @@ class KeptOut(Body):
     kept: bool = Field(description="False, with nothing written, when the run no longer holds the lease.")
 
 
-@router.post(
-    "/tasks", operation_id="registerTasks", response_model=TasksOut, responses=responses(*BODY_REFUSALS),
-    openapi_extra=_documented(TasksIn),
-)  # fmt: skip
+@_post("/tasks", "registerTasks", TasksOut, TasksIn)
 async def register_tasks(request: Request, store: Storage, limits: RequestLimits) -> TasksOut:
     """The server's ids of a device and of workloads, added if new: each workload's module checked and its
     structural hash recomputed, the device rebuilt from its description, as a pushed bundle's are. A tuning run
@@ -177,10 +183,7 @@ def _register(store, sent: TasksIn) -> TasksOut:
     return TasksOut(device_id=device_id, workload_ids=[ids[w.ident] for w in workloads])
 
 
-@router.post(
-    "/leases/take", operation_id="takeLease", response_model=TakeOut, responses=responses(*BODY_REFUSALS, 404),
-    openapi_extra=_documented(TakeIn),
-)  # fmt: skip
+@_post("/leases/take", "takeLease", TakeOut, TakeIn, 404)
 async def take_lease(request: Request, store: Storage, token: Writer) -> TakeOut:
     """Take or renew the lease on tuning a workload on a device for ``lease_s`` seconds."""
     sent = await _body(request, TakeIn, MAX_LEASE_BODY)
@@ -193,10 +196,7 @@ def _take(store, token, sent: TakeIn) -> TakeOut:
     return TakeOut(held_by=None if other is None else _shown(store, other))
 
 
-@router.post(
-    "/leases/renew", operation_id="renewLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS),
-    openapi_extra=_documented(HolderIn),
-)  # fmt: skip
+@_post("/leases/renew", "renewLeases", CountOut, HolderIn)
 async def renew_leases(request: Request, store: Storage, token: Writer) -> CountOut:
     """Extend every lease the run holds by ``lease_s`` seconds from now."""
     sent = await _body(request, HolderIn, MAX_LEASE_BODY)
@@ -205,20 +205,14 @@ async def renew_leases(request: Request, store: Storage, token: Writer) -> Count
     return CountOut(count=await run_in_threadpool(store.renew_tasks, _holder(token, sent.holder), sent.lease_s))
 
 
-@router.post(
-    "/leases/release", operation_id="releaseLeases", response_model=CountOut, responses=responses(*BODY_REFUSALS),
-    openapi_extra=_documented(HolderIn),
-)  # fmt: skip
+@_post("/leases/release", "releaseLeases", CountOut, HolderIn)
 async def release_leases(request: Request, store: Storage, token: Writer) -> CountOut:
     """Release every lease the run holds (its end)."""
     sent = await _body(request, HolderIn, MAX_LEASE_BODY)
     return CountOut(count=await run_in_threadpool(store.release_tasks, _holder(token, sent.holder)))
 
 
-@router.post(
-    "/leases/effort", operation_id="saveEffort", response_model=KeptOut, responses=responses(*BODY_REFUSALS, 404),
-    openapi_extra=_documented(EffortIn),
-)  # fmt: skip
+@_post("/leases/effort", "saveEffort", KeptOut, EffortIn, 404)
 async def save_effort(request: Request, store: Storage, token: Writer) -> KeptOut:
     """Add a batch's trials and seconds to a task's effort, set its curve and plateau, and renew or release its lease,
     if the run still holds it."""
