@@ -329,6 +329,22 @@ def test_abuse_gets_one_problem_document_and_changes_nothing(filled, tuned_logs,
     assert rows_of(filled) == before  # nothing of it landed
 
 
+def test_a_push_that_skips_invalid_records_keeps_the_rest_and_names_the_first(filled, tuned_logs, tmp_path):
+    """``?skip_invalid=true`` (a served run's pushes): a record the server refuses is left out and counted, so one
+    bad record of an outbox cannot stop every later push; without it the whole bundle is refused (above)."""
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    with Store(other) as store:
+        n = measured_here(store, tuned_logs.work_dir, "other")
+    forged = _forged_decisions(_bundle(other, tmp_path), tmp_path)
+    writer = make_token(filled, "writer")
+    with serving(filled) as base:
+        answer = request(base + "/api/v1/bundles?skip_invalid=true", writer, method="POST", data=forged)
+    assert answer.status == 200, answer.body
+    counts = answer.json()
+    assert counts["records_skipped"] == 1 and "record 1, instruction" in counts["first_skipped"], counts
+    assert counts["records_new"] + counts["records_present"] == n - 1, counts
+
+
 def _raw_get(base: str, path: str, token: str) -> tuple[int, bytes]:
     host, port = urllib.parse.urlsplit(base).netloc.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
