@@ -6,6 +6,7 @@ the server alone; hostile lease requests are problem documents that change nothi
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import socket
@@ -193,8 +194,12 @@ def test_leases_through_the_server_are_one_runs_and_each_writer_sees_only_its_ow
                 is False  # fmt: skip
             assert mine.save_effort(EffortUpdate(wid, device, "host:1:a", (5, 1.0), [(5, 3.0)], False, None))
             assert theirs.take_task(bob_wid, bob_device, "host:2:b", 60) is None  # released: free for bob
+            [effort] = theirs.efforts([bob_wid], bob_device).values()  # held by bob's run now: until when, not whose
+            assert (effort.trials, effort.curve, effort.holder) == (5, ((5, 3.0),), "another run")
+            assert effort.lease_until is not None and effort.held_by_other("host:3:c", dt.datetime.now(dt.UTC))
+            assert theirs.release_tasks("host:2:b") == 1
             [effort] = theirs.efforts([bob_wid], bob_device).values()
-            assert (effort.trials, effort.curve, effort.holder) == (5, ((5, 3.0),), None)
+            assert (effort.holder, effort.lease_until) == (None, None)
         finally:
             mine.close()
             theirs.close()

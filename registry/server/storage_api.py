@@ -1,8 +1,8 @@
 """``GET /api/v1/storage/{read}?args=JSON``: the storage's reads over HTTP, for ``registry --db http://...``
 (``registry.share.rest_storage.RestStorage``, its client): the catalogue, the browsing reads, the record reads (an
-overlay's shared side: ``registry transfer|tune --db URL``), efforts, without a lease's holder, and the imported
-records ``registry --db URL verify`` re-measures (at most ``MAX_ITEMS`` ids a read). A reader's token, as every read
-of the API. ``device_records`` comes whole, refused above ``MAX_DEVICE_RECORDS``.
+overlay's shared side: ``registry transfer|tune --db URL``), efforts, with a lease's end but not its holder, and
+the imported records ``registry --db URL verify`` re-measures (at most ``MAX_ITEMS`` ids a read). A reader's token,
+as every read of the API. ``device_records`` comes whole, refused above ``MAX_DEVICE_RECORDS``.
 
 The arguments are the read's keyword arguments as JSON, checked against the protocol method's annotations and
 bounded (``bounded``) before the storage sees them; the answer is the read's value as JSON
@@ -30,6 +30,7 @@ MAX_ARGS = 16 << 10  # characters of a read's arguments: a model's workload ids,
 MAX_TEXT = 1000  # characters of one name or filter
 MAX_ITEMS = 10_000  # items of one list of ids
 MAX_ID = 2**62
+HELD = "another run"  # a lease's holder as a read by URL names it: some run's, not whose
 COUNTS = ("k", "per_device", "limit")  # arguments that say how many records come back: at most MAX_ITEMS
 
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends(reader)])
@@ -62,9 +63,14 @@ def storage_read(
 
 
 def _unheld(e: Effort) -> Effort:
-    """An effort as a reader sees it: how hard its task was searched, not which run (host:pid) holds it now; an
-    effort another registry claimed stays marked so (``IMPORTED_EFFORT``), which a tuning run counts as none."""
-    return dataclasses.replace(e, holder=IMPORTED_EFFORT if e.holder == IMPORTED_EFFORT else None, lease_until=None)
+    """An effort as a reader sees it: how hard its task was searched, and until when a run holds its lease, not which
+    run (host:pid): ``HELD`` in its place, so that a tuning run by URL waits for the lease instead of asking for it
+    at every poll. An effort another registry claimed stays marked so (``IMPORTED_EFFORT``), which a run counts as
+    none."""
+    if e.holder == IMPORTED_EFFORT:
+        return dataclasses.replace(e, lease_until=None)
+    held = e.holder is not None and e.lease_until is not None
+    return dataclasses.replace(e, holder=HELD if held else None, lease_until=e.lease_until if held else None)
 
 
 def _device_records(store, device_id: int, best_only: bool = False, unsound: bool = False) -> tuple:
