@@ -475,7 +475,9 @@ def _open(db: StoreLike, overlay: str | os.PathLike | None = None):
         return open_overlay(None if db is None else _url(db), _url(overlay)), True
     if db is not None and not isinstance(db, (str, os.PathLike)):
         return db, False
-    if db is not None and os.fspath(db).startswith(("http://", "https://")):  # a served registry: a writer's token
+    from registry.share.remote import is_url
+
+    if db is not None and is_url(os.fspath(db)):  # a served registry: a writer's token
         from registry.share.remote import read_token
         from registry.share.served_run import open_served_run
 

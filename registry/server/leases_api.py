@@ -13,9 +13,9 @@ database itself does (``registry.pipeline.effort``). The records it measures tra
   name, a holder's name holding no ``/``): one writer cannot renew, release or record effort under another's runs.
   The run holding a task is named to others by its token's name.
 - **Effort is a writer's report**, bounded: at most ``MAX_TRIALS`` trials a batch and ``MAX_EFFORT_TRIALS`` on a task
-  in all, a curve that only falls. The server cannot check it against its records (a batch's records are pushed
-  before it, but a curve's first point may be a default timed and not stored); writers are trusted to coordinate,
-  as with leases on a shared database.
+  in all, and the effort it would make checked as its readers check a stored one (``effort_problem``). The server
+  cannot check it against its records (a batch's records are pushed before it, but a curve's first point may be a
+  default timed and not stored); writers are trusted to coordinate, as with leases on a shared database.
 """
 
 from __future__ import annotations
@@ -50,13 +50,8 @@ router = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query), Depends
 
 async def _body(request: Request, model: type[BaseModel], limit: int) -> Any:
     """The request's JSON body as ``model``, read after the route's dependencies (the token) and within ``limit``
-    bytes: 411 without a declared length, 413 past the limit, 422 for a body that is not the model."""
-    declared = request.headers.get("content-length")
-    if declared is None or not declared.isdigit():
-        raise HttpProblem(411, "the request must declare its Content-Length")
-    if int(declared) > limit:
-        raise HttpProblem(413, f"the request declares {int(declared):,} bytes; this route takes at most {limit:,}")
-    body = b"".join([chunk async for chunk in bounded_stream(request, limit)])
+    bytes, its length declared (``bounded_stream``); 422 for a body that is not the model."""
+    body = b"".join([chunk async for chunk in bounded_stream(request, limit, length_required=True)])
     try:
         return model.model_validate_json(body)
     except ValidationError as e:

@@ -136,9 +136,19 @@ class BoundedHeaders(HttpToolsProtocol):
         self.transport.close()
 
 
-async def bounded_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The request's body as it arrives: 413 as soon as more than ``limit`` bytes have, 400 if the client goes away
-    before its end (killed, or its network), so that nothing of it is used."""
+async def bounded_stream(request: Request, limit: int, *, length_required: bool = False) -> AsyncIterator[bytes]:
+    """The request's body as it arrives. Refused before a byte is read when it declares more than ``limit`` bytes
+    (413), a length that is no byte count (400), or none where ``length_required`` (411); then 413 as soon as more
+    than ``limit`` bytes have arrived (a chunked body declares nothing), 400 if the client goes away before its end
+    (killed, or its network), so that nothing of it is used."""
+    declared = request.headers.get("content-length")
+    if declared is None and length_required:
+        raise HttpProblem(411, "the request must declare its Content-Length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HttpProblem(400, "Content-Length is not a byte count")
+        if int(declared) > limit:
+            raise HttpProblem(413, f"the request declares {int(declared):,} bytes; this server takes at most {limit:,}")
     size = 0
     try:
         async for chunk in request.stream():
@@ -151,14 +161,7 @@ async def bounded_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
 
 
 async def receive_upload(request: Request, limit: int) -> Path:
-    """The request's body in a temporary file (the caller deletes it). Refused with 413 before a byte is read when
-    it declares more than ``limit`` bytes, and as soon as more arrive when it declares nothing (chunked)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise HttpProblem(400, "Content-Length is not a byte count")
-        if int(declared) > limit:
-            raise HttpProblem(413, f"the upload declares {int(declared):,} bytes; this server takes at most {limit:,}")
+    """The request's body in a temporary file (the caller deletes it), within ``limit`` bytes (``bounded_stream``)."""
     with tempfile.NamedTemporaryFile(prefix="registry-push-", suffix=".bundle", delete=False) as f:
         path = Path(f.name)
         size = 0

@@ -76,8 +76,7 @@ class ServedRun(OverlayStorage):
         super().__init__(outbox, shared)
         self.remote = shared.remote
         self.path = path
-        self._server_ids: dict[int, int] = {}  # overlay workload id -> the server's
-        self._server_devices: dict[int, int] = {}  # overlay device id -> the server's
+        self._server_ids: dict[int, int] = {}  # overlay workload id -> the server's (its devices: _shared_device)
         self._lease_s: float | None = None  # how long this run's leases last (its last take), renewed as long
         self._refused: set[str] = set()  # the server's refusals of the outbox's records, each said once
         self._failed = False  # the last push failed: its one line was raised; closing does not push again
@@ -99,7 +98,7 @@ class ServedRun(OverlayStorage):
     def _named(self, workload_ids: Sequence[int], device_id: int) -> tuple[list[int], int]:
         """The server's ids of these workloads and of the device, naming to it those it has not been told of."""
         missing = [w for w in workload_ids if w < SHARED_BASE and w not in self._server_ids]
-        if missing or (device_id < SHARED_BASE and device_id not in self._server_devices):
+        if missing or self._shared_device(device_id) is None:
             device = next((d for d in self.overlay.all_devices() if d.id == device_id), None)
             if device is None:
                 raise BadInputError(f"no device {device_id} in the run's outbox {self.path}")
@@ -122,11 +121,10 @@ class ServedRun(OverlayStorage):
                 raise RemoteError(f"{self.remote.url}{TASKS}: the answer is not the ids asked for")
             if not all(_is_id(i) for i in ids):
                 raise RemoteError(f"{self.remote.url}{TASKS}: the answer's workload ids are not ids")
-            self._server_devices[device_id] = answer["device_id"]
             self._shared_keys()[device.key] = answer["device_id"]  # the overlay's reads now find it on the server
             self._server_ids.update(zip((w.id for w in workloads), ids, strict=True))
         theirs = [w - SHARED_BASE if w >= SHARED_BASE else self._server_ids[w] for w in workload_ids]
-        return theirs, device_id - SHARED_BASE if device_id >= SHARED_BASE else self._server_devices[device_id]
+        return theirs, self._shared_device(device_id)
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
@@ -159,7 +157,7 @@ class ServedRun(OverlayStorage):
 
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
         """The server's effort on these tasks (a task it does not hold has none)."""
-        shared_device = self._server_devices.get(device_id) or self._shared_device(device_id)
+        shared_device = self._shared_device(device_id)
         if shared_device is None:
             return {}
         known = {w: self._server_ids.get(w) for w in workload_ids if w < SHARED_BASE}
