@@ -293,3 +293,27 @@ def test_every_read_travels_with_its_protocols_parameters_and_values_come_back_a
                     (1, str | None)):  # fmt: skip
         with pytest.raises(WireError):
             decode(bad, tp, "x")
+
+
+def test_a_servers_efforts_are_read_as_stored_ones_are():
+    """Efforts a server answers are its claims: one that fails the checks a stored effort gets is left out, a lease
+    past the longest a lease may be counts as none (no run waits on it for ever), a holder's name is printable, and
+    a workload not asked for is no answer."""
+    good = {"trials": 4, "seconds": 2.0, "curve": [[4, 10.0]], "plateau": False}
+    body = json.dumps({
+        "1": {**good, "holder": "another run", "lease_until": "9999-01-01T00:00:00+00:00"},
+        "2": {**good, "trials": 5000, "seconds": 0.0},  # faster than a trial can be measured
+        "3": {**good, "holder": "a\x1b[31mb", "lease_until": "2000-01-01T00:00:00+00:00"},
+        "7": good,
+    }).encode()  # fmt: skip
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("G", (_Garbage,), {"body": body}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        found = RestStorage(f"http://127.0.0.1:{server.server_address[1]}", None).efforts([1, 2, 3], 1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sorted(found) == [1, 3]
+    assert (found[1].holder, found[1].lease_until, found[1].trials) == (None, None, 4)
+    assert "\x1b" not in found[3].holder and found[3].lease_until is not None

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from registry.errors import BadInputError, DeviceNotFoundError, UnknownDeviceError
+from registry.errors import BadInputError, DeviceNotFoundError, UnknownDeviceError, printable
 from registry.share.remote import Limits, Remote, RemoteError
 from registry.store.interface import (
     Browsing,
@@ -38,6 +38,7 @@ from registry.store.interface import (
     Verification,
 )
 from registry.store.query import host_device, is_host
+from registry.store.validation import CLOCK_SLACK_S, MAX_LEASE_S, effort_problem
 from registry.store.values import (
     BrowseFilter,
     BrowsePage,
@@ -69,6 +70,7 @@ from registry.store.values import (
 __all__ = ["MAX_DEVICE_RECORDS", "READS", "RestStorage", "WireError", "decode", "encode", "open_served", "read_of"]
 
 PATH = "/api/v1/storage"
+MAX_NAME = 200  # characters of a lease holder's name a server's effort may carry to a printed line
 # The most records one ``device_records`` read hands out: more is refused in one line (`registry pull` them instead).
 MAX_DEVICE_RECORDS = 5000
 
@@ -369,7 +371,19 @@ class RestStorage(Catalogue, Browsing, RecordReads, Verification):
         return self._call("indexed_embeddings")
 
     def efforts(self, workload_ids: Sequence[int], device_id: int) -> dict[int, Effort]:
-        return self._call("efforts", workload_ids=list(workload_ids), device_id=device_id)
+        """The server's efforts on the workloads asked for, read as a database's stored ones are: one that fails its
+        checks (``effort_problem``) is left out, and a lease that does not end within ``MAX_LEASE_S`` (and the clocks'
+        slack) counts as none, so that no run waits for ever on a server's word."""
+        found = self._call("efforts", workload_ids=list(workload_ids), device_id=device_id)
+        asked, latest = set(workload_ids), dt.datetime.now(dt.UTC) + dt.timedelta(seconds=MAX_LEASE_S + CLOCK_SLACK_S)
+        out = {}
+        for wid, e in found.items():
+            if wid not in asked or effort_problem(e.trials, e.seconds, e.curve, e.plateau):
+                continue
+            if e.lease_until is not None and not (e.lease_until.tzinfo is not None and e.lease_until <= latest):
+                e = dataclasses.replace(e, holder=None, lease_until=None)
+            out[wid] = dataclasses.replace(e, holder=None if e.holder is None else printable(e.holder, MAX_NAME))
+        return out
 
     # -- Verification: re-measured here, kept nowhere ------------------------------------------------------------
 

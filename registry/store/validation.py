@@ -134,6 +134,8 @@ MAX_EFFORT_S = 1e9
 # it waits), and batches take seconds to minutes; a killed run's tasks wait for its leases to expire. A day covers any
 # batch and bounds that wait: `registry tune --lease` refuses more, and a stored lease past it counts as expired.
 MAX_LEASE_S = 24 * 3600.0
+# The writers' clocks may differ by this much: a lease is past MAX_LEASE_S only beyond it.
+CLOCK_SLACK_S = 600.0
 
 
 def effort_problem(trials: Any, seconds: Any, curve: Any, plateau: Any) -> str | None:

@@ -29,11 +29,11 @@ from sqlalchemy.types import NullType
 from registry.errors import BadInputError, RegistryWarning
 from registry.store.rows import utc
 from registry.store.sql.models import Model, ModelTask, TaskEffort
-from registry.store.validation import MAX_CURVE, MAX_LEASE_S, effort_problem
+from registry.store.validation import CLOCK_SLACK_S, MAX_CURVE, MAX_LEASE_S, effort_problem
 from registry.store.values import IMPORTED_EFFORT, Effort, EffortUpdate
 
 IMPORTED = IMPORTED_EFFORT
-CLOCK_SLACK = dt.timedelta(minutes=10)
+CLOCK_SLACK = dt.timedelta(seconds=CLOCK_SLACK_S)
 MAX_CURVE_TEXT = MAX_CURVE * 64  # characters of a stored curve: a point is "[2147483647, 123456.7891]" at most
 
 
