@@ -48,6 +48,7 @@ def load(url: str, device: str, *, extract_workload: bool = False, cache: Path =
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
     from registry.store.factory import open_storage
+    from registry.tvm_side import cpus
     from registry.tvm_side.compat import load_tensor_intrinsics
     from registry.tvm_side.predictor import TrainingSource
     from registry.tvm_side.ranker import descriptor
@@ -69,7 +70,7 @@ def load(url: str, device: str, *, extract_workload: bool = False, cache: Path =
             splits = np.cumsum(z["blocks"])[:-1]
             blocks, mean_s = np.split(z["features"], splits), z["mean_s"]
         else:
-            g = source.group(wid, extractor)
+            g = source.group(source.rows(wid), cpus.count(), extractor)
             blocks, mean_s = g.features, g.mean_s
             counts = np.array([len(b) for b in blocks], dtype=np.int64)
             features = np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)

@@ -1,11 +1,11 @@
 """How long the ranking predictor takes to rank a batch of candidates, as a tuning run or a transfer asks it.
 
-    .venv/bin/python bench/predictor/speed.py [--db URL] [--device SELECTOR] [--candidates 1000] [--rounds 5]
+    .venv/bin/python bench/predictor/speed.py [--db URL] [--device SELECTOR] [--candidates 1000] [--rounds 5] [--task T]
 
-Samples ``--candidates`` schedules of one corpus workload (a convolution: many blocks, the slow case) from its design
-spaces, then times ``RankingModel.predict`` on all of them (features from the scheduled TIR, then the booster), the
-median of ``--rounds`` runs, on the device's newest ranking predictor of the registry; and the feature extraction
-alone (MetaSchedule's ``PerStoreFeature``, which TVM's own XGBModel runs too).
+Samples ``--candidates`` schedules of one corpus workload (``--task``'s, else the first convolution: many blocks, the
+slow case) from its design spaces, then times ``RankingModel.predict`` on all of them (features from the scheduled
+TIR, then the booster), the median of ``--rounds`` runs, on the device's newest ranking predictor of the registry;
+and the feature extraction alone (MetaSchedule's ``PerStoreFeature``, which TVM's own XGBModel runs too).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--device", default="1")
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--task", default="", help="the first workload of this task name (default: the first conv2d)")
     args = parser.parse_args()
 
     import tvm
@@ -41,7 +42,8 @@ def main() -> None:
     device = storage.resolve_one_device(args.device)
     model, version = load_predictor(storage, device.id)
     counts = storage.ok_record_counts(device.id)
-    wid, (task, _) = next((w, c) for w, c in sorted(counts.items()) if "conv2d" in c[0])
+    wanted = (lambda name: name == args.task) if args.task else (lambda name: "conv2d" in name)
+    wid, (task, _) = next((w, c) for w, c in sorted(counts.items()) if wanted(c[0]))
     stored = storage.workloads_by_id([wid])[wid]
     mod = tvm.ir.load_json(stored.mod_json)
     target = json.loads(device.target_json)

@@ -90,11 +90,12 @@ def via_anchor(mod: IRModule, target: Target, donor_mod: IRModule, trace: list[A
         return None
 
 
-def as_stored(mod: IRModule, trace: list[Any]) -> Schedule | None:
-    """A stored record's own trace (postprocessors included) applied to its own workload, as compilation does."""
+def as_stored(mod: IRModule, trace: list[Any], base: Schedule | None = None) -> Schedule | None:
+    """A stored record's own trace (postprocessors included) applied to its own workload, as compilation does. With
+    ``base`` (``replay.pristine(mod)``, for many traces of one workload) it starts from a copy of that schedule."""
     if not trace_is_sound(trace):
         return None
-    sch = Schedule(mod, seed=1)
+    sch = base.copy() if base is not None else Schedule(mod, seed=1)
     try:
         Trace.apply_json_to_schedule(trace, sch)
     except TVM_ERRORS:

@@ -17,11 +17,13 @@ it has never seen, which is how a pre-trained model is used.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup, XGBConfig, XGBModel
 from tvm.s_tir.meta_schedule.database import Workload as TvmWorkload
+from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.s_tir.meta_schedule.utils import shash2hex
@@ -37,12 +40,13 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
-from registry.store.interface import PredictorIn, RecordWrites, RegistryReads
+from registry.store.interface import PredictorIn, RecordWrites, RegistryReads, StoredRecord, StoredWorkload
 from registry.tvm_side import cpus, predictor_blob, ranker, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
 from registry.tvm_side.predictor_scores import picked, random_top_k_score, spearman, top_k_recall, top_k_score
 from registry.tvm_side.ranker import RankingModel
+from registry.tvm_side.replay import pristine
 
 KIND, LEGACY_KIND = predictor_blob.KIND, predictor_blob.LEGACY_KIND
 KINDS = predictor_blob.KINDS
@@ -85,6 +89,16 @@ def xgboost_threads() -> int:
 
 
 @dataclass
+class WorkloadRows:
+    """One workload's stored row and ok records, as the storage gives them."""
+
+    workload_id: int
+    task: str
+    workload: StoredWorkload
+    records: list[StoredRecord]
+
+
+@dataclass
 class WorkloadGroup:
     """One workload's records, as features for XGBModel and latencies for the evaluation."""
 
@@ -116,25 +130,35 @@ class TrainingSource:
         # workload id -> (task name, ok records)
         self.counts: dict[int, tuple[str, int]] = store.ok_record_counts(device_id)
 
-    def group(self, workload_id: int, extractor) -> WorkloadGroup:
+    def rows(self, workload_id: int) -> WorkloadRows:
+        """The workload and its ok records, fastest first: the storage reads, made in the calling thread."""
         task, n = self.counts[workload_id]
         stored = self.store.workloads_by_id([workload_id])[workload_id]
-        records = self.store.top_k(workload_id, self.device_id, n)  # all ok records, fastest first
+        return WorkloadRows(workload_id, task, stored, self.store.top_k(workload_id, self.device_id, n))
+
+    def group(self, rows: WorkloadRows, threads: int, extractor: PerStoreFeature | None = None) -> WorkloadGroup:
+        """``rows`` as TVM objects and features: each trace replayed on the workload and MetaSchedule's per-block
+        features (``extractor``'s, default ``PerStoreFeature()``) extracted on ``threads`` threads. No storage
+        access, so any thread may call it (TVM releases the GIL while it replays and extracts)."""
+        stored, records = rows.workload, rows.records
         mod = TvmWorkload.from_json([stored.shash, tvmlog.encode_module(stored.mod_json)]).mod
         args_info = [ArgInfo.from_json(a) for a in stored.args_info]
-        context = TuneContext(mod=mod, target=self.target, task_name=task)
+        context = TuneContext(mod=mod, target=self.target, task_name=rows.task, num_threads=threads)
+        base = pristine(mod)
         candidates, kept = [], []
         for r in records:
-            sch = as_stored(mod, json.loads(r.trace_json))
+            sch = as_stored(mod, json.loads(r.trace_json), base)
             if sch is not None:  # None: written by a TVM whose instructions no longer replay
                 candidates.append(MeasureCandidate(sch, args_info))
                 kept.append(r)
+        # a new one by default: nothing says a TVM extractor may serve two threads at once
+        extractor = extractor or PerStoreFeature()
         features = [x.numpy().astype("float32") for x in extractor.extract_from(context, candidates)] if kept else []
         # As XGBModel.update does: a schedule without features cannot be trained on.
         keep = [i for i, f in enumerate(features) if len(f)]
         return WorkloadGroup(
-            workload_id=workload_id,
-            task=task,
+            workload_id=rows.workload_id,
+            task=rows.task,
             context=context,
             group_hash=shash2hex(mod),
             features=[features[i] for i in keep],
@@ -143,6 +167,28 @@ class TrainingSource:
             candidates=[candidates[i] for i in keep],
             skipped=len(records) - len(keep),
         )
+
+    def groups(self, workload_ids: list[int], keep_candidates: bool) -> Iterator[WorkloadGroup]:
+        """``group`` of each workload, in order, on every core this process may use: a thread per core replays and
+        extracts one workload at a time (about twice as fast on 2 cores as one thread), while this thread reads the
+        next workloads' rows. Schedules are kept only with ``keep_candidates`` (they hold a module each)."""
+        workers = cpus.count()
+        threads = 1 if workers > 1 else cpus.count()
+
+        def build(rows: WorkloadRows) -> WorkloadGroup:
+            g = self.group(rows, threads)
+            if not keep_candidates:
+                g.candidates = None
+            return g
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="registry-features", initializer=cpus.unpin) as pool:
+            ahead: collections.deque[Future[WorkloadGroup]] = collections.deque()
+            for wid in workload_ids:
+                ahead.append(pool.submit(build, self.rows(wid)))
+                if len(ahead) > 2 * workers:  # a bounded look-ahead: memory stays that of a few workloads
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
 
 
 def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
@@ -275,28 +321,23 @@ def train(
     load_tensor_intrinsics(source.target.kind.name)  # before the first TuneContext, which would import them all
 
     start = time.perf_counter()
-    extractor = new_model().extractor
     total, done, skipped = len(train_ids) + len(held_ids), 0, 0
 
-    def read(wid: int) -> WorkloadGroup:
+    def read(ids: list[int], keep_candidates: bool) -> Iterator[WorkloadGroup]:
         nonlocal done, skipped
-        done += 1
-        say(f"[{done}/{total}] {source.counts[wid][0]}")
-        g = source.group(wid, extractor)
-        skipped += g.skipped
-        return g
+        for g in source.groups(ids, keep_candidates):
+            done += 1
+            say(f"[{done}/{total}] {g.task}")
+            skipped += g.skipped
+            yield g
 
-    groups: list[WorkloadGroup] = []
-    for wid in train_ids:
-        g = read(wid)
-        if g.features:
-            if groups:  # only the last group keeps its schedules, for _fit's update: they hold a module each
-                groups[-1].candidates = None
-            groups.append(g)
+    groups = [g for g in read(train_ids, False) if g.features]
     if not groups:
         raise RegistryError(
             f"no record of device {source.device_name} replays on this TVM ({skipped} skipped): nothing to train on"
         )
+    if kind == KIND:  # XGBModel's _fit extracts its anchor's schedules again: the one group that keeps them
+        groups[-1] = next(source.groups([groups[-1].workload_id], True))
     anchor = groups[-1]
 
     def fit(training: list[WorkloadGroup]) -> XGBModel | RankingModel:
@@ -306,8 +347,7 @@ def train(
     if held_ids:
         partial = fit(groups)
         rows = []
-        for wid in held_ids:
-            g = read(wid)
+        for g in read(held_ids, True):
             if len(g.features) >= MIN_EVAL_RECORDS:
                 rows.append(_evaluate(partial, g))
             g.candidates = None
