@@ -3,11 +3,15 @@ registry, and onnxruntime, on the same machine.
 
     .venv/bin/python bench/tuning/converge.py [--models gpu-vit-l2-h128 ...] [--trials-per-task 36] [--share 0.333]
     .venv/bin/python bench/tuning/converge.py --trials 2000 --work bench/work/plateau --out bench/results/plateau.json
+    .venv/bin/python bench/tuning/converge.py --models gpu-bert-l2-h128 resnet-basic-w32 gpu-vit-l2-h128 --trials 512 \
+        --share 0.2 --start predictor --work bench/work/tune512 --out bench/results/tune512-predictor.json
 
 1. **Plain.** ``tune_relax`` as in ``bench/tuning/run.py`` (MetaSchedule's defaults, the PersistentBuilder), kept
    under ``--work`` and reused; ``--trials-per-task`` x tasks trials. Its wall time is T.
 2. **Registry.** ``registry tune MODEL --budget (share x T) --trials 1000000`` into an empty registry, as a user runs
-   it (a fresh process; the command's wall time, compile and report included, is kept beside the budget).
+   it (a fresh process; the command's wall time, compile and report included, is kept beside the budget); with
+   ``--start predictor``, into one that holds only the starter bundle's predictor (issue #53's "from an empty
+   registry with the shipped predictor").
 3. **Curves.** The estimated model latency (each task's best so far x its weight, summed) against wall time for both,
    from the records' timestamps; both models run with fast math (the CLI's default on a CPU).
 4. **End to end.** Untuned, plain's and the registry's builds and onnxruntime, timed in turn, 3 rounds, medians.
@@ -36,12 +40,50 @@ from bench.machine_speed import stamped  # noqa: E402
 from bench.tuning.run import _now, _task_weights, curve, load, plain, time_to  # noqa: E402
 
 
-def registry_tune(name: str, work: Path, budget_s: float) -> dict:
-    db = work / f"registry-budget-{name}.db"
+def shipped_predictor_only(db: Path, work: Path) -> None:
+    """Make ``db`` a registry that holds the starter bundle's predictor and none of its records: what "an empty
+    registry with the shipped predictor" means (``registry pull`` into a scratch registry, then the predictor copied
+    through the storage protocol; a ranking predictor ranks for this machine's device as a sibling's)."""
+    from registry.store.rows import DeviceSpec
+    from registry.store.sql.store import Store
+    from registry.store.values import PredictorIn
+
+    pulled = work / "starter-pulled.db"
+    if not pulled.exists():
+        report, error = registry("pull", "--json", db=pulled)
+        if report is None:
+            raise SystemExit(f"registry pull: {error}")
+    source, into = Store(f"sqlite:///{pulled}"), Store(f"sqlite:///{db}")
+    devices = {d.id: d for d in source.all_devices()}
+    for info in source.list_predictors():
+        row = devices[info.device_id]
+        spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+        stored = source.latest_predictor(info.device_id, info.kind)
+        into.save_predictor(
+            PredictorIn(
+                into.add_device(spec),
+                stored.kind,
+                stored.blob,
+                info.metrics,
+                info.n_workloads,
+                info.n_records,
+                info.tvm_version,
+            )
+        )
+    if not into.list_predictors():
+        raise SystemExit("the starter bundle holds no predictor")
+
+
+def registry_tune(name: str, work: Path, budget_s: float, start: str = "empty") -> dict:
+    """``registry tune --budget`` as a user runs it, into an empty registry (``start="empty"``) or one that holds
+    only the starter bundle's predictor (``"predictor"``)."""
+    db = work / (f"registry-budget-{name}.db" if start == "empty" else f"registry-budget-{name}-{start}.db")
     meta_file = db.with_suffix(".json")
     if meta_file.exists():
         return json.loads(meta_file.read_text())
     db.unlink(missing_ok=True)
+    if start == "predictor":
+        shipped_predictor_only(db, work)
     model = BY_NAME[name]
     print(f"registry tune {name} --budget {budget_s:.0f}s", flush=True)
     started, start = _now(), time.perf_counter()
@@ -50,12 +92,21 @@ def registry_tune(name: str, work: Path, budget_s: float) -> dict:
     wall = time.perf_counter() - start
     if report is None:
         raise SystemExit(f"{name}: {error}")
-    meta = {"budget_s": budget_s, "wall_s": wall, "started": started.isoformat(), "db": str(db), "report": report}
+    meta = {
+        "budget_s": budget_s,
+        "wall_s": wall,
+        "started": started.isoformat(),
+        "db": str(db),
+        "start": start,
+        "report": report,
+    }
     meta_file.write_text(json.dumps(meta))
     return meta
 
 
-def compare(name: str, work: Path, tpt: int, total: int, share: float, target, threads: int) -> dict:
+def compare(
+    name: str, work: Path, tpt: int, total: int, share: float, target, threads: int, start: str = "empty"
+) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
     from bench.corpus.ort_reference import timed_with_onnxruntime
@@ -71,7 +122,7 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
         base = plain(name, work, tpt, target, threads, total=total)
     except TVM_ERRORS as e:  # plain MetaSchedule stops at the first task its rules cannot schedule
         return {"model": name, "plain_error": error_line(e)[:300]}
-    ours = registry_tune(name, work, share * base["seconds"])
+    ours = registry_tune(name, work, share * base["seconds"], start)
     plain_store, our_store = Store(f"sqlite:///{base['db']}"), Store(f"sqlite:///{ours['db']}")
     loaded = load(name)
     tasks = _task_weights(plain_store, loaded, target)
@@ -81,7 +132,7 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
         by_name = {n: defaults[w] for w, (n, _, _) in tasks.items()}
         plain_curve = curve(plain_store, loaded, target, plain_store.all_devices()[0].id, base["started"], defaults)
         ours_defaults = {w: by_name[n] for w, (n, _, _) in _task_weights(our_store, loaded, target).items()}
-        our_curve = curve(our_store, loaded, target, our_store.all_devices()[0].id, ours["started"], ours_defaults)
+        our_curve = curve(our_store, loaded, target, _measured_device(our_store), ours["started"], ours_defaults)
         exes = {
             k: compile_model(db, loaded.mod, target)
             for k, db in (
@@ -96,6 +147,8 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
     plain_final = plain_curve[-1][1]
     return {
         "model": name,
+        "start": start,
+        "predictor": [ours["report"]["tuning"].get(k) for k in ("predictor_version", "predictor_from")],
         "plain_s": base["seconds"],
         "plain_trials": base["trials"],
         "budget_s": ours["budget_s"],
@@ -115,6 +168,12 @@ def compare(name: str, work: Path, tpt: int, total: int, share: float, target, t
         "plain_curve": plain_curve,
         "registry_curve": our_curve,
     }
+
+
+def _measured_device(store) -> int:
+    """The device the registry's records were measured on: the one with the most (a registry that started with the
+    shipped predictor also holds the predictor's device, with none)."""
+    return max(store.all_devices(), key=lambda d: store.count_records(d.id)).id
 
 
 def remeasured(name: str, dbs: dict[str, Path], target, measurer) -> dict[str, list[dict]]:
@@ -188,6 +247,12 @@ def main() -> None:
     parser.add_argument("--trials-per-task", type=int, default=36)
     parser.add_argument("--trials", type=int, default=0, help="plain's trials over all tasks (replaces the above)")
     parser.add_argument("--share", type=float, default=1 / 3, help="registry's budget as a share of plain's time")
+    parser.add_argument(
+        "--start",
+        choices=["empty", "predictor"],
+        default="empty",
+        help="registry tune into an empty registry, or one holding only the starter bundle's predictor",
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "converge")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "converge.json")
     args = parser.parse_args()
@@ -197,7 +262,8 @@ def main() -> None:
     target, threads = host_target(), runtime_threads()
     args.work.mkdir(parents=True, exist_ok=True)
     results = [
-        compare(m, args.work, args.trials_per_task, args.trials, args.share, target, threads) for m in args.models
+        compare(m, args.work, args.trials_per_task, args.trials, args.share, target, threads, args.start)
+        for m in args.models
     ]
     args.out.write_text(json.dumps(stamped({"results": results}), indent=1))
     plot(results, args.out.with_suffix(".png"))
