@@ -209,6 +209,47 @@ def test_save_and_load_round_trip_with_increasing_versions(tuned, kind):
 
 
 @pytest.mark.tvm
+def test_workloads_are_read_in_threads_as_one_thread_reads_them_and_an_error_stops_the_rest(tuned, monkeypatch):
+    """Training reads workloads in a thread per core: the same groups in the same order as one thread reads them,
+    scored from those features as ``predict`` scores the schedules; a workload that fails is named, the workloads
+    queued after it are dropped, and no reading thread is left behind."""
+    import threading
+
+    from registry.tvm_side.predictor import TrainingSource, _scores, train
+
+    source = TrainingSource(tuned.store, tuned.device_id)
+    ids = sorted(source.counts)
+    serial = [source.group(source.rows(w), 1) for w in ids]
+    threaded = list(source.groups(ids))
+    assert [g.workload_id for g in threaded] == ids
+    for one, many in zip(serial, threaded, strict=True):
+        assert one.skipped == many.skipped and many.candidates is None
+        assert len(one.features) == len(many.features) > 0
+        assert all(np.array_equal(a, b) for a, b in zip(one.features, many.features, strict=True))
+    for kind in ("xgb-v2", "xgb-rank-v1"):
+        model, _ = train(tuned.store, tuned.device_id, holdout=0, kind=kind)
+        g = serial[0]
+        np.testing.assert_allclose(_scores(model, g), model.predict(g.context, g.candidates), rtol=1e-6)
+
+    built, group = [], source.group
+
+    def failing(rows, threads, extractor=None):
+        built.append(rows.workload_id)
+        if rows.workload_id == ids[1]:
+            raise RuntimeError("boom")
+        return group(rows, threads, extractor)
+
+    monkeypatch.setattr(source, "group", failing)
+    monkeypatch.setattr("registry.tvm_side.cpus.count", lambda: 1)  # one reading thread: the order is certain
+    with pytest.raises(RuntimeError, match="boom") as raised:
+        list(source.groups(ids))
+    assert f"workload {ids[1]}" in "".join(raised.value.__notes__)
+    # read in order, a few ahead at most, and none after the error came out: the last workload was never read
+    assert built == ids[: len(built)] and len(built) < len(ids), built
+    assert not [t for t in threading.enumerate() if t.name.startswith("registry-features")]
+
+
+@pytest.mark.tvm
 def test_cli_train_then_list(tuned):
     result = run(tuned.url, "predictor", "train", "--device", str(tuned.device_id), "--holdout", "0.5", "--json")
     assert result.exit_code == 0, result.output

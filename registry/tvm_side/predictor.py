@@ -168,27 +168,33 @@ class TrainingSource:
             skipped=len(records) - len(keep),
         )
 
-    def groups(self, workload_ids: list[int], keep_candidates: bool) -> Iterator[WorkloadGroup]:
-        """``group`` of each workload, in order, on every core this process may use: a thread per core replays and
-        extracts one workload at a time (about twice as fast on 2 cores as one thread), while this thread reads the
-        next workloads' rows. Schedules are kept only with ``keep_candidates`` (they hold a module each)."""
+    def groups(self, workload_ids: list[int]) -> Iterator[WorkloadGroup]:
+        """``group`` of each workload, in order, without its schedules (they hold a module each), on every core this
+        process may use: a thread per core replays and extracts one workload at a time (about twice as fast on 2
+        cores as one thread), while this thread reads the next workloads' rows, a few workloads ahead at most."""
         workers = cpus.count()
-        threads = 1 if workers > 1 else cpus.count()
+        threads = max(1, workers // max(1, min(workers, len(workload_ids))))  # one workload: every core extracts
 
         def build(rows: WorkloadRows) -> WorkloadGroup:
-            g = self.group(rows, threads)
-            if not keep_candidates:
-                g.candidates = None
+            try:
+                g = self.group(rows, threads)
+            except Exception as e:
+                e.add_note(f"while reading workload {rows.workload_id} ({rows.task})")
+                raise
+            g.candidates = None
             return g
 
-        with ThreadPoolExecutor(workers, thread_name_prefix="registry-features", initializer=cpus.unpin) as pool:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="registry-features", initializer=cpus.unpin)
+        try:
             ahead: collections.deque[Future[WorkloadGroup]] = collections.deque()
             for wid in workload_ids:
                 ahead.append(pool.submit(build, self.rows(wid)))
-                if len(ahead) > 2 * workers:  # a bounded look-ahead: memory stays that of a few workloads
+                if len(ahead) > workers + 2:
                     yield ahead.popleft().result()
             while ahead:
                 yield ahead.popleft().result()
+        finally:  # an error or an interrupt: what is queued is dropped, not replayed first
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
@@ -218,8 +224,16 @@ def _fit_ranking(groups: list[WorkloadGroup], source: TrainingSource) -> Ranking
 # -- evaluation ------------------------------------------------------------------------------------------------
 
 
+def _scores(model: XGBModel | RankingModel, g: WorkloadGroup) -> np.ndarray:
+    """The model's score of each of the group's programs, from the features already extracted: what ``predict``
+    gives, without extracting them again."""
+    if isinstance(model, RankingModel):
+        return ranker.program_scores(model.booster, g.features, model.device)
+    return np.asarray(model._predict(xs=g.features))  # XGBModel.predict past its extraction
+
+
 def _evaluate(model: XGBModel | RankingModel, g: WorkloadGroup) -> dict[str, Any]:
-    score = np.asarray(model.predict(g.context, g.candidates))
+    score = _scores(model, g)
     throughput = 1.0 / g.mean_s
     row: dict[str, Any] = {"workload_id": g.workload_id, "task": g.task, "records": len(g.mean_s)}
     row["spearman"] = spearman(score, throughput)
@@ -323,21 +337,21 @@ def train(
     start = time.perf_counter()
     total, done, skipped = len(train_ids) + len(held_ids), 0, 0
 
-    def read(ids: list[int], keep_candidates: bool) -> Iterator[WorkloadGroup]:
+    def read(ids: list[int]) -> Iterator[WorkloadGroup]:
         nonlocal done, skipped
-        for g in source.groups(ids, keep_candidates):
+        for g in source.groups(ids):
             done += 1
             say(f"[{done}/{total}] {g.task}")
             skipped += g.skipped
             yield g
 
-    groups = [g for g in read(train_ids, False) if g.features]
+    groups = [g for g in read(train_ids) if g.features]
     if not groups:
         raise RegistryError(
             f"no record of device {source.device_name} replays on this TVM ({skipped} skipped): nothing to train on"
         )
     if kind == KIND:  # XGBModel's _fit extracts its anchor's schedules again: the one group that keeps them
-        groups[-1] = next(source.groups([groups[-1].workload_id], True))
+        groups[-1] = source.group(source.rows(groups[-1].workload_id), cpus.count())
     anchor = groups[-1]
 
     def fit(training: list[WorkloadGroup]) -> XGBModel | RankingModel:
@@ -347,10 +361,9 @@ def train(
     if held_ids:
         partial = fit(groups)
         rows = []
-        for g in read(held_ids, True):
+        for g in read(held_ids):
             if len(g.features) >= MIN_EVAL_RECORDS:
                 rows.append(_evaluate(partial, g))
-            g.candidates = None
             if g.features:
                 groups.append(g)
         if rows:  # else the held-out workloads' records did not replay: no evaluation to show
