@@ -69,8 +69,11 @@ def test_tune_takes_a_relax_module(tmp_path):
     report = registry.tune(mod, db=url, name="relax-mlp", trials=4, batch=4, dop=1, output=tmp_path / "m.so")
     assert isinstance(report, registry.ModelReport)
     assert report.model == "relax-mlp" and len(report.tasks) == 1
-    task = report.tasks[0]  # 4 trials beat the naive loops of an untuned CPU kernel
-    assert task.source == "tuned" and task.measurements > 0 and task.after_us < task.before_us, task
+    task = report.tasks[0]
+    # 4 random candidates usually beat TVM's default schedule of this small matmul, but not always on a busy machine:
+    # where none does, the task keeps its default (docs/BENCHMARKS.md, "Rules of the engine", rule 1)
+    assert task.measurements == 4 and task.source in ("tuned", "default"), task
+    assert task.after_us <= task.before_us * 1.0001, task
     assert (tmp_path / "m.so").is_file()
     assert report.as_json()["tasks"][0]["name"] == report.tasks[0].name
     assert device_count(f"sqlite:///{url}") == 1

@@ -123,8 +123,12 @@ def farm(key: str, servers: int) -> Iterator[str]:
                                "--port-end", str(port + 1)])]  # fmt: skip
     try:
         for _ in range(servers):
+            # a port each: servers started at once on one machine race for the same one (TVM's rpc_server binds the
+            # first free port of its range, then listens, and the loser of the race dies at listen)
+            own = _free_port()
             procs.append(subprocess.Popen([*python, "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
-                                           "--key", key, "--host", "127.0.0.1"]))  # fmt: skip
+                                           "--key", key, "--host", "127.0.0.1", "--port", str(own),
+                                           "--port-end", str(own + 1)]))  # fmt: skip
         deadline = time.monotonic() + 60  # servers register with the tracker a while after they start
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
