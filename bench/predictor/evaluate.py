@@ -88,8 +88,27 @@ class Variant:
         return self.booster.predict(xgb.DMatrix(summed_rows(d, self.pooling)))
 
 
+class Blend(Variant):
+    """Several variants at once: each program's ranks within its workload under each, summed (ties broken by the
+    first variant's score): whether models that err differently rank better together."""
+
+    def __init__(self, *parts: Variant) -> None:
+        self.parts = parts
+
+    def fit(self, train: list[dataset.WorkloadData]) -> None:
+        for v in self.parts:
+            v.fit(train)
+
+    def rank(self, d: dataset.WorkloadData) -> np.ndarray:
+        from scipy.stats import rankdata
+
+        first = rankdata(self.parts[0].rank(d))
+        return sum((rankdata(v.rank(d)) for v in self.parts[1:]), first) + first / (d.size + 1)
+
+
 VARIANTS = {
     "registry": lambda: Variant("registry"),
+    "blend-registry-tvm": lambda: Blend(Variant("registry"), Variant("tvm")),
     "tvm-reg": lambda: Variant("tvm"),
     "pairwise-sum": lambda: Variant("rank:pairwise"),
     "ndcg-sum": lambda: Variant("rank:ndcg", params={"lambdarank_pair_method": "topk"}),
