@@ -173,7 +173,7 @@ class TrainingSource:
         process may use: a thread per core replays and extracts one workload at a time (about twice as fast on 2
         cores as one thread), while this thread reads the next workloads' rows, a few workloads ahead at most."""
         workers = cpus.count()
-        threads = max(1, workers // max(1, min(workers, len(workload_ids))))  # one workload: every core extracts
+        threads = max(1, workers // max(1, len(workload_ids)))  # fewer workloads than cores: each extracts on more
 
         def build(rows: WorkloadRows) -> WorkloadGroup:
             try:
