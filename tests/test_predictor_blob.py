@@ -107,6 +107,12 @@ def _edit_booster(blob: bytes, edit) -> bytes:
     return _rezip(blob, booster_json=json.dumps(model).encode())
 
 
+def _edit_index(blob: bytes, edit) -> bytes:
+    model = json.loads(zipfile.ZipFile(io.BytesIO(blob)).read("booster.json"))
+    edit(model["learner"]["gradient_booster"]["model"])
+    return _rezip(blob, booster_json=json.dumps(model).encode())
+
+
 def _cycle(tree):
     tree["left_children"][1] = 0
 
@@ -132,6 +138,14 @@ BAD_BLOBS = {
     "a tree that loops": lambda blob, marker: _edit_booster(blob, _cycle),
     "a child outside the tree": lambda blob, marker: _edit_booster(blob, _child_outside),
     "a feature outside the features": lambda blob, marker: _edit_booster(blob, _feature_outside),
+    # XGBoost itself corrupts its heap loading a short tree_info (the process aborts), and loads the others
+    "a short tree_info": lambda blob, marker: _edit_index(blob, lambda m: m.__setitem__("tree_info", [0])),
+    "a tree in another output group": lambda blob, marker: _edit_index(
+        blob, lambda m: m["tree_info"].__setitem__(0, 5)
+    ),
+    "rounds that step back": lambda blob, marker: _edit_index(
+        blob, lambda m: m.__setitem__("iteration_indptr", [0, len(m["trees"]), 1, len(m["trees"])])
+    ),
     "truncated": lambda blob, marker: blob[: len(blob) // 2],
 }
 

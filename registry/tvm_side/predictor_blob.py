@@ -18,6 +18,7 @@ here: the TVM side turns the result into an XGBModel.
 from __future__ import annotations
 
 import io
+import itertools
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -194,10 +195,25 @@ def check_booster(model: Any, width: int) -> None:
             raise BadPredictorBlob("expected one score a row (num_class 0, num_target 1)")
         if int(booster["model"]["gbtree_model_param"]["num_trees"]) != len(trees):
             raise BadPredictorBlob("its tree count does not match its trees")
+        _check_tree_index(booster["model"], len(trees))
         for t, tree in enumerate(trees):
             _check_tree(t, tree, width)
     except (KeyError, TypeError, ValueError) as e:
         raise BadPredictorBlob(f"not an XGBoost tree model ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _check_tree_index(model: dict, n: int) -> None:
+    """XGBoost indexes its trees by ``tree_info`` (each tree's output group) and ``iteration_indptr`` (where each
+    boosting round's trees start) without checking them: a short ``tree_info`` corrupts its heap as it loads, and an
+    out-of-range group writes outside its scores. One output group (0) for each of ``n`` trees, and rounds that
+    start at 0, never step back and end at ``n``."""
+    info = model["tree_info"]
+    if not isinstance(info, list) or len(info) != n or any(group != 0 for group in info):
+        raise BadPredictorBlob(f"its tree_info is not one output group (0) for each of its {n} trees")
+    indptr = model.get("iteration_indptr", [0, n])  # older XGBoost JSON has none: one tree a round
+    steps_back = any(not isinstance(k, int) or k < j for j, k in itertools.pairwise([0, *indptr]))
+    if not isinstance(indptr, list) or len(indptr) < 2 or indptr[0] != 0 or indptr[-1] != n or steps_back:
+        raise BadPredictorBlob(f"its iteration_indptr does not divide its {n} trees into rounds")
 
 
 _NODE_ARRAYS = ("left_children", "right_children", "split_indices", "split_conditions", "default_left", "base_weights")
