@@ -5,7 +5,10 @@
 Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
 
 - workloads held out whole: five folds over the workloads, each ranked by a model trained on the other four;
-- models held out whole: for each of several corpus models, every workload of that model held out together.
+- models held out whole: for each of several corpus models, every workload of that model held out together;
+- devices held out whole (``--other-device``): a model trained on ``--device``'s records and ``--train-device``'s
+  ranks each other device's programs, then (unless ``--quick``) the same with each held-out model's workloads left
+  out of training too: a new model on a new device, as a new user's first transfer meets it.
 
 A workload is ranked when it has ``--min-programs`` ok programs or more. The figures are ``scores.workload_row``'s,
 weighted by task weight, beside a random ranking's. Results go to ``bench/results/predictor-*.json`` with machine,
@@ -116,6 +119,12 @@ VARIANTS = {
     "pairwise-summax": lambda: Variant("rank:pairwise", "sum+max"),
     "registry-gain0": lambda: Variant("registry", params={"sharpness": 0.0}),
     "registry-depth6": lambda: Variant("registry", params={"max_depth": 6}),
+    "registry-gain2": lambda: Variant("registry", params={"sharpness": 2.0}),
+    "registry-seed1": lambda: Variant("registry", params={"seed": 1}),
+    "registry-seed2": lambda: Variant("registry", params={"seed": 2}),
+    "registry-forest3": lambda: Variant("registry", params={"num_parallel_tree": 3}),
+    "registry-forest3-seed1": lambda: Variant("registry", params={"num_parallel_tree": 3, "seed": 1}),
+    "registry-forest3-seed2": lambda: Variant("registry", params={"num_parallel_tree": 3, "seed": 2}),
     "registry-gain8": lambda: Variant("registry", params={"sharpness": 8.0}),
     "registry-depth10": lambda: Variant("registry", params={"max_depth": 10}),
     "registry-slow": lambda: Variant("registry", params={"eta": 0.05}, rounds=600),
@@ -123,14 +132,19 @@ VARIANTS = {
 }
 
 
-def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple[list[dict], list[float]]:
-    variant.fit(train)
+def ranked(variant: Variant, test: list, min_programs: int) -> tuple[list[dict], list[float]]:
+    """The fitted ``variant``'s figures on each workload of ``test`` with enough programs, and their weights."""
     rows, weights = [], []
     for d in test:
         if d.size >= min_programs:
             rows.append(scores.workload_row(d.mean_s, variant.rank(d)))
             weights.append(d.weight)
     return rows, weights
+
+
+def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple[list[dict], list[float]]:
+    variant.fit(train)
+    return ranked(variant, test, min_programs)
 
 
 def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, seed: int) -> dict:
@@ -146,19 +160,31 @@ def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, se
     return {"workloads": len(rows), **scores.weighted(rows, weights)}
 
 
-def held_out_models(variant_of, data: list, min_programs: int) -> dict:
-    rows, weights, per_model = [], [], {}
+def held_out_models(variant_of, data: list, min_programs: int, judged: dict | None = None) -> dict:
+    """Each of HELD_OUT_MODELS ranked by a model trained on ``data`` without any of its workloads: its workloads of
+    ``data``; or, given ``judged`` (device name -> its programs), its workloads of each of those devices (one
+    figure a device)."""
+    tests = {"": data} if judged is None else judged
+    found = {name: ([], [], {}) for name in tests}  # rows, weights, per model
     for model in HELD_OUT_MODELS:
-        test = [d for d in data if model in d.models]
         train = [d for d in data if model not in d.models]
-        if not test or not train:
+        own = {name: [d for d in test if model in d.models] for name, test in tests.items()}
+        if not train or not any(own.values()):
             continue
-        r, w = judge(variant_of(), train, test, min_programs)
-        if r:
-            per_model[model] = {"workloads": len(r), **scores.weighted(r, w)}
-            rows += r
-            weights += w
-    return {"workloads": len(rows), **scores.weighted(rows, weights), "per_model": per_model}
+        variant = variant_of()
+        variant.fit(train)
+        for name, test in own.items():
+            rows, weights, per_model = found[name]
+            r, w = ranked(variant, test, min_programs)
+            if r:
+                per_model[model] = {"workloads": len(r), **scores.weighted(r, w)}
+                rows += r
+                weights += w
+    figures = {
+        name: {"workloads": len(rows), **scores.weighted(rows, weights), "per_model": per_model}
+        for name, (rows, weights, per_model) in found.items()
+    }
+    return figures[""] if judged is None else figures
 
 
 def line(figures: dict) -> str:
@@ -170,10 +196,16 @@ def line(figures: dict) -> str:
     ).format(**figures)
 
 
-def held_out_device(variant_of, data: list, other: list, min_programs: int) -> dict:
-    """Trained on every workload of ``data``'s device, judged on another device's programs (``other``)."""
-    rows, weights = judge(variant_of(), data, other, min_programs)
-    return {"workloads": len(rows), **scores.weighted(rows, weights)} if rows else {}
+def held_out_devices(variant_of, train: list, others: dict, min_programs: int) -> dict:
+    """Trained once on every workload of the training devices (``train``), judged on each other device's programs
+    (``others``: device name -> its programs), which it never saw."""
+    variant = variant_of()
+    variant.fit(train)
+    figures = {}
+    for name, other in others.items():
+        rows, weights = ranked(variant, other, min_programs)
+        figures[name] = {"workloads": len(rows), **scores.weighted(rows, weights)} if rows else {}
+    return figures
 
 
 def main() -> None:
@@ -185,8 +217,20 @@ def main() -> None:
     parser.add_argument("--min-programs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload-features", action="store_true", help="MetaSchedule's extract_workload=True")
-    parser.add_argument("--other-device", help="a device judged by a model trained on --device's records only")
+    parser.add_argument(
+        "--other-device",
+        action="append",
+        default=[],
+        help="a device judged by a model trained on --device's and --train-device's records only (repeatable)",
+    )
+    parser.add_argument(
+        "--train-device",
+        action="append",
+        default=[],
+        help="a device whose records join --device's in training the model that judges --other-device (repeatable)",
+    )
     parser.add_argument("--quick", action="store_true", help="workloads held out only (no models held out)")
+    parser.add_argument("--devices-only", action="store_true", help="only the --other-device figures")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -198,22 +242,28 @@ def main() -> None:
         "workload_features": args.workload_features,
         "variants": {},
     }
-    other = []
-    if args.other_device:
-        other = [d for d in dataset.load(args.db, args.other_device) if d.size >= 2]
-        result["other_device"] = {"device": args.other_device, **dataset.summary(other)}
+    others = {name: [d for d in dataset.load(args.db, name) if d.size >= 2] for name in args.other_device}
+    device_train = data + [d for name in args.train_device for d in dataset.load(args.db, name) if d.size >= 2]
+    result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
+    result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
     print(json.dumps(result["dataset"]), flush=True)
     for name in args.variants.split(","):
         t = time.monotonic()
-        workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
-        models = held_out_models(VARIANTS[name], data, args.min_programs) if not args.quick else {}
+        workloads, models = {}, {}
+        if not args.devices_only:
+            workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
+        if not (args.quick or args.devices_only):
+            models = held_out_models(VARIANTS[name], data, args.min_programs)
         result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models,
                                     "seconds": round(time.monotonic() - t)}  # fmt: skip
-        if other:
-            result["variants"][name]["device_held_out"] = device = held_out_device(
-                VARIANTS[name], data, other, args.min_programs
-            )
-            print(f"{name:16s} device held out: {line(device)}", flush=True)
+        if others:
+            devices = held_out_devices(VARIANTS[name], device_train, others, args.min_programs)
+            both = {} if args.quick else held_out_models(VARIANTS[name], device_train, args.min_programs, others)
+            result["variants"][name] |= {"devices_held_out": devices, "devices_and_models_held_out": both}
+            for device_name in others:
+                print(f"{name:16s} {device_name} held out: {line(devices[device_name])}", flush=True)
+                if both:
+                    print(f"{name:16s} {device_name} and the models: {line(both[device_name])}", flush=True)
         seconds = time.monotonic() - t
         print(f"{name:16s} {seconds:4.0f} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
     if args.out:
