@@ -62,6 +62,21 @@ def test_round_trip_keeps_predictions_and_training_data(trained):
     assert loaded.num_warmup_samples == 0  # predicts from the first trial, not at random
 
 
+@pytest.mark.parametrize("parallel_trees", [1, 3])
+def test_boosters_xgboost_writes_pass_the_checks(parallel_trees):
+    """Rounds of several trees (``num_parallel_tree``), and JSON of an older XGBoost without ``iteration_indptr``."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    params = {"max_depth": 3, "num_parallel_tree": parallel_trees, "nthread": 1, "subsample": 0.8}
+    booster = xgb.train(params, xgb.DMatrix(rng.random((64, 5)), label=rng.random(64)), num_boost_round=4)
+    model = json.loads(booster.save_raw("json"))
+    assert len(model["learner"]["gradient_booster"]["model"]["trees"]) == 4 * parallel_trees
+    predictor_blob.check_booster(model, 5)
+    del model["learner"]["gradient_booster"]["model"]["iteration_indptr"]
+    predictor_blob.check_booster(model, 5)
+
+
 # -- blobs that must not decode ----------------------------------------------------------------------------------
 
 
@@ -146,6 +161,16 @@ BAD_BLOBS = {
     "rounds that step back": lambda blob, marker: _edit_index(
         blob, lambda m: m.__setitem__("iteration_indptr", [0, len(m["trees"]), 1, len(m["trees"])])
     ),
+    "rounds that are not a list": lambda blob, marker: _edit_index(
+        blob, lambda m: m.__setitem__("iteration_indptr", 5)
+    ),
+    "rounds counted in booleans": lambda blob, marker: _edit_index(
+        blob, lambda m: m.__setitem__("iteration_indptr", [False, *range(1, len(m["trees"]) + 1)])
+    ),
+    "output groups as floats": lambda blob, marker: _edit_index(
+        blob, lambda m: m.__setitem__("tree_info", [0.0] * len(m["trees"]))
+    ),
+    "two trees of one id": lambda blob, marker: _edit_booster(blob, lambda tree: tree.__setitem__("id", 1)),
     "truncated": lambda blob, marker: blob[: len(blob) // 2],
 }
 

@@ -208,6 +208,19 @@ def held_out_devices(variant_of, train: list, others: dict, min_programs: int) -
     return figures
 
 
+def _distinct_devices(parser, url: str, trained: list[str], judged: list[str]) -> None:
+    """A judged device must be none of the training devices (nor named twice): it would be ranked on its own
+    programs."""
+    if not judged:
+        return
+    from registry.store.factory import open_storage
+
+    storage = open_storage(url, create_new=False)
+    ids = [storage.resolve_one_device(d).id for d in [*trained, *judged]]
+    if len(set(ids)) != len(ids):
+        parser.error("each --other-device must differ from --device, every --train-device and each other")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
@@ -229,10 +242,15 @@ def main() -> None:
         default=[],
         help="a device whose records join --device's in training the model that judges --other-device (repeatable)",
     )
-    parser.add_argument("--quick", action="store_true", help="workloads held out only (no models held out)")
+    parser.add_argument(
+        "--quick", action="store_true", help="no models held out (on --device, nor with the --other-device figures)"
+    )
     parser.add_argument("--devices-only", action="store_true", help="only the --other-device figures")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if (args.devices_only or args.train_device) and not args.other_device:
+        parser.error("--devices-only and --train-device judge --other-device: name one")
+    _distinct_devices(parser, args.db, [args.device, *args.train_device], args.other_device)
 
     start = time.monotonic()
     data = [d for d in dataset.load(args.db, args.device, extract_workload=args.workload_features) if d.size >= 2]
@@ -242,8 +260,12 @@ def main() -> None:
         "workload_features": args.workload_features,
         "variants": {},
     }
-    others = {name: [d for d in dataset.load(args.db, name) if d.size >= 2] for name in args.other_device}
-    device_train = data + [d for name in args.train_device for d in dataset.load(args.db, name) if d.size >= 2]
+
+    def programs(device: str) -> list:
+        return [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
+
+    others = {name: programs(name) for name in args.other_device}
+    device_train = data + [d for name in args.train_device for d in programs(name)]
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
     result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
     print(json.dumps(result["dataset"]), flush=True)
@@ -254,8 +276,7 @@ def main() -> None:
             workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
         if not (args.quick or args.devices_only):
             models = held_out_models(VARIANTS[name], data, args.min_programs)
-        result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models,
-                                    "seconds": round(time.monotonic() - t)}  # fmt: skip
+        result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models}
         if others:
             devices = held_out_devices(VARIANTS[name], device_train, others, args.min_programs)
             both = {} if args.quick else held_out_models(VARIANTS[name], device_train, args.min_programs, others)
@@ -264,8 +285,8 @@ def main() -> None:
                 print(f"{name:16s} {device_name} held out: {line(devices[device_name])}", flush=True)
                 if both:
                     print(f"{name:16s} {device_name} and the models: {line(both[device_name])}", flush=True)
-        seconds = time.monotonic() - t
-        print(f"{name:16s} {seconds:4.0f} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
+        seconds = result["variants"][name]["seconds"] = round(time.monotonic() - t)
+        print(f"{name:16s} {seconds:4d} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(stamped(result), indent=1))
 

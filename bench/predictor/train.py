@@ -26,7 +26,9 @@ from bench.predictor import dataset  # noqa: E402
 
 def held_out_metrics(evaluation: dict) -> dict:
     """The evaluation's figures for the registry's variant, as ``registry predictor train`` reports them."""
-    figures = evaluation["variants"]["registry"]["workloads_held_out"]
+    figures = evaluation["variants"].get("registry", {}).get("workloads_held_out", {})
+    if "top1" not in figures:
+        raise SystemExit("--evaluation: no workloads-held-out figures of the registry variant (a --devices-only run?)")
     return {
         "held_out": {
             "workloads": figures["workloads"],

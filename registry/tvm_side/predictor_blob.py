@@ -206,13 +206,19 @@ def _check_tree_index(model: dict, n: int) -> None:
     """XGBoost indexes its trees by ``tree_info`` (each tree's output group) and ``iteration_indptr`` (where each
     boosting round's trees start) without checking them: a short ``tree_info`` corrupts its heap as it loads, and an
     out-of-range group writes outside its scores. One output group (0) for each of ``n`` trees, and rounds that
-    start at 0, never step back and end at ``n``."""
+    start at 0, never step back and end at ``n``. Counts are plain ints (``False == 0`` in Python, not in XGBoost)."""
     info = model["tree_info"]
-    if not isinstance(info, list) or len(info) != n or any(group != 0 for group in info):
+    if not isinstance(info, list) or len(info) != n or any(type(group) is not int or group != 0 for group in info):
         raise BadPredictorBlob(f"its tree_info is not one output group (0) for each of its {n} trees")
-    indptr = model.get("iteration_indptr", [0, n])  # older XGBoost JSON has none: one tree a round
-    steps_back = any(not isinstance(k, int) or k < j for j, k in itertools.pairwise([0, *indptr]))
-    if not isinstance(indptr, list) or len(indptr) < 2 or indptr[0] != 0 or indptr[-1] != n or steps_back:
+    indptr = model.get("iteration_indptr", [0, n])  # older XGBoost JSON has none: read as one round of every tree
+    if (
+        not isinstance(indptr, list)
+        or not indptr
+        or any(type(k) is not int for k in indptr)
+        or indptr[0] != 0
+        or indptr[-1] != n
+        or any(k < j for j, k in itertools.pairwise(indptr))
+    ):
         raise BadPredictorBlob(f"its iteration_indptr does not divide its {n} trees into rounds")
 
 
@@ -220,6 +226,10 @@ _NODE_ARRAYS = ("left_children", "right_children", "split_indices", "split_condi
 
 
 def _check_tree(t: int, tree: dict, width: int) -> None:
+    # XGBoost puts each tree where its id says, unchecked: two trees of one id leave a slot empty, which it
+    # dereferences when it predicts
+    if type(tree.get("id")) is not int or tree["id"] != t:
+        raise BadPredictorBlob(f"tree {t}: its id is not its position")
     n = int(tree["tree_param"]["num_nodes"])
     if n < 1 or any(len(tree[key]) != n for key in _NODE_ARRAYS):
         raise BadPredictorBlob(f"tree {t}: its node arrays do not have num_nodes entries")
