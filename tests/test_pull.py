@@ -50,8 +50,9 @@ def test_an_unknown_shipped_bundle_is_one_line(sqlite_url):
 
 
 def test_pull_gives_a_new_registry_a_predictor_for_this_machine(sqlite_url):
-    """The starter bundle carries a ranking predictor: after `registry pull`, this machine's device (which has no
-    predictor of its own) ranks with it, as a sibling's, from its first transfer or tuning run."""
+    """The starter bundle carries a ranking predictor: after `registry pull`, this machine's device ranks with it from
+    its first transfer or tuning run: as a sibling's, or as its own where this machine is the bundle's device (the
+    same CPU, cores and threads)."""
     from registry.store.sql.store import Store
     from registry.tvm_side.predictor import predictor_for
     from registry.tvm_side.ranker import RankingModel
@@ -64,7 +65,8 @@ def test_pull_gives_a_new_registry_a_predictor_for_this_machine(sqlite_url):
     store = Store(sqlite_url)
     here = store.add_device(device_spec(host_target(), runtime_threads()))
     found = predictor_for(store, here)
-    assert found is not None and found.sibling == f"{row['device_id']}:{row['device']}"
+    expected = None if here == row["device_id"] else f"{row['device_id']}:{row['device']}"
+    assert found is not None and found.sibling == expected
     assert isinstance(found.model, RankingModel) and found.model.booster is not None
     again = run_json("--db", sqlite_url, "pull")
     assert again["predictors_new"] == 0 and again["predictors_present"] >= 1
