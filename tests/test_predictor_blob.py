@@ -116,16 +116,16 @@ def _rezip(blob: bytes, **replace: bytes) -> bytes:
     return out.getvalue()
 
 
-def _edit_booster(blob: bytes, edit) -> bytes:
-    model = json.loads(zipfile.ZipFile(io.BytesIO(blob)).read("booster.json"))
-    edit(model["learner"]["gradient_booster"]["model"]["trees"][0])
-    return _rezip(blob, booster_json=json.dumps(model).encode())
-
-
 def _edit_index(blob: bytes, edit) -> bytes:
+    """The blob with ``edit`` applied to its booster's model (its trees and their index)."""
     model = json.loads(zipfile.ZipFile(io.BytesIO(blob)).read("booster.json"))
     edit(model["learner"]["gradient_booster"]["model"])
     return _rezip(blob, booster_json=json.dumps(model).encode())
+
+
+def _edit_booster(blob: bytes, edit) -> bytes:
+    """The blob with ``edit`` applied to its first tree."""
+    return _edit_index(blob, lambda model: edit(model["trees"][0]))
 
 
 def _cycle(tree):

@@ -252,18 +252,17 @@ def main() -> None:
         parser.error("--devices-only and --train-device judge --other-device: name one")
     _distinct_devices(parser, args.db, [args.device, *args.train_device], args.other_device)
 
+    def programs(device: str) -> list:
+        return [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
+
     start = time.monotonic()
-    data = [d for d in dataset.load(args.db, args.device, extract_workload=args.workload_features) if d.size >= 2]
+    data = programs(args.device)
     result = {
         "dataset": dataset.summary(data),
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
         "variants": {},
     }
-
-    def programs(device: str) -> list:
-        return [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
-
     others = {name: programs(name) for name in args.other_device}
     device_train = data + [d for name in args.train_device for d in programs(name)]
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
