@@ -3,6 +3,7 @@ held-out corpus models, the same registry, and the predictor's held-out quality 
 
     .venv/bin/python bench/no_measure_bench.py --registry R.db [R2.db ...]
         [--models roberta-l2-h256 resnet-bottleneck-w64] [--rounds 5] [--out bench/results/no_measure.json]
+    .venv/bin/python bench/no_measure_bench.py --retime A.json B.json [--rounds 5] [--out OUT.json]
 
 ``R.db`` (several are merged with ``registry sync``) holds tuned records of other corpus models on this machine (and,
 for the per-device table, on other devices): the siblings benchmark leaves such registries
@@ -134,7 +135,6 @@ def output_errors(name: str, libs: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--registry", type=Path, nargs="+", required=True, help="registries merged into one (sync)")
     ap.add_argument("--models", nargs="+", default=["roberta-l2-h256", "resnet-bottleneck-w64"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/no_measure")
@@ -149,7 +149,21 @@ def main() -> None:
         action="store_true",
         help="skip training predictors on the registry's records (a pulled bundle holds one a task)",
     )
+    ap.add_argument(
+        "--retime",
+        type=Path,
+        nargs=2,
+        metavar=("A.json", "B.json"),
+        help="instead of a run: time the libraries of two earlier runs' results (two starter bundles, say) in turn in "
+        "one process, model by model, and write each library's median and B's over A's",
+    )
+    ap.add_argument("--registry", type=Path, nargs="+", help="registries merged into one (sync)")
     args = ap.parse_args()
+    if args.retime:
+        retime(args.retime, args.rounds, args.out)
+        return
+    if not args.registry:
+        ap.error("--registry is required (or --retime)")
     args.work.mkdir(parents=True, exist_ok=True)
     registry = args.work / "registry.db"
     copy_sqlite(args.registry[0], registry)
@@ -177,6 +191,22 @@ def main() -> None:
         print(json.dumps({k: row[k] for k in row if k != "runs"}), flush=True)
         args.out.write_text(json.dumps(stamped(result), indent=2))
     print(f"wrote {args.out}")
+
+
+def retime(results: list[Path], rounds: int, out: Path) -> None:
+    """Every library of two earlier results, timed in turn in one process, model by model (``timed``): the two runs'
+    own timings were taken apart, minutes away on a shared machine."""
+    runs = [{m["model"]: m for m in json.loads(p.read_text())["models"] if "runs" in m} for p in results]
+    result: dict = {"retimed": [str(p) for p in results], "models": []}
+    for name in [n for n in runs[0] if n in runs[1]]:
+        libs = {f"{tag} {k}": v for tag, run in zip("AB", runs, strict=True) for k, v in run[name]["runs"].items()}
+        ms = timed(name, libs, rounds)
+        kinds = {k.split(" ", 1)[1] for k in ms}
+        ratios = {k: ms[f"B {k}"] / ms[f"A {k}"] for k in sorted(kinds) if f"A {k}" in ms and f"B {k}" in ms}
+        result["models"].append({"model": name, "e2e_ms": ms, "b_over_a": ratios})
+        print(json.dumps(result["models"][-1]), flush=True)
+        out.write_text(json.dumps(stamped(result), indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -100,8 +100,9 @@ def train(ctx: Context, device: str, holdout: float, seed: int, kind: str, fmt: 
 def list_(ctx: Context, device: str | None, fmt: str) -> None:
     """The stored predictors, by device and version: what each was trained on, and its held-out top-1 score (TenSet's:
     the best latency over the latency of the schedule it ranks first, on workloads it never saw), Spearman and top-1
-    regret (how much slower its pick is than the best measured one), each beside a random ranking's. JSON: each
-    predictor's full evaluation.
+    regret (how much slower its pick is than the best measured one), each beside a random ranking's, and its top-1 on
+    devices it never trained on, where it was judged there (the starter bundle's are). JSON: each predictor's full
+    evaluation.
 
     \b
     Example:
@@ -128,6 +129,10 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
             return "-"
         return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
 
+    def unseen(r) -> str:
+        scores = r.metrics.get("unseen_devices", {})
+        return ", ".join(f"{s['top1']:.2f} {name}" for name, s in scores.items() if "top1" in s) or "-"
+
     echo_rows(
         fmt,
         [
@@ -140,6 +145,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
             "top1 (random)",
             "spearman (random)",
             "regret@1 (random)",
+            "top1 on unseen devices",
             "KiB",
             "created",
         ],
@@ -154,6 +160,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
                 held(r, "top1"),
                 held(r, "spearman"),
                 held(r, "regret@1"),
+                unseen(r),
                 round(r.blob_bytes / 1024),
                 r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else None,
             )

@@ -310,3 +310,28 @@ def test_a_blob_past_the_bound_is_refused(db_url, tuned_logs, tmp_path, monkeypa
                     tuned_logs.work_dir, tmp_path)  # fmt: skip
     monkeypatch.setattr(bundle, "MAX_BLOB", size // 2)
     refused_cleanly(Case(_line(lambda row: None), "more than the"), db_url, tuned_logs.work_dir, tmp_path)
+
+
+def test_a_device_without_records_travels_for_its_predictor_where_asked(source, tmp_path):
+    """The starter bundle carries a predictor for a device class it holds no records of (bench/corpus/starter.py):
+    a device keyed in ``predictor_devices`` travels with its predictor alone; otherwise only the records' devices
+    do, and an import stores that device's predictor as it stores any other."""
+    from registry.share.export import export_bundle
+    from registry.store.rows import DeviceSpec
+    from registry.store.values import ExchangeFilters
+    from registry.tvm_side.target import canonical_target
+
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    shutil.copy(make_path(source.url), make_path(url))
+    avx2 = {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu", "num-cores": 2}
+    spec = DeviceSpec(canonical_target(avx2), 1, "an AVX2 CPU", hostinfo.tvm_version())
+    with Store(url) as store:
+        store.save_predictor(PredictorIn(store.add_device(spec), KIND, tiny_blob(2), {}, 2, 8, hostinfo.tvm_version()))
+        plain = export_bundle(store, tmp_path / "plain.bundle", ExchangeFilters())
+        carried = export_bundle(store, tmp_path / "carried.bundle", ExchangeFilters(), predictor_devices=(spec.key,))
+    assert (plain.devices, plain.predictors) == (1, 1) and (carried.devices, carried.predictors) == (2, 2)
+    assert carried.records == plain.records > 0
+    dst = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert "predictors: 2 new" in ok("--db", dst, "import", str(tmp_path / "carried.bundle"))
+    got = {key: p.blob for key, p, _ in predictors(dst)}
+    assert got == {key: p.blob for key, p, _ in predictors(url)} and got[spec.key] == tiny_blob(2)

@@ -128,14 +128,14 @@ def test_compiling_with_a_registry_of_unreplayable_records_warns_and_falls_back(
     """compile_relax for CUDA with the H100 registry as it was written: TVM's check failure before; now each record
     that does not replay is skipped with one warning naming it, and the next best (or DLight's default) is used."""
     from registry.records.database import RegistryDatabase
+    from registry.store.decode import device_spec
     from registry.store.factory import open_storage
-    from registry.store.interface import DeviceSpec
     from registry.tvm_side.frontend import load_onnx
 
     db = _copy_upgraded(H100_RUNS / "transfer_bert_after_import.db", tmp_path / "registry.db")
     store = open_storage(f"sqlite:///{db}")
     [row] = store.all_devices()
-    spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+    spec = device_spec(row)
     loaded = load_onnx(H100_RUNS / "bert_src.onnx", {"input_ids": [1, 32]})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

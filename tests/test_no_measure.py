@@ -139,12 +139,26 @@ def test_a_measured_transfer_ranks_the_donors_with_the_predictor_and_says_so(oth
     args = ("--db", url, "transfer", str(model), "--target", haswell(), "--tune-trials", "0")
     report = json.loads(_ok(*args, "--json"))
     # trained with --holdout 0, it was never judged: it earns no trust, and each task measures what it would without
-    want = {"version": 1, "sibling": None, "trained_on": None, "top1": None, "measured": 3}
+    want = {"version": 1, "sibling": None, "trained_on": None, "top1": None, "unseen_top1": {}, "measured": 3}
     assert report["ranked_by"] == want, report["ranked_by"]
     transferred = [t for t in report["tasks"] if t["source"] == "transferred"]
     assert transferred and all(1 <= t["candidates"] <= 3 for t in transferred), report["tasks"]
     text = _ok(*args)
     assert "donor schedules ranked by predictor v1 (never judged): up to 3 measured a task" in text
+
+
+def test_the_report_names_the_predictor_and_its_scores_on_devices_it_never_trained_on():
+    from registry.report.model_report import ModelReport, summary_lines
+
+    report = ModelReport("m", "dev", 1, 1.0, 0.5, [])
+    unseen = {"llvm-skylake-2c-1t": 0.78, "not a score": "0.99"}
+    report.ranked_by = {"version": 2, "sibling": "2:llvm-haswell-2c-1t", "trained_on": "a + b (9 programs)",
+                        "top1": 0.74, "unseen_top1": unseen, "measured": 3}  # fmt: skip
+    [line] = [x for x in summary_lines(report) if x.startswith("donor schedules")]
+    assert line == (
+        "donor schedules ranked by predictor v2 of sibling device 2:llvm-haswell-2c-1t, trained on a + b (9 programs) "
+        "(held-out top-1 0.74; on devices it never trained on: llvm-skylake-2c-1t 0.78): up to 3 measured a task"
+    )
 
 
 def test_a_predictor_earns_fewer_measurements_with_its_held_out_score():

@@ -308,6 +308,40 @@ def test_a_ranking_predictor_grows_from_its_base_and_ranks_for_the_device_it_is_
     assert want[1] == 8  # log2 of haswell's 256-bit vectors
 
 
+@pytest.mark.tvm
+def test_a_device_without_a_predictor_takes_one_of_its_class_before_a_bigger_one(sqlite_url):
+    """The starter bundle ships a predictor per class (vector width): an AVX2 device ranks with the AVX2 one although
+    the AVX-512 one was trained on more records, and an AVX-512 device with the AVX-512 one."""
+    from tvm.target import Target
+
+    from registry import hostinfo
+    from registry.store.values import PredictorIn
+    from registry.tvm_side import ranker
+    from registry.tvm_side.predictor import sibling_predictor, to_bytes
+    from registry.tvm_side.target import canonical_target
+
+    cpu = lambda mcpu: {"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-linux-gnu", "num-cores": 2}  # noqa: E731
+    classes = [ranker.device_class(Target(cpu(m))) for m in ("znver3", "icelake-server")]
+    assert classes == ["llvm 256-bit", "llvm 512-bit"]
+    rng = np.random.default_rng(0)
+    described = ranker.descriptor(Target(cpu("haswell")), 1)
+    workloads = [
+        ([rng.random((2, ranker.FEATURE_WIDTH), dtype=np.float32) for _ in range(6)], rng.random(6) + 0.1, described)
+        for _ in range(3)
+    ]
+    blob = to_bytes(ranker.RankingModel(ranker.fit(workloads, rounds=3), Target(cpu("haswell")), 1))
+    store = Store(sqlite_url)
+    device = lambda mcpu: store.add_device(  # noqa: E731
+        DeviceSpec(canonical_target(cpu(mcpu)), 1, "a cpu", hostinfo.tvm_version())
+    )
+    avx512, avx2 = device("skylake-avx512"), device("haswell")
+    for device_id, records in ((avx512, 10**6), (avx2, 10)):
+        store.save_predictor(PredictorIn(device_id, ranker.KIND, blob, {}, 3, records, hostinfo.tvm_version()))
+    for mcpu, expected in (("znver3", avx2), ("icelake-server", avx512)):
+        found = sibling_predictor(store, device(mcpu))
+        assert found is not None and found[2].startswith(f"{expected}:"), (mcpu, found)
+
+
 def spearman_of(a, b) -> float:
     from registry.tvm_side.predictor_scores import spearman
 

@@ -287,3 +287,17 @@ def test_a_bundles_predictor_names_what_it_was_trained_on_in_one_printable_line(
     assert metrics_problem(named) is None
     assert "control character" in metrics_problem({"trained_on": "x\n\x1b[2Jforged line"})
     assert "more than 200" in metrics_problem({"device": "d" * 201})
+
+
+def test_a_bundles_predictor_scores_on_unseen_devices_are_named_and_in_their_range():
+    """What `predictor list` and a transfer's report print of a predictor judged on devices it never trained on."""
+    from registry.share.bundle import MAX_UNSEEN, metrics_problem
+
+    scores = {"workloads": 75, "top1": 0.79, "top5": 0.95, "random_top1": 0.30}
+    assert metrics_problem({"unseen_devices": {"llvm-skylake-2c-1t": scores}}) is None
+    assert "control character" in metrics_problem({"unseen_devices": {"x\x1b[2J": scores}})
+    assert "random_top1" in metrics_problem({"unseen_devices": {"d": {**scores, "random_top1": 1.5}}})
+    assert "finite" in metrics_problem({"unseen_devices": {"d": {**scores, "top1": float("nan")}}})
+    assert "finite" in metrics_problem({"unseen_devices": {"d": [0.7]}})
+    many = {f"d{i}": scores for i in range(MAX_UNSEEN + 1)}
+    assert f"at most {MAX_UNSEEN}" in metrics_problem({"unseen_devices": many})

@@ -8,10 +8,11 @@ Every model's registry (``WORK/tune/MODEL.db``, written by ``bench/corpus/run.py
 records of that bundle, and then each ``--add`` registry, such as the YOLO that ``bench/cnn_bench.py`` tuned) is
 synced into one registry (a copy of each is upgraded first when it was written at an older schema), and the best
 record of each workload is exported as a bundle, with the models and their tasks. With ``--predictor``, the newest
-ranking predictor of that registry (``bench/predictor``'s dataset, trained there with ``registry predictor train``)
-goes with it, stored as the predictor of each of the bundle's devices (a ranking predictor ranks for whichever device
-loads it; its metrics name the device it was trained on), so that ``registry pull starter`` gives a new registry a
-predictor. Prints what it holds and its size.
+ranking predictor of each device class of that registry (``bench/predictor``'s dataset, trained there with
+``bench/predictor/train.py``: one for AVX-512 CPUs, one for AVX2) goes with it, stored as the predictor of each of
+the bundle's devices of its class, or of its own device where the bundle has none of that class (a ranking predictor
+ranks for whichever device loads it; its metrics name the devices it was trained on), so that ``registry pull
+starter`` gives a new registry a predictor for either class. Prints what it holds and its size.
 """
 
 from __future__ import annotations
@@ -57,36 +58,65 @@ def main() -> None:
             registry("--db", f"sqlite:///{copy}", "db", "upgrade")
             result = registry("sync", f"sqlite:///{copy}", starter)
             print(f"{db.stem}: {result['records_new']} records", flush=True)
+        added: tuple[str, ...] = ()
         if args.predictor:
-            print(ship_predictor(f"sqlite:///{args.predictor}", starter))
+            lines, added = ship_predictors(f"sqlite:///{args.predictor}", starter)
+            print("\n".join(lines))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        info = registry("--db", starter, "export", "--bundle", str(args.out), "--best-only")
-    print(f"{args.out}: {info['records']} records of {info['workloads']} workloads, {info['models']} models, "
-          f"{info['bytes'] / 1e6:.1f} MB")  # fmt: skip
+        info = export(starter, args.out, added)
+    print(f"{args.out}: {info.records} records of {info.workloads} workloads, {info.models} models, "
+          f"{info.predictors} predictor(s), {info.bytes / 1e6:.1f} MB")  # fmt: skip
 
 
-def ship_predictor(source_url: str, starter_url: str) -> str:
-    """The newest ranking predictor of ``source_url``, stored as each device's of ``starter_url``."""
+def export(starter_url: str, out: Path, predictor_devices: tuple[str, ...]):
+    """The best record of each workload, with the models, the devices and their predictors, as ``registry export
+    --bundle OUT --best-only`` writes it; the devices keyed in ``predictor_devices`` travel for their predictor."""
+    from registry.share.export import export_bundle
+    from registry.store.factory import open_storage
+    from registry.store.values import ExchangeFilters
+
+    store = open_storage(starter_url, create_new=False)
+    return export_bundle(store, out, ExchangeFilters(best_only=True), predictor_devices=predictor_devices)
+
+
+def ship_predictors(source_url: str, starter_url: str) -> tuple[list[str], tuple[str, ...]]:
+    """The newest ranking predictor of each device class of ``source_url`` (``ranker.device_class``: one per vector
+    width, one per GPU arch; a predictor's class is that of the device it is stored as), stored as the predictor of
+    each of ``starter_url``'s devices of that class, or, where it has none, of the predictor's own device, added to
+    travel for it alone. Returns a line for each, and the keys of those added devices."""
+    from tvm.target import Target
+
+    from registry.store.decode import device_spec
     from registry.store.factory import open_storage
     from registry.store.values import PredictorIn
     from registry.tvm_side.predictor_blob import RANK_KIND
+    from registry.tvm_side.ranker import device_class
 
     source, starter = open_storage(source_url, create_new=False), open_storage(starter_url, create_new=False)
-    infos = [p for p in source.list_predictors() if p.kind == RANK_KIND]
-    if not infos:
-        raise SystemExit(f"{source_url}: no {RANK_KIND} predictor: train one with `registry predictor train`")
-    newest = max(infos, key=lambda p: p.created_at)
-    stored = source.latest_predictor(newest.device_id, RANK_KIND)
-    metrics = {"trained_on": f"{newest.device} ({newest.n_records} programs)", **stored.metrics}
-    metrics.pop("per_workload", None)  # workload ids of the dataset's registry
-    kind = json.loads(next(d for d in source.all_devices() if d.id == newest.device_id).target_json)["kind"]
-    for device in [d for d in starter.all_devices() if json.loads(d.target_json)["kind"] == kind]:
-        starter.save_predictor(
-            PredictorIn(
-                device.id, RANK_KIND, stored.blob, metrics, newest.n_workloads, newest.n_records, stored.tvm_version
+    classed = lambda d: device_class(Target(json.loads(d.target_json)))  # noqa: E731
+    devices = {d.id: d for d in source.all_devices()}
+    newest = {}
+    for info in sorted((p for p in source.list_predictors() if p.kind == RANK_KIND), key=lambda p: p.created_at):
+        newest[classed(devices[info.device_id])] = info
+    if not newest:
+        raise SystemExit(f"{source_url}: no {RANK_KIND} predictor: train one with bench/predictor/train.py")
+    lines, added = [], []
+    for cls, info in sorted(newest.items()):
+        stored = source.latest_predictor(info.device_id, RANK_KIND)
+        metrics = {"trained_on": f"{info.device} ({info.n_records} programs)", **stored.metrics}
+        metrics.pop("per_workload", None)  # workload ids of the dataset's registry
+        targets = [d.id for d in starter.all_devices() if classed(d) == cls]
+        if not targets:
+            targets = [starter.add_device(device_spec(devices[info.device_id]))]
+            added.append(device_spec(devices[info.device_id]).key)
+        for device_id in targets:
+            starter.save_predictor(
+                PredictorIn(device_id, RANK_KIND, stored.blob, metrics, info.n_workloads, info.n_records,
+                            stored.tvm_version)
             )  # fmt: skip
-        )
-    return f"predictor v{newest.version} of {newest.device} ({len(stored.blob) / 1e6:.1f} MB) for every {kind} device"
+        lines.append(f"{cls}: predictor v{info.version} of {info.device} ({len(stored.blob) / 1e6:.1f} MB), "
+                     f"for {len(targets)} device(s)")  # fmt: skip
+    return lines, tuple(added)
 
 
 if __name__ == "__main__":

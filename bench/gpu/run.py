@@ -306,12 +306,12 @@ def output_error(model: str, db, target, dev) -> float:
 def _database(path: Path, target):
     """A registry's records for the one device it holds (whatever this machine's driver string says now)."""
     from registry.records.database import RegistryDatabase
-    from registry.store.interface import DeviceSpec
+    from registry.store.decode import device_spec
     from registry.store.sql.store import Store
 
     store = Store(f"sqlite:///{path}")
     [row] = store.all_devices()
-    spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+    spec = device_spec(row)
     return RegistryDatabase(spec.target, store, device=spec)
 
 

@@ -46,11 +46,29 @@ def held_out_metrics(evaluation: dict) -> dict:
     }
 
 
+def unseen_device_metrics(evaluations: list[dict], trained_on: list[str]) -> dict:
+    """Each evaluation's figures for the registry's variant on devices it never trained on, by device, as the
+    predictor's metrics keep them ("unseen_devices"); refused where an evaluation trained on other devices."""
+    out = {}
+    for evaluation in evaluations:
+        training = evaluation["device_training"]["devices"]
+        if sorted(training) != sorted(trained_on):
+            raise SystemExit(f"--devices-evaluation: trained on {training}, this predictor on {trained_on}")
+        for name, f in evaluation["variants"].get("registry", {}).get("devices_held_out", {}).items():
+            out[name] = {"workloads": f["workloads"], "top1": f["top1"], "top5": f["top5"],
+                         "random_top1": f["random_top1"]}  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
     parser.add_argument("--device", action="append", help="devices whose programs it trains on (default: 1)")
     parser.add_argument("--evaluation", type=Path, required=True, help="bench/predictor/evaluate.py's result")
+    parser.add_argument(
+        "--devices-evaluation", type=Path, action="append", default=[],
+        help="evaluate.py's result with --train-device as --device and devices held out (--other-device)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from tvm.target import Target
@@ -77,6 +95,9 @@ def main() -> None:
         "train_seconds": round(time.monotonic() - start, 1),
         **held_out_metrics(json.loads(args.evaluation.read_text())),
     }
+    unseen = unseen_device_metrics([json.loads(p.read_text()) for p in args.devices_evaluation], [r.name for r in rows])
+    if unseen:
+        metrics["unseen_devices"] = unseen
     version = save(storage, first.id, model, metrics)
     print(json.dumps({"version": version, **{k: v for k, v in metrics.items() if k != "random"}}))
 

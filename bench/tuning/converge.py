@@ -44,7 +44,7 @@ def shipped_predictor_only(db: Path, work: Path) -> None:
     """Make ``db`` a registry that holds the starter bundle's predictor and none of its records: what "an empty
     registry with the shipped predictor" means (``registry pull`` into a scratch registry, then the predictor copied
     through the storage protocol; a ranking predictor ranks for this machine's device as a sibling's)."""
-    from registry.store.rows import DeviceSpec
+    from registry.store.decode import device_spec
     from registry.store.sql.store import Store
     from registry.store.values import PredictorIn
 
@@ -57,7 +57,7 @@ def shipped_predictor_only(db: Path, work: Path) -> None:
     devices = {d.id: d for d in source.all_devices()}
     for info in source.list_predictors():
         row = devices[info.device_id]
-        spec = DeviceSpec(json.loads(row.target_json), row.num_threads, row.host_model, row.tvm_version)
+        spec = device_spec(row)
         stored = source.latest_predictor(info.device_id, info.kind)
         into.save_predictor(
             PredictorIn(

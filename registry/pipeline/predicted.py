@@ -19,7 +19,6 @@ The model is compiled with those schedules and exported. Nothing is timed, and n
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from registry.pipeline.model_run import Progress, RunTask, extract
 from registry.records.database import RegistryDatabase
 from registry.report.model_report import ModelReport, TaskResult, Timings
 from registry.similarity.index import SimilarityIndex
+from registry.store.decode import CorruptRow, device_spec
 from registry.store.interface import RegistryStorage
 from registry.store.rows import DeviceSpec
 from registry.tvm_side.apply_trace import trace_json
@@ -277,7 +277,6 @@ def device_of(storage: RegistryStorage, selector: str) -> tuple[DeviceSpec, int]
             f"{hostinfo.tvm_version()}: its schedules and predictor are not this release's"
         )
     try:
-        target = json.loads(row.target_json)
-    except ValueError:
+        return device_spec(row), row.id
+    except CorruptRow:
         raise BadInputError(f"device {row.id}:{row.name}'s stored target is not JSON: choose another") from None
-    return DeviceSpec(target, row.num_threads, row.host_model, row.tvm_version), row.id

@@ -391,6 +391,7 @@ class _Resolver:
             "sibling": self.predictor.sibling,
             "trained_on": self.predictor.metrics.get("trained_on"),
             "top1": self.predictor.metrics.get("held_out", {}).get("top1"),
+            "unseen_top1": {k: v.get("top1") for k, v in self.predictor.metrics.get("unseen_devices", {}).items()},
             "measured": self.predictor.warranted(self.opts.candidates),
         }
 

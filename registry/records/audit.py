@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from registry.records.validator import RecordValidator
-from registry.store.decode import parse
-from registry.store.interface import DeviceRow, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
+from registry.store.decode import device_spec
+from registry.store.interface import DeviceSpec, RecordIn, RegistryStorage, StoredRecord
 from registry.store.validation import Problem
 from registry.store.values import StoredWorkload, Verdict
 
@@ -53,7 +53,7 @@ def audit(
     total = sum(store.count_records(row.id) for row in rows)
     validator, result, verdicts = RecordValidator(), AuditResult(), []
     for row in rows:
-        spec = _spec(row)
+        spec = device_spec(row)
         with store.device_records(row.id, unsound=True) as found:
             records = iter(found.records)
             while chunk := list(itertools.islice(records, CHUNK)):
@@ -88,8 +88,3 @@ def _check(
     for (i, _, _), problem in zip(items, validator.validate([(rec, m) for _, rec, m in items]), strict=True):
         problems[i] = problem
     return problems
-
-
-def _spec(row: DeviceRow) -> DeviceSpec:
-    return DeviceSpec(parse(row.target_json, f"device {row.id}'s target"), row.num_threads, row.host_model,
-                      row.tvm_version)  # fmt: skip

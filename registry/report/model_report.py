@@ -160,6 +160,8 @@ def summary_lines(report: ModelReport) -> list[str]:
         whose = f" of sibling device {r['sibling']}" if r.get("sibling") else ""
         whose += f", trained on {r['trained_on']}" if r.get("trained_on") else ""
         top1 = f"held-out top-1 {r['top1']:.2f}" if isinstance(r.get("top1"), float) else "never judged"
+        unseen = [f"{name} {t:.2f}" for name, t in (r.get("unseen_top1") or {}).items() if isinstance(t, float)]
+        top1 += f"; on devices it never trained on: {', '.join(unseen)}" if unseen else ""
         lines.append(
             f"donor schedules ranked by predictor v{r['version']}{whose} ({top1}): "
             f"up to {r['measured']} measured a task"

@@ -86,6 +86,7 @@ PREDICTOR_KINDS: dict[str, Callable[[bytes], object]] = {
 # ``decode`` reads from them.
 MAX_BLOB = 64 << 20
 MAX_METRICS = 64 << 10  # bytes of a predictor's metrics as JSON: a training's, without per_workload, take under 1 KB
+MAX_UNSEEN = 8  # devices a predictor's metrics give scores on without having trained on them
 MAX_METRICS_DEPTH = 8  # nesting of its metrics: a training's are 3 deep (per_workload's rows)
 MAX_PREDICTOR_COUNT = (1 << 31) - 1  # of its workloads and records: INTEGER columns on PostgreSQL
 MAX_TVM_VERSION = 64  # characters of its TVM version: the column's width
@@ -565,10 +566,39 @@ def metrics_problem(metrics: Any) -> str | None:
         numbers = lambda d: isinstance(d, dict) and all(_number(v) for v in d.values())  # noqa: E731
         if not (numbers(held) and numbers(rand) and set(held) - {"workloads", "records"} <= set(rand)):
             return "its metrics' held_out and random are not finite numbers, a random one for each held-out score"
-        for name, score in [*held.items(), *rand.items()]:
-            low, high = SCORE_RANGES.get(name.split("@")[0].rstrip("0123456789"), (float("-inf"), float("inf")))
-            if not low <= score <= high:
-                return f"its metrics' {name} score {score!r:.20} is outside [{low}, {high}]"
+        problem = next((p for p in map(_score_problem, [*held.items(), *rand.items()]) if p), None)
+        if problem:
+            return problem
+    return _unseen_problem(metrics.get("unseen_devices"))
+
+
+def _unseen_problem(unseen: Any) -> str | None:
+    """None for a predictor's scores on devices it never trained on (``bench/predictor/train.py``: by device name,
+    at most MAX_UNSEEN of them, each a set of finite scores in their ranges), or for none; else what is wrong."""
+    if unseen is None:
+        return None
+    if not (isinstance(unseen, dict) and len(unseen) <= MAX_UNSEEN):
+        return f"its metrics' unseen_devices are not an object of at most {MAX_UNSEEN} devices"
+    for name, scores in unseen.items():
+        problem = name_problem(name, "its metrics' unseen device")
+        if problem:
+            return problem
+        if not (isinstance(scores, dict) and all(_number(v) for v in scores.values())):
+            return f"its metrics' scores on unseen device {name} are not finite numbers"
+        problem = next((p for p in map(_score_problem, scores.items()) if p), None)
+        if problem:
+            return problem
+    return None
+
+
+def _score_problem(item: tuple[str, Any]) -> str | None:
+    """None for an evaluation score in its range (``SCORE_RANGES``; a random ranking's, "random_top1", as the
+    model's), else what is wrong."""
+    name, score = item
+    stem = name.removeprefix("random_").split("@")[0].rstrip("0123456789")
+    low, high = SCORE_RANGES.get(stem, (float("-inf"), float("inf")))
+    if not low <= score <= high:
+        return f"its metrics' {name} score {score!r:.20} is outside [{low}, {high}]"
     return None
 
 

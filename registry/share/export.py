@@ -19,7 +19,7 @@ from registry.share.plain_export import PlainRecords, plain_records, readme
 from registry.store.decode import parse
 from registry.store.interface import Catalogue, DeviceRow, RegistryReads, RegistryStorage, Sharing
 from registry.store.own_files import refuse_own_file
-from registry.store.values import ExchangeFilters, ExchangeSet, ExPredictor
+from registry.store.values import ExchangeFilters, ExchangeSet, ExDevice, ExPredictor
 from registry.tvm_side import tvmlog
 
 
@@ -151,14 +151,27 @@ def held(store: Catalogue, what: str, devices: str) -> str:
 
 
 def export_bundle(
-    store: RegistryStorage, path: Path, filters: ExchangeFilters, *, predictors: bool = True
+    store: RegistryStorage,
+    path: Path,
+    filters: ExchangeFilters,
+    *,
+    predictors: bool = True,
+    predictor_devices: tuple[str, ...] = (),
 ) -> BundleInfo:
     """Write the records matching ``filters``, with their provenance, workloads, devices and models, to ``path``;
-    with ``predictors``, each of those devices' newest predictor of each kind that travels too.
-    Raises BadInputError when ``path`` is the registry's own file (it would be replaced) or cannot be written."""
+    with ``predictors``, each of those devices' newest predictor of each kind that travels too, and those of the
+    devices keyed in ``predictor_devices``, which travel for their predictors alone (the starter bundle's predictor of
+    a device class it holds no records of). Raises BadInputError when ``path`` is the registry's own file (it would be
+    replaced) or cannot be written."""
     refuse_own_file(path, [store.url], "--bundle")
     with store.read_exchange(filters) as exchange:
         if predictors:
+            known = {d.key for d in exchange.devices}
+            exchange.devices += [
+                ExDevice(d.key, parse(d.target_json, f"device {d.id}'s target"), d.num_threads, d.host_model,
+                         d.tvm_version)
+                for d in store.all_devices() if d.key in predictor_devices and d.key not in known
+            ]  # fmt: skip
             exchange.predictors = lambda: newest_predictors(store, exchange)
         return write_bundle(path, exchange, filters.described())
 

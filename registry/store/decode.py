@@ -24,8 +24,9 @@ from typing import Any
 import orjson
 
 from registry.errors import RegistryError, RegistryWarning
+from registry.store.rows import DeviceSpec
 from registry.store.validation import TraceProblem, parse_skeleton, read_decisions, run_secs_problem
-from registry.store.values import StoredRecord
+from registry.store.values import DeviceRow, StoredRecord
 
 MAX_INFLATED = 16 << 20  # what one blob of a row may inflate to, in bytes
 
@@ -52,6 +53,12 @@ def parse(text: str | bytes, what: str) -> Any:
         return orjson.loads(text)
     except (orjson.JSONDecodeError, TypeError) as e:
         raise CorruptRow(f"{what} is corrupt: not JSON ({str(e).split(':')[0]})") from None
+
+
+def device_spec(row: DeviceRow) -> DeviceSpec:
+    """A stored device as the spec it was stored from; CorruptRow for a target that is not JSON."""
+    return DeviceSpec(parse(row.target_json, f"device {row.id}'s target"), row.num_threads, row.host_model,
+                      row.tvm_version)  # fmt: skip
 
 
 class Skipped:

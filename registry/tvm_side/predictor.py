@@ -492,9 +492,10 @@ def load_predictor(
 
 def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel | RankingModel, int, str] | None:
     """For a device with no predictor of its own: the predictor of a sibling (another device of its target kind and
-    TVM release: another mcpu, thread count or GPU) trained on the most records, with its version and device; None
-    when no sibling has one. A sibling's ranking of schedules carries over better than none: what makes a loop nest
-    fast on one x86 core (vector width aside) or one NVIDIA GPU mostly makes it fast on the next."""
+    TVM release: another mcpu, thread count or GPU), one of its class first (``ranker.device_class``), then the one
+    trained on the most records, with its version and device; None when no sibling has one. A sibling's ranking of
+    schedules carries over better than none: what makes a loop nest fast on one x86 core (vector width aside) or one
+    NVIDIA GPU mostly makes it fast on the next."""
     devices = {d.id: d for d in store.all_devices()}
     own = devices.get(device_id)
     kind = _target_kind(own.target_json) if own is not None else None
@@ -509,8 +510,13 @@ def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel | 
         and devices[p.device_id].tvm_version == own.tvm_version
         and _target_kind(devices[p.device_id].target_json) == kind
     ]
-    # a ranking predictor first: it ranks for this device with this device's descriptor
-    for info in sorted(siblings, key=lambda p: (p.kind != ranker.KIND, -p.n_records, -p.version)):
+    # A ranking predictor first (it ranks for this device with this device's descriptor), then one of this device's
+    # class (the same vector width or GPU arch: ranker.device_class), then the one trained on the most records.
+    own_class = _device_class(own.target_json)
+    same = {d.id: _device_class(d.target_json) == own_class for d in devices.values()}
+    for info in sorted(
+        siblings, key=lambda p: (p.kind != ranker.KIND, not same[p.device_id], -p.n_records, -p.version)
+    ):
         loaded = load_predictor(store, info.device_id, for_device=device_id)
         if loaded is not None and loaded[1] == info.version:
             return loaded[0], info.version, f"{info.device_id}:{info.device}"
@@ -560,6 +566,14 @@ def predictor_for(store: RegistryReads, device_id: int) -> LoadedPredictor | Non
     trained_on = device_id if sibling is None else int(sibling.split(":", 1)[0])
     info = {p.version: p for p in store.list_predictors(trained_on)}.get(loaded[1])
     return LoadedPredictor(loaded[0], loaded[1], info.metrics if info is not None else {}, sibling)
+
+
+def _device_class(target_json: str) -> str | None:
+    """A stored device's class (``ranker.device_class``); None for a target TVM does not take."""
+    try:
+        return ranker.device_class(Target(json.loads(target_json)))
+    except Exception:  # noqa: BLE001 - a crafted row's target: TVM raises its own errors for what it refuses
+        return None
 
 
 def _target_kind(target_json: str) -> str | None:

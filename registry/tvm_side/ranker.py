@@ -66,6 +66,16 @@ def descriptor(target: Target, threads: int) -> np.ndarray:
     return np.array([0, _log2(_vector_bits(target)), _log2(cores), _log2(threads), 0, 0, 0], dtype=np.float32)
 
 
+def device_class(target: Target) -> str:
+    """The class of devices one shipped predictor serves: a GPU's arch ("cuda sm_90"), a CPU's widest vector registers
+    ("llvm 512-bit"). The descriptor's vector width alone does not keep classes apart: trained on AVX2 programs too, a
+    predictor ranked an AVX-512 Xeon's schedules worse (docs/BENCHMARKS.md, "Devices held out")."""
+    described = descriptor(target, 1)
+    if described[0]:
+        return f"cuda sm_{int(described[4])}"
+    return f"{target.kind.name} {_vector_bits(target)}-bit"
+
+
 # The widest vector registers an llvm target's features give, widest first. (LLVM's own "vector width" query answers
 # 512 for every x86 mcpu here, SSE-only ones included.)
 _VECTOR_FEATURES = (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128), ("neon", 128))
