@@ -108,6 +108,7 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
     Example:
       registry predictor list --device host
     """
+    from registry.store.values import scores_at, unseen_top1
     from registry.tvm_side.predictor_blob import LEGACY_KIND
 
     store = ctx.existing_store
@@ -124,14 +125,13 @@ def list_(ctx: Context, device: str | None, fmt: str) -> None:
         return
 
     def held(r, key: str) -> str:
-        m = r.metrics
-        if key not in m.get("held_out", {}) or key not in m.get("random", {}):  # none, or made before the metric
+        model, rand = scores_at(r.metrics, "held_out"), scores_at(r.metrics, "random")
+        if key not in model or key not in rand:  # none, or made before the metric
             return "-"
-        return f"{m['held_out'][key]:.2f} ({m['random'][key]:.2f})"
+        return f"{model[key]:.2f} ({rand[key]:.2f})"
 
     def unseen(r) -> str:
-        scores = r.metrics.get("unseen_devices", {})
-        return ", ".join(f"{s['top1']:.2f} {name}" for name, s in scores.items() if "top1" in s) or "-"
+        return ", ".join(f"{top1:.2f} {name}" for name, top1 in unseen_top1(r.metrics).items()) or "-"
 
     echo_rows(
         fmt,

@@ -326,7 +326,8 @@ def test_a_device_without_records_travels_for_its_predictor_where_asked(source, 
     avx2 = {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu", "num-cores": 2}
     spec = DeviceSpec(canonical_target(avx2), 1, "an AVX2 CPU", hostinfo.tvm_version())
     with Store(url) as store:
-        store.save_predictor(PredictorIn(store.add_device(spec), KIND, tiny_blob(2), {}, 2, 8, hostinfo.tvm_version()))
+        blob = tiny_blob(2)
+        store.save_predictor(PredictorIn(store.add_device(spec), KIND, blob, {}, 2, 8, hostinfo.tvm_version()))
         plain = export_bundle(store, tmp_path / "plain.bundle", ExchangeFilters())
         carried = export_bundle(store, tmp_path / "carried.bundle", ExchangeFilters(), predictor_devices=(spec.key,))
     assert (plain.devices, plain.predictors) == (1, 1) and (carried.devices, carried.predictors) == (2, 2)
@@ -334,4 +335,4 @@ def test_a_device_without_records_travels_for_its_predictor_where_asked(source, 
     dst = f"sqlite:///{tmp_path / 'fresh.db'}"
     assert "predictors: 2 new" in ok("--db", dst, "import", str(tmp_path / "carried.bundle"))
     got = {key: p.blob for key, p, _ in predictors(dst)}
-    assert got == {key: p.blob for key, p, _ in predictors(url)} and got[spec.key] == tiny_blob(2)
+    assert got == {key: p.blob for key, p, _ in predictors(url)} and got[spec.key] == blob

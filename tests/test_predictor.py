@@ -134,6 +134,37 @@ def test_predictor_list_reads_the_table_without_importing_tvm(sqlite_url):
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize(
+    "metrics_json",
+    [
+        '{"held_out": null, "random": [1], "unseen_devices": null}',
+        '{"held_out": {"top1": "0.9"}, "random": {"top1": 0.3}, "unseen_devices": {"d": "x", "e": {"top1": [1]}}}',
+        '{"unseen_devices": ["d"]}',
+        "[1, 2]",
+        "not json",
+    ],
+)
+def test_a_predictor_row_with_crafted_metrics_is_listed_and_judged_on_nothing(sqlite_url, metrics_json):
+    """A shared database's row passes no import's check: `predictor list`, a run's report and the measuring it
+    warrants read what they can of its metrics and no more."""
+    from sqlalchemy import update
+
+    from registry.store.sql.models import Predictor
+    from registry.store.values import PredictorIn
+    from registry.tvm_side.predictor import LoadedPredictor
+
+    store = Store(sqlite_url)
+    device = store.add_device(DeviceSpec({"kind": "llvm", "num-cores": 2}, 1, "some cpu", "0.27.0"))
+    store.save_predictor(PredictorIn(device, "xgb-rank-v1", b"blob", {}, 1, 1, "0.27.0"))
+    with store.engine.begin() as conn:
+        conn.execute(update(Predictor).values(metrics_json=metrics_json))
+    result = run(sqlite_url, "predictor", "list")
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    [row] = store.list_predictors()
+    assert isinstance(row.metrics, dict)
+    assert LoadedPredictor(None, 1, row.metrics).warranted(3) == 3
+
+
 # -- with real measurements ------------------------------------------------------------------------------------
 
 
@@ -309,9 +340,10 @@ def test_a_ranking_predictor_grows_from_its_base_and_ranks_for_the_device_it_is_
 
 
 @pytest.mark.tvm
-def test_a_device_without_a_predictor_takes_one_of_its_class_before_a_bigger_one(sqlite_url):
+def test_a_device_without_a_predictor_takes_one_of_its_class_before_a_bigger_one(sqlite_url, capfd):
     """The starter bundle ships a predictor per class (vector width): an AVX2 device ranks with the AVX2 one although
-    the AVX-512 one was trained on more records, and an AVX-512 device with the AVX-512 one."""
+    the AVX-512 one was trained on more records, and an AVX-512 device with the AVX-512 one. A sibling whose stored
+    target LLVM refuses (a crafted row's) is classed as none, and what LLVM says of it never reaches the terminal."""
     from tvm.target import Target
 
     from registry import hostinfo
@@ -335,11 +367,13 @@ def test_a_device_without_a_predictor_takes_one_of_its_class_before_a_bigger_one
         DeviceSpec(canonical_target(cpu(mcpu)), 1, "a cpu", hostinfo.tvm_version())
     )
     avx512, avx2 = device("skylake-avx512"), device("haswell")
-    for device_id, records in ((avx512, 10**6), (avx2, 10)):
+    crafted = store.add_device(DeviceSpec(cpu("notacpu\x1b[31mX"), 1, "a cpu", hostinfo.tvm_version()))
+    for device_id, records in ((avx512, 10**6), (avx2, 10), (crafted, 10**7)):
         store.save_predictor(PredictorIn(device_id, ranker.KIND, blob, {}, 3, records, hostinfo.tvm_version()))
     for mcpu, expected in (("znver3", avx2), ("icelake-server", avx512)):
         found = sibling_predictor(store, device(mcpu))
         assert found is not None and found[2].startswith(f"{expected}:"), (mcpu, found)
+    assert "\x1b" not in capfd.readouterr().err
 
 
 def spearman_of(a, b) -> float:

@@ -299,5 +299,6 @@ def test_a_bundles_predictor_scores_on_unseen_devices_are_named_and_in_their_ran
     assert "random_top1" in metrics_problem({"unseen_devices": {"d": {**scores, "random_top1": 1.5}}})
     assert "finite" in metrics_problem({"unseen_devices": {"d": {**scores, "top1": float("nan")}}})
     assert "finite" in metrics_problem({"unseen_devices": {"d": [0.7]}})
+    assert "not an object" in metrics_problem({"unseen_devices": None})
     many = {f"d{i}": scores for i in range(MAX_UNSEEN + 1)}
     assert f"at most {MAX_UNSEEN}" in metrics_problem({"unseen_devices": many})

@@ -58,32 +58,33 @@ def main() -> None:
             registry("--db", f"sqlite:///{copy}", "db", "upgrade")
             result = registry("sync", f"sqlite:///{copy}", starter)
             print(f"{db.stem}: {result['records_new']} records", flush=True)
-        added: tuple[str, ...] = ()
         if args.predictor:
-            lines, added = ship_predictors(f"sqlite:///{args.predictor}", starter)
-            print("\n".join(lines))
+            print("\n".join(ship_predictors(f"sqlite:///{args.predictor}", starter)))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        info = export(starter, args.out, added)
+        info = export(starter, args.out)
     print(f"{args.out}: {info.records} records of {info.workloads} workloads, {info.models} models, "
           f"{info.predictors} predictor(s), {info.bytes / 1e6:.1f} MB")  # fmt: skip
 
 
-def export(starter_url: str, out: Path, predictor_devices: tuple[str, ...]):
+def export(starter_url: str, out: Path):
     """The best record of each workload, with the models, the devices and their predictors, as ``registry export
-    --bundle OUT --best-only`` writes it; the devices keyed in ``predictor_devices`` travel for their predictor."""
+    --bundle OUT --best-only`` writes it; and every device that holds a predictor, with or without records (the
+    AVX2 class's: ``ship_predictors``; or one that came with ``--base``)."""
     from registry.share.export import export_bundle
     from registry.store.factory import open_storage
     from registry.store.values import ExchangeFilters
 
     store = open_storage(starter_url, create_new=False)
-    return export_bundle(store, out, ExchangeFilters(best_only=True), predictor_devices=predictor_devices)
+    holding = tuple(d.key for d in store.all_devices() if store.list_predictors(d.id))
+    return export_bundle(store, out, ExchangeFilters(best_only=True), predictor_devices=holding)
 
 
-def ship_predictors(source_url: str, starter_url: str) -> tuple[list[str], tuple[str, ...]]:
+def ship_predictors(source_url: str, starter_url: str) -> list[str]:
     """The newest ranking predictor of each device class of ``source_url`` (``ranker.device_class``: one per vector
-    width, one per GPU arch; a predictor's class is that of the device it is stored as), stored as the predictor of
-    each of ``starter_url``'s devices of that class, or, where it has none, of the predictor's own device, added to
-    travel for it alone. Returns a line for each, and the keys of those added devices."""
+    width, one per GPU arch; a predictor's class is that of the device it is stored as: ``bench/predictor/train.py``'s
+    first ``--device``), stored as the predictor of each of ``starter_url``'s devices of that class, or, where it has
+    none, of the predictor's own device, added to travel for it alone. Refuses two devices' predictors of one class
+    (which one is meant?). Returns a line for each class."""
     from tvm.target import Target
 
     from registry.store.decode import device_spec
@@ -95,12 +96,16 @@ def ship_predictors(source_url: str, starter_url: str) -> tuple[list[str], tuple
     source, starter = open_storage(source_url, create_new=False), open_storage(starter_url, create_new=False)
     classed = lambda d: device_class(Target(json.loads(d.target_json)))  # noqa: E731
     devices = {d.id: d for d in source.all_devices()}
-    newest = {}
+    newest: dict = {}
     for info in sorted((p for p in source.list_predictors() if p.kind == RANK_KIND), key=lambda p: p.created_at):
-        newest[classed(devices[info.device_id])] = info
+        cls = classed(devices[info.device_id])
+        if cls in newest and newest[cls].device_id != info.device_id:
+            raise SystemExit(f"{source_url}: predictors of devices {newest[cls].device} and {info.device}, both of "
+                             f"class {cls}: train each class's on a device of its own class")  # fmt: skip
+        newest[cls] = info
     if not newest:
         raise SystemExit(f"{source_url}: no {RANK_KIND} predictor: train one with bench/predictor/train.py")
-    lines, added = [], []
+    lines = []
     for cls, info in sorted(newest.items()):
         stored = source.latest_predictor(info.device_id, RANK_KIND)
         metrics = {"trained_on": f"{info.device} ({info.n_records} programs)", **stored.metrics}
@@ -108,7 +113,6 @@ def ship_predictors(source_url: str, starter_url: str) -> tuple[list[str], tuple
         targets = [d.id for d in starter.all_devices() if classed(d) == cls]
         if not targets:
             targets = [starter.add_device(device_spec(devices[info.device_id]))]
-            added.append(device_spec(devices[info.device_id]).key)
         for device_id in targets:
             starter.save_predictor(
                 PredictorIn(device_id, RANK_KIND, stored.blob, metrics, info.n_workloads, info.n_records,
@@ -116,7 +120,7 @@ def ship_predictors(source_url: str, starter_url: str) -> tuple[list[str], tuple
             )  # fmt: skip
         lines.append(f"{cls}: predictor v{info.version} of {info.device} ({len(stored.blob) / 1e6:.1f} MB), "
                      f"for {len(targets)} device(s)")  # fmt: skip
-    return lines, tuple(added)
+    return lines
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
+from registry.store.values import scores_at, unseen_top1
 from registry.tvm_side import apply_trace
 from registry.tvm_side.compat import TVM_ERRORS
 from registry.tvm_side.frontend import LoadedModel
@@ -390,8 +391,8 @@ class _Resolver:
             "version": self.predictor.version,
             "sibling": self.predictor.sibling,
             "trained_on": self.predictor.metrics.get("trained_on"),
-            "top1": self.predictor.metrics.get("held_out", {}).get("top1"),
-            "unseen_top1": {k: v.get("top1") for k, v in self.predictor.metrics.get("unseen_devices", {}).items()},
+            "top1": scores_at(self.predictor.metrics, "held_out").get("top1"),
+            "unseen_top1": unseen_top1(self.predictor.metrics),
             "measured": self.predictor.warranted(self.opts.candidates),
         }
 

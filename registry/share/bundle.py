@@ -569,14 +569,15 @@ def metrics_problem(metrics: Any) -> str | None:
         problem = next((p for p in map(_score_problem, [*held.items(), *rand.items()]) if p), None)
         if problem:
             return problem
-    return _unseen_problem(metrics.get("unseen_devices"))
+    return _unseen_problem(metrics)
 
 
-def _unseen_problem(unseen: Any) -> str | None:
+def _unseen_problem(metrics: dict) -> str | None:
     """None for a predictor's scores on devices it never trained on (``bench/predictor/train.py``: by device name,
     at most MAX_UNSEEN of them, each a set of finite scores in their ranges), or for none; else what is wrong."""
-    if unseen is None:
+    if "unseen_devices" not in metrics:
         return None
+    unseen = metrics["unseen_devices"]
     if not (isinstance(unseen, dict) and len(unseen) <= MAX_UNSEEN):
         return f"its metrics' unseen_devices are not an object of at most {MAX_UNSEEN} devices"
     for name, scores in unseen.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -187,6 +188,23 @@ class PredictorInfo:
         d = dict(self.__dict__)
         d["created_at"] = self.created_at.isoformat() if self.created_at else None
         return d
+
+
+def scores_at(metrics: Any, part: str) -> dict[str, float]:
+    """The finite scores under ``part`` of a predictor's metrics ("held_out", "random"), by name; {} where there are
+    none. What a reader prints of them: a stored row's metrics are whatever its writer put there."""
+    scores = metrics.get(part) if isinstance(metrics, dict) else None
+    if not isinstance(scores, dict):
+        return {}
+    return {k: float(v) for k, v in scores.items() if type(v) in (int, float) and math.isfinite(v)}
+
+
+def unseen_top1(metrics: Any) -> dict[str, float]:
+    """A predictor's top-1 score on each device it never trained on ("unseen_devices"), as ``scores_at`` reads it."""
+    unseen = metrics.get("unseen_devices") if isinstance(metrics, dict) else None
+    if not isinstance(unseen, dict):
+        return {}
+    return {name: s["top1"] for name in unseen if "top1" in (s := scores_at(unseen, name))}
 
 
 @dataclass

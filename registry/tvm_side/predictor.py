@@ -41,12 +41,14 @@ from tvm.target import Target
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
 from registry.store.interface import PredictorIn, RecordWrites, RegistryReads, StoredRecord, StoredWorkload
+from registry.store.values import scores_at
 from registry.tvm_side import cpus, predictor_blob, ranker, tvmlog
 from registry.tvm_side.apply_trace import as_stored
 from registry.tvm_side.compat import load_tensor_intrinsics
 from registry.tvm_side.predictor_scores import picked, random_top_k_score, spearman, top_k_recall, top_k_score
 from registry.tvm_side.ranker import RankingModel
 from registry.tvm_side.replay import pristine
+from registry.tvm_side.target import quiet_stderr
 
 KIND, LEGACY_KIND = predictor_blob.KIND, predictor_blob.LEGACY_KIND
 KINDS = predictor_blob.KINDS
@@ -513,7 +515,7 @@ def sibling_predictor(store: RegistryReads, device_id: int) -> tuple[XGBModel | 
     # A ranking predictor first (it ranks for this device with this device's descriptor), then one of this device's
     # class (the same vector width or GPU arch: ranker.device_class), then the one trained on the most records.
     own_class = _device_class(own.target_json)
-    same = {d.id: _device_class(d.target_json) == own_class for d in devices.values()}
+    same = {p.device_id: _device_class(devices[p.device_id].target_json) == own_class for p in siblings}
     for info in sorted(
         siblings, key=lambda p: (p.kind != ranker.KIND, not same[p.device_id], -p.n_records, -p.version)
     ):
@@ -537,9 +539,9 @@ class LoadedPredictor:
         top-1 score reached ``CONFIDENT`` (its pick is within 5% of the best, on average, on workloads it never
         saw), else ``most``. A predictor judged on nothing earns no trust, and neither does one judged on another
         device (a sibling's, or one trained on other devices' programs: ``trained_on``)."""
-        held = self.metrics.get("held_out", {})
+        top1 = scores_at(self.metrics, "held_out").get("top1")
         elsewhere = self.sibling is not None or "trained_on" in self.metrics
-        confident = isinstance(held.get("top1"), float) and held["top1"] >= CONFIDENT
+        confident = top1 is not None and top1 >= CONFIDENT
         return 1 if confident and not elsewhere else most
 
 
@@ -569,9 +571,11 @@ def predictor_for(store: RegistryReads, device_id: int) -> LoadedPredictor | Non
 
 
 def _device_class(target_json: str) -> str | None:
-    """A stored device's class (``ranker.device_class``); None for a target TVM does not take."""
+    """A stored device's class (``ranker.device_class``); None for a target TVM does not take (what LLVM prints of it
+    goes nowhere: the row may be anyone's)."""
     try:
-        return ranker.device_class(Target(json.loads(target_json)))
+        with quiet_stderr():
+            return ranker.device_class(Target(json.loads(target_json)))
     except Exception:  # noqa: BLE001 - a crafted row's target: TVM raises its own errors for what it refuses
         return None
 

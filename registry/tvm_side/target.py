@@ -67,7 +67,7 @@ def target_problem(target: dict[str, Any]) -> str | None:
 
         triple = target.get("mtriple") or codegen.llvm_get_system_triple()
         cpu = target.get("mcpu")
-        with _quiet_stderr():  # LLVM prints its own complaint about an unknown triple to fd 2
+        with quiet_stderr():  # LLVM prints its own complaint about an unknown triple to fd 2
             known = codegen.llvm_is_valid_cpu(cpu or "generic", triple)
         if not known:
             return f"mcpu {cpu!r} is not a CPU that LLVM knows for {triple}" if cpu else f"LLVM knows no {triple!r}"
@@ -88,7 +88,9 @@ def _json(text: str) -> Any:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
+    """Nothing written to fd 2 inside reaches the terminal: LLVM prints its complaints about a target (which may be a
+    crafted row's, escapes included) there itself."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

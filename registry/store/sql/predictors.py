@@ -9,6 +9,7 @@ from dataclasses import fields
 from sqlalchemy import Connection, func, insert, select
 
 from registry.errors import DeviceNotFoundError
+from registry.store.decode import CorruptRow, parse
 from registry.store.sql.models import Device, Predictor
 from registry.store.values import PredictorIn, PredictorInfo, StoredPredictor
 
@@ -45,7 +46,17 @@ _INFO_COLS = (
 
 def _info(row) -> PredictorInfo:
     *head, metrics_json, blob_bytes, created_at = row
-    return PredictorInfo(*head, metrics=json.loads(metrics_json), blob_bytes=blob_bytes, created_at=created_at)
+    return PredictorInfo(*head, metrics=_metrics(metrics_json), blob_bytes=blob_bytes, created_at=created_at)
+
+
+def _metrics(text: str) -> dict:
+    """A stored predictor's metrics; {} where they are not a JSON object: a shared database's row passed no import's
+    check, and `predictor list` or a run's report reads what is there (``values.scores_at``)."""
+    try:
+        value = parse(text, "a predictor's metrics")
+    except CorruptRow:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def latest(conn: Connection, device_id: int, kind: str | None = None) -> StoredPredictor | None:
