@@ -336,3 +336,6 @@ def test_a_device_without_records_travels_for_its_predictor_where_asked(source, 
     assert "predictors: 2 new" in ok("--db", dst, "import", str(tmp_path / "carried.bundle"))
     got = {key: p.blob for key, p, _ in predictors(dst)}
     assert got == {key: p.blob for key, p, _ in predictors(url)} and got[spec.key] == blob
+    # TVM's log format needs one device: the one with records, not the one that came for its predictor
+    exported = json.loads(ok("--db", dst, "export", "-o", str(tmp_path / "logs"), "--json"))
+    assert exported["records"] == plain.records and exported["device"].startswith("1:")

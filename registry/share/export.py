@@ -68,16 +68,18 @@ def export_database(
     )  # fmt: skip
 
 
-def _pick_device(store: Catalogue, selector: str | None) -> DeviceRow:
+def _pick_device(store: RegistryReads, selector: str | None) -> DeviceRow:
+    """The device ``selector`` names, else the one device with records (a device may hold only a predictor: the
+    starter bundle's AVX2 one)."""
     if selector is not None:
         return store.resolve_one_device(selector)
-    all_devices = store.all_devices()
-    if len(all_devices) == 1:
-        return all_devices[0]
-    if not all_devices:
+    with_records = [d for d in store.all_devices() if store.count_records(d.id)]
+    if len(with_records) == 1:
+        return with_records[0]
+    if not with_records:
         raise UnknownDeviceError("the registry holds no records yet; nothing to export")
-    names = ", ".join(f"{d.id}:{d.name}" for d in all_devices)
-    raise UnknownDeviceError(f"the registry holds several devices ({names}); choose one with --device")
+    names = ", ".join(f"{d.id}:{d.name}" for d in with_records)
+    raise UnknownDeviceError(f"the registry holds records of several devices ({names}); choose one with --device")
 
 
 def exchange_filters(
