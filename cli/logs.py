@@ -112,7 +112,7 @@ def _declared(schema, fields: dict) -> dict:
     help="Write a registry bundle to this file instead: every device's records (or --device's) with provenance, "
     "models and donors, checksummed; `registry import FILE` reads it.",
 )
-@device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several exist.")
+@device_option("`host`, a device id or a name (see `registry devices`); needed for a log when several hold records.")
 @click.option("--best-only", is_flag=True, help="Only each workload's best record (per device).")
 @click.option("--team", type=NAME, help="Bundle: only records of this team.")
 @click.option(
