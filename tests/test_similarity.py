@@ -81,3 +81,16 @@ def test_index_commands(sqlite_url):
     assert before["exists"] is False and before["expected"] == 1
     after = runner.invoke(cli, ["--db", sqlite_url, "index", "rebuild"])
     assert after.exit_code == 0 and "in sync" in after.output and "1 indexed" in after.output
+
+
+def test_rebuilds_at_the_same_time_each_write_a_whole_index(store):
+    """Two runs on one registry rebuild its index at once (CI lost one's file to the other when both wrote the same
+    temporary name): each rebuild finishes, and what is left is a whole index with every workload."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda _: SimilarityIndex(store).rebuild(), range(16)))
+    assert all(s.in_sync for s in statuses)
+    fresh = SimilarityIndex(store).load()
+    assert {int(fresh.id_map.at(i)) for i in range(fresh.ntotal)} == sql_ids(store)
+    assert not [p.name for p in SimilarityIndex(store).path.parent.iterdir() if p.name.endswith(".tmp")]

@@ -11,8 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -97,16 +100,14 @@ class SimilarityIndex:
         if ids:
             index.add_with_ids(np.vstack(vectors), np.asarray(ids, dtype=np.int64))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".faiss.tmp")
-        faiss.write_index(index, str(tmp))
-        os.replace(tmp, self.path)
+        _replaced(self.path, lambda tmp: faiss.write_index(index, tmp))
         manifest = {
             "state": state,
             "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "faiss": faiss.__version__,
             "database": redact(self.store.url),
         }
-        self.manifest_path.write_text(json.dumps(manifest, indent=2))
+        _replaced(self.manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=2)))
         self._index = index
         return self.status()
 
@@ -141,3 +142,15 @@ class SimilarityIndex:
         distances, ids = index.search(vector.reshape(1, -1).astype(np.float32), want)
         found = [(int(i), float(d)) for i, d in zip(ids[0], distances[0], strict=True) if i >= 0 and i not in exclude]
         return found[:k]
+
+
+def _replaced(path: Path, write: Callable[[str], None]) -> None:
+    """``path`` replaced at once by what ``write`` writes to a file of this writer's own beside it: two runs on one
+    registry rebuild its index at the same time, and a shared temporary name lost one of them its file."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # created by ``write``: the umask's mode, as before
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
