@@ -39,7 +39,7 @@ def export_database(
     """Write ``folder/database_{workload,tuning_record}.json`` for one device.
 
     Plain TVM's JSONDatabase ignores the target when it answers a query, so one export holds one device only;
-    ``device`` may be omitted when the registry knows exactly one. ``replay_plain``: also replay the registry's
+    ``device`` may be omitted when exactly one device holds records. ``replay_plain``: also replay the registry's
     schedules on the kernels plain TVM extracts otherwise (``plain_records``), in this process: not for a served
     registry's traces, which are its claims.
     """

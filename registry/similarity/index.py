@@ -8,6 +8,7 @@ rebuilt from SQL before use.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -147,10 +148,11 @@ class SimilarityIndex:
 def _replaced(path: Path, write: Callable[[str], None]) -> None:
     """``path`` replaced at once by what ``write`` writes to a file of this writer's own beside it: two runs on one
     registry rebuild its index at the same time, and a shared temporary name lost one of them its file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # created by ``write``: the umask's mode, as before
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")  # made by ``write``: the umask's mode
     try:
         write(str(tmp))
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the write's own error says more (a read-only folder: EROFS here too)
+            tmp.unlink()
         raise
