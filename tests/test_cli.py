@@ -125,3 +125,19 @@ def test_a_time_budget_is_the_whole_commands():
     assert 167.0 < ctx.left_of(180.0) <= 168.0
     assert ctx.left_of(None) is None and ctx.left_of(0) == 0
     assert 0 < ctx.left_of(5.0) < 0.01  # spent already: the least budget there is, not none and not no limit
+
+
+def test_export_o_needs_device_only_where_several_devices_hold_records(sqlite_url, tmp_path):
+    """TVM's log holds one device: without --device, `export -o` takes the one with records, and where two hold
+    records it names both in one line and writes nothing."""
+    one, two = testing.device(mcpu="one"), testing.device(mcpu="two")
+    with Store(sqlite_url) as store:
+        store.ingest([testing.workload(0)], [testing.record(0, 0, one)])
+        store.add_device(two)  # a device without records (the starter bundle's AVX2 predictor's) is no choice
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "export", "-o", str(tmp_path / "a"), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["device"].endswith("one-2c-1t"), result.output
+    with Store(sqlite_url) as store:
+        store.ingest([], [testing.record(0, 1, two)])
+    result = CliRunner().invoke(cli, ["--db", sqlite_url, "export", "-o", str(tmp_path / "b")])
+    assert result.exit_code == 1 and "several devices" in result.stderr and "--device" in result.stderr, result.output
+    assert "one-2c-1t" in result.stderr and "two-2c-1t" in result.stderr and not (tmp_path / "b").exists()
