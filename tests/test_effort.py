@@ -231,9 +231,10 @@ def _registry(url: str, model: Path, team: str, *args: str) -> subprocess.Popen:
 
 
 def _report(proc: subprocess.Popen) -> dict:
+    """The run's JSON report, with the end of what it wrote to stderr (its warnings) under ``"stderr"``."""
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
-    return json.loads(out[out.index("{") :])
+    return {**json.loads(out[out.index("{") :]), "stderr": err[-3000:]}
 
 
 @pytest.mark.tvm
@@ -255,8 +256,11 @@ def test_two_runs_at_once_divide_a_models_tasks_and_its_budget(db_url, mlp):
     measured = [r["tuning"]["trials"]["measured"] for r in reports]
     with Store(db_url).read() as s:
         stored = s.execute(select(func.count()).select_from(TuningRecord)).scalar()
-    # Each run stops when the records of both count 16; a batch each may have been under way then.
-    assert sum(measured) == stored and 16 <= stored <= 16 + 2 * 4, measured
+    # Each run stops when the records of both count 16 (a batch each may have been under way then), or earlier when
+    # every task stopped (the planner's gain rule).
+    assert sum(measured) == stored and stored <= 16 + 2 * 4, measured
+    stops = [r["tuning"]["stop"] for r in reports]
+    assert stored >= 16 or all(stop == "every task stopped" for stop in stops), stops
     assert all(e.holder is None for e in _efforts(db_url))  # every lease released at the end
 
 
@@ -280,7 +284,10 @@ def test_a_killed_runs_tasks_are_taken_over_once_its_leases_expire(sqlite_url, m
     with store.read() as s:
         n = s.execute(select(func.count()).select_from(TuningRecord)).scalar()
         distinct = s.execute(select(func.count(func.distinct(TuningRecord.trace_hash)))).scalar()
-    assert n == distinct == 24 and report["tuning"]["trials"]["measured"] == 24 - before  # none lost, none twice
+    # None lost, none twice: every trial measured is stored once. The budget is a ceiling: a run also ends when every
+    # task stopped (the planner's gain rule stops a task that gained little for three batches), short of it.
+    assert n == distinct and report["tuning"]["trials"]["measured"] == n - before, report["stderr"]
+    assert n == 24 or (n < 24 and report["tuning"]["stop"] == "every task stopped"), report["tuning"]
     assert report["tuning"]["waited_s"] > 0  # it waited for the dead run's leases to expire, then took them over
     assert all(e.holder is None for e in _efforts(sqlite_url))
 
