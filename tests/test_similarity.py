@@ -94,3 +94,28 @@ def test_rebuilds_at_the_same_time_each_write_a_whole_index(store):
     fresh = SimilarityIndex(store).load()
     assert {int(fresh.id_map.at(i)) for i in range(fresh.ntotal)} == sql_ids(store)
     assert not [p.name for p in SimilarityIndex(store).path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_manifest_vouches_only_for_the_index_saved_with_it(store):
+    """The manifest and the index are one file, replaced at once: an older version's separate manifest that claims
+    SQL's current state beside a stale index (what two interleaved rebuilds could leave) is not believed, and a file
+    whose index does not read is rebuilt."""
+    import faiss
+
+    index = SimilarityIndex(store)
+    stale = faiss.IndexIDMap2(faiss.IndexFlatL2(DIM))  # no workloads: built before any record
+    index.path.parent.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(stale, str(index.path))  # the older layout: the index alone
+    legacy = index.path.with_suffix(".faiss.json")
+    legacy.write_text(json.dumps({"state": index._sql_state(), "built_at": "2026-11-28T00:00:00+00:00"}))
+    assert not index.status().in_sync
+    loaded = index.load()
+    assert {int(loaded.id_map.at(i)) for i in range(loaded.ntotal)} == sql_ids(store)
+    assert not legacy.exists()  # the older manifest is gone with the rebuild
+
+    manifest_line = index.path.read_bytes().split(b"\n", 1)[0]
+    index.path.write_bytes(manifest_line + b"\nnot an index")  # the manifest still matches SQL
+    assert SimilarityIndex(store).status().in_sync
+    fresh = SimilarityIndex(store).load()  # the index part fails to read: rebuilt, not an internal error
+    assert {int(fresh.id_map.at(i)) for i in range(fresh.ntotal)} == sql_ids(store)
+    assert SimilarityIndex(store).status().in_sync

@@ -4,6 +4,10 @@ Its ids are the workloads' primary keys (``IndexIDMap2``), never positions, so d
 others. It is saved beside an SQLite file (or, for a server database such as a team's shared PostgreSQL registry, in
 this user's data folder) with a manifest of what it was built from; whenever the manifest and SQL disagree it is
 rebuilt from SQL before use.
+
+The manifest and the index are one file (the manifest's JSON on the first line, FAISS's serialized index after it),
+replaced by one rename: two runs rebuilding at once can then never leave one run's index under the other's manifest,
+which would vouch for an index built from another state of SQL.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from registry.store.urls import redact
 
 # Bump when embed() changes: an index built by another version is rebuilt.
 EMBEDDING_VERSION = 1
+MAX_MANIFEST = 1 << 16  # bytes: a manifest is a few hundred; a first line longer than this is not one
 
 
 @dataclass
@@ -45,7 +50,6 @@ class SimilarityIndex:
     def __init__(self, store: RegistryStorage) -> None:
         self.store = store
         self.path = index_path(store.url)
-        self.manifest_path = self.path.with_suffix(".faiss.json")
         self._index: faiss.Index | None = None
 
     def _sql_state(self) -> dict[str, int]:
@@ -60,15 +64,18 @@ class SimilarityIndex:
         }
 
     def _manifest(self) -> dict | None:
+        """The saved file's manifest; None when there is none (no file, or one of an older layout: rebuilt)."""
         try:
-            return json.loads(self.manifest_path.read_text())
+            with self.path.open("rb") as f:
+                manifest = json.loads(f.readline(MAX_MANIFEST))
         except (OSError, ValueError):
             return None
+        return manifest if isinstance(manifest, dict) and isinstance(manifest.get("state"), dict) else None
 
     def status(self) -> IndexStatus:
         manifest = self._manifest()
         state = self._sql_state()
-        exists = self.path.exists() and manifest is not None
+        exists = manifest is not None
         in_sync = exists and manifest.get("state") == state
         return IndexStatus(
             path=str(self.path),
@@ -100,15 +107,17 @@ class SimilarityIndex:
         index = faiss.IndexIDMap2(faiss.IndexFlatL2(DIM))
         if ids:
             index.add_with_ids(np.vstack(vectors), np.asarray(ids, dtype=np.int64))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _replaced(self.path, lambda tmp: faiss.write_index(index, tmp))
         manifest = {
             "state": state,
             "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "faiss": faiss.__version__,
             "database": redact(self.store.url),
         }
-        _replaced(self.manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=2)))
+        content = json.dumps(manifest).encode() + b"\n" + faiss.serialize_index(index).tobytes()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _replaced(self.path, lambda tmp: Path(tmp).write_bytes(content))
+        with contextlib.suppress(OSError):  # the manifest's own file, before it moved into the index's
+            self.path.with_suffix(".faiss.json").unlink()
         self._index = index
         return self.status()
 
@@ -117,8 +126,18 @@ class SimilarityIndex:
         if not self.status().in_sync:
             self.rebuild()
         elif self._index is None:
-            self._index = faiss.read_index(str(self.path))
+            self._index = self._read()
         return self._index
+
+    def _read(self) -> faiss.Index:
+        """The saved index, read with its manifest line; rebuilt from SQL when the file fails to read (another
+        run's rename may have replaced it since its manifest was read: the new one is as current)."""
+        try:
+            content = self.path.read_bytes()
+            return faiss.deserialize_index(np.frombuffer(content[content.index(b"\n") + 1 :], dtype=np.uint8))
+        except (OSError, ValueError, RuntimeError):
+            self.rebuild()
+            return self._index
 
     def add(self, workload_id: int, vector: np.ndarray) -> None:
         """Make a workload that just got a good record findable in this process, without a rebuild. The saved index

@@ -26,7 +26,7 @@ SQLITE_SIDE_FILES = {"-wal": "write-ahead log", "-shm": "shared-memory index", "
 REGISTRY_SIDE_FILES = {
     ".migrate.lock": "migration lock",
     ".faiss": "similarity index",
-    ".faiss.json": "similarity index's manifest",
+    ".faiss.json": "similarity index's manifest (an older version's)",
     ".faiss.tmp": "similarity index being written",
 }
 INDEX_FILES = (".faiss", ".faiss.json", ".faiss.tmp")  # and in this user's data folder, a server registry's index
@@ -53,7 +53,7 @@ def own_files(url: str) -> dict[Path, str]:
         files[path.with_suffix(".migrate.lock")] = "migration lock"
     index = index_path(url)
     files[index] = "similarity index"
-    files[index.with_suffix(".faiss.json")] = "similarity index's manifest"
+    files[index.with_suffix(".faiss.json")] = "similarity index's manifest (an older version's)"
     files[index.with_suffix(".faiss.tmp")] = "similarity index being written"
     return files
 
