@@ -119,3 +119,14 @@ def test_a_manifest_vouches_only_for_the_index_saved_with_it(store):
     fresh = SimilarityIndex(store).load()  # the index part fails to read: rebuilt, not an internal error
     assert {int(fresh.id_map.at(i)) for i in range(fresh.ntotal)} == sql_ids(store)
     assert SimilarityIndex(store).status().in_sync
+
+
+def test_an_index_in_memory_is_not_used_once_sql_moved_on(store):
+    """A run holds the index it loaded; another run adds a workload and rebuilds the saved file. The first run's next
+    ``load`` must find the new workload: the saved file is in sync with SQL, but its index in memory is not."""
+    first = SimilarityIndex(store)
+    before = first.load().ntotal
+    store.ingest([testing.workload(30)], [testing.record(30, 0, testing.device())])
+    SimilarityIndex(store).rebuild()  # the other run
+    assert first.load().ntotal == before + 1
+    assert first.status().in_sync and first.status().exists

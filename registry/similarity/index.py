@@ -51,6 +51,7 @@ class SimilarityIndex:
         self.store = store
         self.path = index_path(store.url)
         self._index: faiss.Index | None = None
+        self._state: dict | None = None  # the SQL state ``_index`` was built from
 
     def _sql_state(self) -> dict[str, int]:
         """What the index must reflect: the set of workloads with good records, summarized."""
@@ -67,27 +68,24 @@ class SimilarityIndex:
         """The saved file's manifest; None when there is none (no file, or one of an older layout: rebuilt)."""
         try:
             with self.path.open("rb") as f:
-                manifest = json.loads(f.readline(MAX_MANIFEST))
-        except (OSError, ValueError):
+                return _manifest_of(f.readline(MAX_MANIFEST))
+        except OSError:
             return None
-        return manifest if isinstance(manifest, dict) and isinstance(manifest.get("state"), dict) else None
 
     def status(self) -> IndexStatus:
         manifest = self._manifest()
         state = self._sql_state()
-        exists = manifest is not None
-        in_sync = exists and manifest.get("state") == state
         return IndexStatus(
             path=str(self.path),
-            exists=exists,
-            in_sync=in_sync,
-            indexed=manifest["state"]["count"] if exists else 0,
+            exists=self.path.exists(),
+            in_sync=manifest is not None and manifest["state"] == state,
+            indexed=manifest["state"].get("count", 0) if manifest is not None else 0,
             expected=state["count"],
-            built_at=manifest.get("built_at") if exists else None,
+            built_at=manifest.get("built_at") if manifest is not None else None,
         )
 
     def rebuild(self) -> IndexStatus:
-        """Build the index from SQL and save it with its manifest (written last, so a crash leaves it stale)."""
+        """Build the index from SQL and save it with its manifest, both in one file replaced at once."""
         state = self._sql_state()
         ids, vectors, bad = [], [], []
         for wid, blob in self.store.indexed_embeddings():
@@ -118,26 +116,36 @@ class SimilarityIndex:
         _replaced(self.path, lambda tmp: Path(tmp).write_bytes(content))
         with contextlib.suppress(OSError):  # the manifest's own file, before it moved into the index's
             self.path.with_suffix(".faiss.json").unlink()
-        self._index = index
+        self._index, self._state = index, state
         return self.status()
 
     def load(self) -> faiss.Index:
-        """The index, rebuilt first when it is missing or out of sync with SQL."""
-        if not self.status().in_sync:
+        """The index as of SQL's state now: the one in memory if it was built from that state, else the saved one if
+        its manifest says so (manifest and index read in one read, as one rename wrote them), else rebuilt."""
+        state = self._sql_state()
+        if self._index is not None and self._state == state:
+            return self._index
+        saved = self._saved()
+        if saved is not None and saved[0]["state"] == state:
+            self._index, self._state = saved[1], state
+        else:
             self.rebuild()
-        elif self._index is None:
-            self._index = self._read()
         return self._index
 
-    def _read(self) -> faiss.Index:
-        """The saved index, read with its manifest line; rebuilt from SQL when the file fails to read (another
-        run's rename may have replaced it since its manifest was read: the new one is as current)."""
+    def _saved(self) -> tuple[dict, faiss.Index] | None:
+        """The saved file's manifest and index; None when there is none, or it does not read."""
         try:
             content = self.path.read_bytes()
-            return faiss.deserialize_index(np.frombuffer(content[content.index(b"\n") + 1 :], dtype=np.uint8))
-        except (OSError, ValueError, RuntimeError):
-            self.rebuild()
-            return self._index
+        except OSError:
+            return None
+        line, _, rest = content.partition(b"\n")
+        manifest = _manifest_of(line[:MAX_MANIFEST])
+        if manifest is None:
+            return None
+        try:
+            return manifest, faiss.deserialize_index(np.frombuffer(rest, dtype=np.uint8))
+        except RuntimeError:  # FAISS's error for bytes that are no index
+            return None
 
     def add(self, workload_id: int, vector: np.ndarray) -> None:
         """Make a workload that just got a good record findable in this process, without a rebuild. The saved index
@@ -167,7 +175,8 @@ class SimilarityIndex:
 def _replaced(path: Path, write: Callable[[str], None]) -> None:
     """``path`` replaced at once by what ``write`` writes to a file of this writer's own beside it: two runs on one
     registry rebuild its index at the same time, and a shared temporary name lost one of them its file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")  # made by ``write``: the umask's mode
+    # made by ``write``: the umask's mode; its name ends as own_files.INDEX_FILES says, so no output lands on it
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}{path.suffix}.tmp")
     try:
         write(str(tmp))
         os.replace(tmp, path)
@@ -175,3 +184,13 @@ def _replaced(path: Path, write: Callable[[str], None]) -> None:
         with contextlib.suppress(OSError):  # the write's own error says more (a read-only folder: EROFS here too)
             tmp.unlink()
         raise
+
+
+def _manifest_of(line: bytes) -> dict | None:
+    """A saved file's first line as its manifest; None when it is none (an older layout's binary index, or text no
+    version wrote)."""
+    try:
+        manifest = json.loads(line)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("state"), dict) else None
