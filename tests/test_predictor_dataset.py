@@ -74,3 +74,69 @@ def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
     # chance.
     assert figures["top1"] > figures["random_top1"] + 0.1, figures
     assert figures["spearman"] > 0.3 and figures["pairwise"] > 0.6, figures
+
+
+def test_a_predictor_stores_only_figures_of_models_trained_as_it_was():
+    """``bench/predictor/train.py`` keeps an evaluation's held-out figures with the predictor it trains only where the
+    evaluation's models trained on the same devices: the AVX2 predictor (two devices) once showed the figures of a
+    model trained on one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train", DATA.parent / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    figures = dict(workloads=688, top1=0.73, top5=0.93, spearman=0.7, regret1=0.65, random_top1=0.32,
+                   random_top5=0.63, random_regret1=23.7)  # fmt: skip
+    evaluation = {"variants": {"registry": {"workloads_held_out": figures}}, "workloads_training": ["a", "b"]}
+    assert train.held_out_metrics(evaluation, ["b", "a"])["held_out"]["top1"] == 0.73
+    with pytest.raises(SystemExit, match=r"folds trained on \['a', 'b'\], this predictor on \['a'\]"):
+        train.held_out_metrics(evaluation, ["a"])
+    with pytest.raises(SystemExit, match="does not name the devices"):
+        train.held_out_metrics({k: v for k, v in evaluation.items() if k != "workloads_training"}, ["a", "b"])
+    devices = {"device_training": {"devices": ["a"]},
+               "variants": {"registry": {"devices_held_out": {"c": figures}}}}  # fmt: skip
+    assert train.unseen_device_metrics([devices], ["a"])["c"]["top1"] == 0.73
+    with pytest.raises(SystemExit, match="trained on"):
+        train.unseen_device_metrics([devices], ["a", "b"])
+
+
+@pytest.mark.tvm
+def test_a_fold_holds_its_workloads_out_on_every_training_device():
+    """``bench/predictor/evaluate.py``'s folds train on other devices' programs too (``--train-device``): a workload
+    held out must be missing from every device's training programs, or its score would be a leak."""
+    import importlib.util
+    from dataclasses import dataclass
+
+    spec = importlib.util.spec_from_file_location("evaluate", DATA.parent / "evaluate.py")
+    evaluate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate)
+
+    @dataclass
+    class Programs:  # the fields of dataset.WorkloadData the folds read
+        workload_id: int
+        device: str
+        mean_s: np.ndarray
+        weight: int = 1
+
+        @property
+        def size(self) -> int:
+            return len(self.mean_s)
+
+    class Recorder:
+        folds: list[tuple[set, set]] = []
+
+        def fit(self, train):
+            self.trained = {(d.device, d.workload_id) for d in train}
+
+        def rank(self, d):
+            Recorder.folds.append((self.trained, {d.workload_id}))
+            return -d.mean_s
+
+    times = np.linspace(1.0, 2.0, 8)
+    data = [Programs(w, "a", times) for w in range(20)]
+    extra = [Programs(w, "b", times) for w in range(0, 30, 2)]  # half of a's workloads, and some of its own
+    figures = evaluate.held_out_workloads(Recorder, data, 5, 8, 0, extra)
+    assert figures["workloads"] == 20 and len(Recorder.folds) == 20
+    for trained, held in Recorder.folds:
+        assert not {w for _, w in trained} & held  # on neither device
+        assert {("b", w) for w in range(20, 30, 2)} <= trained  # b's own workloads always train

@@ -4,8 +4,10 @@
 
 Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
 
-- workloads held out whole: five folds over the workloads, each ranked by a model trained on the other four;
-- models held out whole: for each of several corpus models, every workload of that model held out together;
+- workloads held out whole: five folds over the workloads, each ranked by a model trained on the other four (and
+  on ``--train-device``'s programs of those four: a predictor trained on several devices is judged as it is trained);
+- models held out whole: for each of several corpus models, every workload of that model held out together (on
+  ``--train-device`` too);
 - devices held out whole (``--other-device``): a model trained on ``--device``'s records and ``--train-device``'s
   ranks each other device's programs, then (unless ``--quick``) the same with each held-out model's workloads left
   out of training too: a new model on a new device, as a new user's first transfer meets it.
@@ -147,12 +149,15 @@ def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple
     return ranked(variant, test, min_programs)
 
 
-def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, seed: int) -> dict:
+def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, seed: int, extra: list = ()) -> dict:
+    """Five folds over ``data``'s workloads, each ranked by a model trained on the others' programs, and on ``extra``'s
+    (other devices' programs) of the other workloads only: a held-out workload is held out on every device."""
     order = np.random.default_rng(seed).permutation(len(data))
     rows, weights = [], []
     for f in range(folds):
         test_idx = set(order[f::folds].tolist())
-        train = [d for k, d in enumerate(data) if k not in test_idx]
+        held = {data[k].workload_id for k in test_idx}
+        train = [d for k, d in enumerate(data) if k not in test_idx] + [d for d in extra if d.workload_id not in held]
         test = [d for k, d in enumerate(data) if k in test_idx]
         r, w = judge(variant_of(), train, test, min_programs)
         rows += r
@@ -208,17 +213,18 @@ def held_out_devices(variant_of, train: list, others: dict, min_programs: int) -
     return figures
 
 
-def _distinct_devices(parser, url: str, trained: list[str], judged: list[str]) -> None:
-    """A judged device must be none of the training devices (nor named twice): it would be ranked on its own
-    programs."""
-    if not judged:
-        return
+def _device_names(parser, url: str, trained: list[str], judged: list[str]) -> tuple[list[str], list[str]]:
+    """The devices' names (the results name devices so, as ``train.py`` checks them), each named once: a judged
+    device that is also a training device would be ranked on its own programs, and a training device named twice
+    would train on its programs twice."""
     from registry.store.factory import open_storage
 
     storage = open_storage(url, create_new=False)
-    ids = [storage.resolve_one_device(d).id for d in [*trained, *judged]]
-    if len(set(ids)) != len(ids):
-        parser.error("each --other-device must differ from --device, every --train-device and each other")
+    rows = [storage.resolve_one_device(d) for d in [*trained, *judged]]
+    if len({r.id for r in rows}) != len(rows):
+        parser.error("--device, every --train-device and each --other-device must be different devices")
+    names = [r.name for r in rows]
+    return names[: len(trained)], names[len(trained) :]
 
 
 def main() -> None:
@@ -240,7 +246,8 @@ def main() -> None:
         "--train-device",
         action="append",
         default=[],
-        help="a device whose records join --device's in training the model that judges --other-device (repeatable)",
+        help="a device whose records join --device's in training: the folds' models (of the workloads each leaves in)"
+        " and the one that judges --other-device (repeatable)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="no models held out (on --device, nor with the --other-device figures)"
@@ -248,9 +255,10 @@ def main() -> None:
     parser.add_argument("--devices-only", action="store_true", help="only the --other-device figures")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if (args.devices_only or args.train_device) and not args.other_device:
-        parser.error("--devices-only and --train-device judge --other-device: name one")
-    _distinct_devices(parser, args.db, [args.device, *args.train_device], args.other_device)
+    if args.devices_only and not args.other_device:
+        parser.error("--devices-only judges --other-device: name one")
+    trained, args.other_device = _device_names(parser, args.db, [args.device, *args.train_device], args.other_device)
+    args.device, args.train_device = trained[0], trained[1:]
 
     def programs(device: str) -> list:
         return [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
@@ -264,17 +272,21 @@ def main() -> None:
         "variants": {},
     }
     others = {name: programs(name) for name in args.other_device}
-    device_train = data + [d for name in args.train_device for d in programs(name)]
+    extra = [d for name in args.train_device for d in programs(name)]
+    device_train = data + extra
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
     result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
+    # what the folds trained on: train.py stores these figures only with a predictor trained on the same devices
+    result["workloads_training"] = [args.device, *args.train_device]
     print(json.dumps(result["dataset"]), flush=True)
     for name in args.variants.split(","):
         t = time.monotonic()
         workloads, models = {}, {}
         if not args.devices_only:
-            workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed)
+            workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed, extra)
         if not (args.quick or args.devices_only):
-            models = held_out_models(VARIANTS[name], data, args.min_programs)
+            # trained on every training device's programs of the other models, judged on --device's
+            models = held_out_models(VARIANTS[name], device_train, args.min_programs, {"": data})[""]
         result["variants"][name] = {"workloads_held_out": workloads, "models_held_out": models}
         if others:
             devices = held_out_devices(VARIANTS[name], device_train, others, args.min_programs)

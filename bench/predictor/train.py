@@ -24,8 +24,14 @@ sys.path.insert(0, str(ROOT))
 from bench.predictor import dataset  # noqa: E402
 
 
-def held_out_metrics(evaluation: dict) -> dict:
-    """The evaluation's figures for the registry's variant, as ``registry predictor train`` reports them."""
+def held_out_metrics(evaluation: dict, trained_on: list[str]) -> dict:
+    """The evaluation's figures for the registry's variant, as ``registry predictor train`` reports them; refused
+    where its folds trained on other devices than this predictor (their figures would be another model's)."""
+    training = evaluation.get("workloads_training")
+    if training is None:
+        raise SystemExit("--evaluation: it does not name the devices its folds trained on: run evaluate.py again")
+    if sorted(training) != sorted(trained_on):
+        raise SystemExit(f"--evaluation: its folds trained on {training}, this predictor on {trained_on}")
     figures = evaluation["variants"].get("registry", {}).get("workloads_held_out", {})
     if "top1" not in figures:
         raise SystemExit("--evaluation: no workloads-held-out figures of the registry variant (a --devices-only run?)")
@@ -93,7 +99,7 @@ def main() -> None:
         "records": int(sum(d.size for d in data)),
         "skipped_records": 0,
         "train_seconds": round(time.monotonic() - start, 1),
-        **held_out_metrics(json.loads(args.evaluation.read_text())),
+        **held_out_metrics(json.loads(args.evaluation.read_text()), [r.name for r in rows]),
     }
     unseen = unseen_device_metrics([json.loads(p.read_text()) for p in args.devices_evaluation], [r.name for r in rows])
     if unseen:
