@@ -75,12 +75,15 @@ def predictor_quality(db: Path) -> list[dict]:
     return out
 
 
-def libraries(name: str, registry: Path, work: Path, every_default: bool = False) -> dict:
+def libraries(name: str, registry: Path, work: Path, every_default: bool = False, ranked: tuple = ()) -> dict:
+    """``ranked``: a no-measure run more for each, with ``--candidates N`` (``no-measure-N``)."""
     model = BY_NAME[name]
     path, shapes = str(materialize(model)), shape_args(model)
     out = {}
     measured = [] if every_default else ["--tune-budget", "0"]
-    for kind, extra in (("measured", measured), ("no-measure", ["--no-measure"])):
+    kinds = [("measured", measured), ("no-measure", ["--no-measure"])]
+    kinds += [(f"no-measure-{n}", ["--no-measure", "--candidates", str(n)]) for n in ranked]
+    for kind, extra in kinds:
         db = work / f"{name}-{kind.replace(', ', '-').replace(' ', '-')}.db"
         copy_sqlite(registry, db)
         library = db.with_suffix(".so")
@@ -158,6 +161,13 @@ def main() -> None:
         "one process, model by model, and write each library's median and B's over A's",
     )
     ap.add_argument("--registry", type=Path, nargs="+", help="registries merged into one (sync)")
+    ap.add_argument(
+        "--ranked",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also `--no-measure --candidates N` for each N (kind no-measure-N): a wider pool for the predictor",
+    )
     args = ap.parse_args()
     if args.retime:
         retime(args.retime, args.rounds, args.out)
@@ -175,7 +185,7 @@ def main() -> None:
     result["predictors"] = [] if args.no_predictor_quality else predictor_quality(registry)
     for name in args.models:
         try:
-            libs = libraries(name, registry, args.work, args.every_default)
+            libs = libraries(name, registry, args.work, args.every_default, tuple(args.ranked))
         except SystemExit as e:  # a model a door cannot compile: kept in the result, the others go on
             result["models"].append({"model": name, "error": str(e)})
             print(f"{name}: {e}", flush=True)
@@ -187,6 +197,12 @@ def main() -> None:
             row["no_measure_vs_measured"] = ms["no-measure"] / ms["measured"]
             row["wall_ratio"] = libs["measured"]["wall_s"] / libs["no-measure"]["wall_s"]
             row["of_floor"] = libs["no-measure"]["wall_s"] / libs["untuned"]["wall_s"]
+        for n in args.ranked:
+            kind = f"no-measure-{n}"
+            if kind in ms and "measured" in ms:
+                wall = libs[kind]["wall_s"]
+                row[kind] = {"vs_measured": ms[kind] / ms["measured"], "of_floor": wall / libs["untuned"]["wall_s"],
+                             "wall_ratio": libs["measured"]["wall_s"] / wall}  # fmt: skip
         result["models"].append(row)
         print(json.dumps({k: row[k] for k in row if k != "runs"}), flush=True)
         args.out.write_text(json.dumps(stamped(result), indent=2))

@@ -8,7 +8,7 @@ from registry.cli.model_job import Progress, before_tvm, model_options, print_re
 from registry.cli.options import Context, Duration, FiniteRange, device_option, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 from registry.errors import BadInputError
-from registry.options import TRANSFER, duration_text
+from registry.options import MEASURED_CANDIDATES, RANKED_CANDIDATES, TRANSFER, duration_text
 
 
 @click.command()
@@ -17,9 +17,9 @@ from registry.options import TRANSFER, duration_text
     "--candidates",
     type=click.IntRange(1),
     default=TRANSFER.candidates,
-    show_default=True,
-    help="Candidate schedules measured per task, at most. 3 kept nearly all of 8's speedup at 40% of the search "
-    "time in the benchmark.",
+    help=f"Candidate schedules measured per task, at most [default: {MEASURED_CANDIDATES}: it kept nearly all of 8's "
+    f"speedup at 40% of the search time in the benchmark]. With --no-measure, the donor schedules the predictor ranks "
+    f"per task; only its pick is built [default: {RANKED_CANDIDATES}].",
 )
 @click.option(
     "--neighbours",

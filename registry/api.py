@@ -143,7 +143,7 @@ def transfer(
     db: StoreLike = None,
     overlay: str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
-    candidates: int = TRANSFER.candidates,
+    candidates: int | None = TRANSFER.candidates,
     neighbours: int = TRANSFER.neighbours,
     tune_trials: int = TRANSFER.tune_trials,
     tune_budget: float | None = TRANSFER.tune_budget,
@@ -164,8 +164,9 @@ def transfer(
     ``model``: an ONNX file (path, bytes or ``onnx.ModelProto``) or a Relax ``IRModule`` as the importer returns it
     (not zero-pipelined; ``params`` binds its weights, every input shape must be static). ``input_shapes`` fixes an
     ONNX model's symbolic inputs: ``{"x": [1, 3, 224, 224]}`` or ``["x=1,3,224,224"]``. ``candidates``: donor
-    schedules measured per task, at most; ``tune_trials``: trials for each task no donor helped (0: none), and for each
-    transferred task whose schedule reached less than ``retune_below`` of its donors' best FLOP rate (0: none such);
+    schedules measured per task, at most (None: 3; with ``measure=False``, those the predictor ranks: 32);
+    ``tune_trials``: trials for each task no donor helped (0: none), and for each transferred task whose schedule
+    reached less than ``retune_below`` of its donors' best FLOP rate (0: none such);
     ``tune_budget``: seconds for the whole call, tuning taking what the transfers leave (None: no limit; 0: none);
     ``output``: where to export the compiled library; ``exact_math``: keep erf, exp, tanh and softmax exact on a CPU
     (``registry.tvm_side.compile.fast_math``); ``overlay``: an SQLite file that takes every write, ``db`` (a
@@ -189,7 +190,7 @@ def transfer(
     from registry.pipeline.transfer import transfer as run
 
     settings = ModelTransferOptions(
-        candidates=options.candidates,
+        candidates=options.per_task,
         neighbours=options.neighbours,
         team=team,
         output=_path(output),
@@ -299,7 +300,7 @@ def _predicted(spec: ModelSpec, options: TransferOptions, output: Path | None, j
         else:
             device = device_spec(_target(job.target), _threads(job.threads))
             device_id = store.add_device(device)
-        settings = PredictOptions(candidates=options.candidates, neighbours=options.neighbours, output=output)
+        settings = PredictOptions(candidates=options.per_task, neighbours=options.neighbours, output=output)
         return predict(store, loaded[0], device, device_id, settings, _progress(job), import_s)
 
 

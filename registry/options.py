@@ -36,13 +36,21 @@ class TuneOptions:
     lease: float = 300.0
 
 
+# Donor schedules per task that a transfer measures: 3 kept nearly all of 8's speedup at 40% of the search time
+# (docs/BENCHMARKS.md, "Transfer-tuning").
+MEASURED_CANDIDATES = 3
+# ... that the predictor ranks when nothing is measured (--no-measure): only its pick is built, so a wider pool costs
+# replays and features, not builds; 32 against 3 took a detector from 1.45x to 1.16x of a measured transfer's latency
+# and a ResNet from 1.24x to 1.16x, within the compile-only floor's wall time (docs/BENCHMARKS.md, "A predictor that
+# ranks").
+RANKED_CANDIDATES = 32
+
+
 @dataclass(frozen=True)
 class TransferOptions:
     """``registry transfer``'s options and ``registry.transfer()``'s keywords."""
 
-    # Donor schedules measured per task, at most: 3 kept nearly all of 8's speedup at 40% of the search time
-    # (docs/BENCHMARKS.md, "Transfer-tuning").
-    candidates: int = 3
+    candidates: int | None = None  # donor schedules per task, at most (None: ``per_task``'s default for the mode)
     neighbours: int = 5  # donor workloads considered per task
     tune_trials: int = 32  # measured trials for each task no donor helped, and each poor transfer (0: none)
     # Seconds of wall time for the whole command, the fallback tuning taking what the transfers leave (None: no
@@ -59,6 +67,13 @@ class TransferOptions:
     def __post_init__(self) -> None:
         if self.measure and self.device is not None:
             raise BadInputError("device= applies with measure=False: a measured transfer measures on this machine")
+
+    @property
+    def per_task(self) -> int:
+        """The donor schedules this transfer takes per task, at most: ``candidates``, else its mode's default."""
+        if self.candidates is not None:
+            return self.candidates
+        return MEASURED_CANDIDATES if self.measure else RANKED_CANDIDATES
 
 
 @dataclass(frozen=True)

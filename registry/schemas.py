@@ -342,7 +342,10 @@ class Task(Open):
         "records reached (records searched for, not transferred ones). Under transfer's --retune-below, the task was "
         "tuned further.",
     )
-    candidates: int = Field(description="Candidate schedules measured for this task (donors or tuning).")
+    candidates: int = Field(
+        description="Candidate schedules measured for this task (donors or tuning); with --no-measure, those the "
+        "predictor ranked (donor programs, or samples of its design spaces)."
+    )
     trials: int = Field(description="Tuning trials: candidates measured by this run's tuning.")
     proposed: int = Field(0, description="Candidates the tuner proposed, measured or dropped by the predictor.")
     tune_s: float

@@ -71,6 +71,8 @@ def test_no_measure_compiles_the_predictors_picks_for_another_device_and_writes_
     assert report["final_ms"] is None and report["tuning"]["predictor_version"] == 1
     assert {t["source"] for t in report["tasks"]} == {"predicted"}, report["tasks"]
     assert all(t["donor"] and t["candidates"] >= 1 for t in report["tasks"])
+    # ranking costs no build, so it ranks a wider pool than the 3 a measured transfer measures (RANKED_CANDIDATES)
+    assert max(t["candidates"] for t in report["tasks"]) > 3, report["tasks"]
     assert report["timings"]["measure_s"] > 0  # the candidates were built
 
     # the library computes the model: against the untuned build of the same model
@@ -86,10 +88,13 @@ def test_no_measure_takes_a_sibling_devices_predictor_and_refuses_without_any(ot
     url, _ = other_device
     sibling = tmp_path / "sibling.onnx"
     onnx.save(zoo.mlp(16, (128, 192, 64), seed=3), sibling)
-    out = _ok("--db", url, "transfer", str(sibling), "--no-measure", "--json")  # this machine: no predictor of its own
+    # this machine: no predictor of its own; --candidates bounds what the predictor ranks
+    out = _ok("--db", url, "transfer", str(sibling), "--no-measure", "--candidates", "2", "--json")
     report = json.loads(out[out.index("{") :])
     assert report["tuning"]["predictor_from"] and "haswell" in report["tuning"]["predictor_from"]
     assert {t["source"] for t in report["tasks"]} == {"predicted"}
+    # (a task no donor covers ranks design-space samples instead, however many --candidates says)
+    assert all(1 <= t["candidates"] <= 2 for t in report["tasks"] if t["donor"]), report["tasks"]
 
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     result = CliRunner().invoke(cli, ["--db", empty, "transfer", str(sibling), "--no-measure"])

@@ -131,7 +131,8 @@ def test_the_pipeline_settings_derive_from_the_dataclasses() -> None:
         transfer_settings.tune_trials,
         transfer_settings.tune_seconds,
         transfer_settings.retune_below,
-    ) == (TRANSFER.candidates, TRANSFER.neighbours, TRANSFER.tune_trials, TRANSFER.tune_budget, TRANSFER.retune_below)
-    assert PredictOptions().neighbours == TRANSFER.neighbours
+    ) == (TRANSFER.per_task, TRANSFER.neighbours, TRANSFER.tune_trials, TRANSFER.tune_budget, TRANSFER.retune_below)
+    predict = PredictOptions()
+    assert (predict.candidates, predict.neighbours) == (TransferOptions(measure=False).per_task, TRANSFER.neighbours)
     leases = Leases(store=None, device_id=0)
     assert (leases.window, leases.lease_s, leases.retune) == (TUNE.plateau, TUNE.lease, TUNE.retune)

@@ -5,8 +5,9 @@ For a device this machine cannot run (another CPU, a GPU that is not here), or w
 than the last 10% of latency. For each task of the model:
 
 1. **exact**: the workload's records on the device, as compiling always uses them;
-2. **predicted**: the donors' schedules that ``registry transfer`` would measure (the task's own workload on sibling
-   devices, its nearest stored workloads; up to ``candidates`` distinct programs, re-samples included) are ranked by
+2. **predicted**: the donors' schedules (the task's own workload on sibling devices, its nearest stored workloads; up
+   to ``candidates`` distinct programs, re-samples included: 32 by default, where a measured transfer measures 3) are
+   ranked by
    the device's predictor, or a sibling device's until it has one, from their scheduled TIR (no code generation), and
    the one it ranks fastest is **built** for the target; where it does not compile, the next that does is picked;
    a task no donor covers, on a device that is this machine's CPU, gets the predictor's pick among samples of its
@@ -32,7 +33,7 @@ from tvm.target import Target
 
 from registry.errors import BadInputError, RegistryError
 from registry.measure.builder import PersistentBuilder
-from registry.options import TRANSFER
+from registry.options import RANKED_CANDIDATES, TRANSFER
 from registry.pipeline.clock import Clock
 from registry.pipeline.design_space import sample
 from registry.pipeline.donor_schedules import DonorSchedules
@@ -76,7 +77,7 @@ def _fails(check: OutputCheck, scheduled) -> bool:
 
 @dataclass
 class PredictOptions:
-    candidates: int = 8  # donor programs ranked per task, at most: only the pick is built
+    candidates: int = RANKED_CANDIDATES  # donor programs ranked per task, at most: only the pick is built
     neighbours: int = TRANSFER.neighbours  # donor workloads considered per task
     output: Path | None = None
 

@@ -38,7 +38,7 @@ from registry import hostinfo
 from registry.errors import RegistryWarning
 from registry.measure.jobs import module_job
 from registry.measure.types import Measurement
-from registry.options import TRANSFER
+from registry.options import MEASURED_CANDIDATES, TRANSFER
 from registry.pipeline.donor_schedules import DonorSchedules, RunDonors
 from registry.pipeline.engine import EngineTask
 from registry.pipeline.model_run import (
@@ -79,7 +79,7 @@ RANKED = 8
 class ModelTransferOptions:
     """The transfer's settings: ``registry.options.TransferOptions`` as this pipeline takes them, and its own."""
 
-    candidates: int = TRANSFER.candidates  # schedules measured per task, at most
+    candidates: int = MEASURED_CANDIDATES  # schedules measured per task, at most
     neighbours: int = TRANSFER.neighbours  # donor workloads considered per task
     per_device: int = 2  # records taken from each donor workload on each device
     team: str | None = None

@@ -22,7 +22,7 @@ class TaskResult:
     donor: str | None = None  # "task_name#workload_id" of the donor workload
     donor_record_id: int | None = None
     distance: float | None = None
-    candidates: int = 0  # candidate schedules measured for this task
+    candidates: int = 0  # candidate schedules measured for this task (with --no-measure: ranked)
     same_device: bool | None = None  # whether the donor record was measured on this device
     # The FLOP rate the transferred schedule reached here as a share of the best its donors' own records reached
     # (``similarity.donors.best_rate``): well under 1, the schedule did not carry over, and transfer's fallback tuning
