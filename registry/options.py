@@ -40,9 +40,8 @@ class TuneOptions:
 # (docs/BENCHMARKS.md, "Transfer-tuning").
 MEASURED_CANDIDATES = 3
 # ... that the predictor ranks when nothing is measured (--no-measure): only its pick is built, so a wider pool costs
-# replays and features, not builds; 32 against 3 took a detector from 1.45x to 1.16x of a measured transfer's latency
-# and a ResNet from 1.24x to 1.16x, within the compile-only floor's wall time (docs/BENCHMARKS.md, "A predictor that
-# ranks").
+# replays and features, not builds. 32 picked faster schedules than 3 or 12 within the compile-only floor's wall
+# time; 64 picked worse and passed the floor (docs/BENCHMARKS.md, "A predictor that ranks").
 RANKED_CANDIDATES = 32
 
 
