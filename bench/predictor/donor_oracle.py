@@ -1,0 +1,201 @@
+"""Where `transfer --no-measure` loses: every donor program it ranks for a model, measured here.
+
+    .venv/bin/python bench/predictor/donor_oracle.py --registry PULLED.db [--candidates 32] \
+        [--out bench/results/donor_oracle.json] MODEL [MODEL ...]        # corpus names (make corpus)
+
+For each task of each model with no record on this machine's device (what `--no-measure` ranks donors for), the
+programs the donors make of it, as `registry.pipeline.predicted` makes them (`DonorSchedules.distinct`: the donors'
+stored programs, then re-samples of the two nearest donors' decisions, ``--candidates`` in all), each built and
+timed here (the measurer's QUICK timing), beside the device's predictor's score (or its class sibling's, as
+`--no-measure` takes it). Then, per model, each selection rule's choice: the task-weighted sum of the chosen programs'
+latencies over that of every task's fastest candidate (1.00: the best any rule could pick among them), and the mean
+per-task top-1 score (fastest over chosen):
+
+- ``predictor``: the predictor's pick among all of them (`--no-measure` with re-samples);
+- ``predictor, stored only``: its pick among the donors' programs as stored, no re-sample (`--no-measure` now);
+- ``first``: the first in donor order (the nearest donor on this device, its best record);
+- ``best of the first 3``: the fastest of the first 3 in donor order, which a measured transfer times
+  (``MEASURED_CANDIDATES``; it also re-tunes, which this does not count).
+
+``--update``: whether the predictor learns to rank such programs from other models' (more data of the kind it ranks
+here): for each model, the predictor updated as a tuning run updates it (``RankingModel.update``'s rounds and
+parameters) on the other models' measured donor programs, then judged on this model's.
+
+The registry is copied first (``bench/work/donor_oracle/``): nothing is written to ``--registry``. Writes the result
+with the machine, the commit and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus.catalogue import BY_NAME, materialize  # noqa: E402
+from bench.machine_speed import stamped  # noqa: E402
+from bench.sqlite_copy import copy_sqlite  # noqa: E402
+
+Candidate = dict  # one measured program: its donor, whether re-sampled, its score and latency
+Rule = Callable[[list[Candidate]], Candidate]
+
+RULES: dict[str, Rule] = {
+    "predictor": lambda c: max(c, key=lambda r: r["score"]),
+    "predictor, stored only": lambda c: max([r for r in c if not r["resampled"]] or c, key=lambda r: r["score"]),
+    "first": lambda c: c[0],
+    "best of the first 3": lambda c: min(c[:3], key=lambda r: r["us"]),
+}
+
+
+def measured_candidates(name: str, registry: Path, work: Path, count: int) -> tuple[list[dict], object]:
+    """Each non-exact task of ``name`` with its donor programs, scored and timed (a program that fails to build or
+    run is left out), and the predictor that scored them."""
+    from tvm.target import Target
+
+    from registry import hostinfo
+    from registry.measure.jobs import module_job
+    from registry.measure.measurer import Measurer
+    from registry.measure.types import QUICK
+    from registry.pipeline.donor_schedules import DonorSchedules
+    from registry.pipeline.model_run import extract
+    from registry.similarity.index import SimilarityIndex
+    from registry.store.factory import open_storage
+    from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.predictor import predictor_for, scores_of
+    from registry.tvm_side.signature import structural_hash
+    from registry.tvm_side.target import device_spec, host_target
+
+    model = BY_NAME[name]
+    db = work / f"{name}.db"
+    copy_sqlite(registry, db)
+    storage = open_storage(f"sqlite:///{db}", create_new=False)
+    # this machine's device, as `registry transfer --no-measure` files it (added when the registry has none)
+    device = device_spec(host_target(), hostinfo.env_threads())
+    device_id = storage.add_device(device)
+    target = Target(device.target)
+    tasks = extract(storage, load_onnx(materialize(model), model.shapes, name=name), target)
+    found = predictor_for(storage, device_id)
+    if found is None:
+        raise SystemExit(f"{registry}: no predictor for this machine's device, nor a sibling's (registry pull)")
+    prepare_tuning(target.kind.name)
+    index = SimilarityIndex(storage)
+    index.load()
+    schedules = DonorSchedules(storage, target)
+    out = []
+    with Measurer(target, 1) as measurer:
+        for task in tasks:
+            if storage.top_k(task.workload_id, device_id, 1):
+                continue
+            donors = schedules.find(index, task, device_id, 8)
+            stored = {structural_hash(s.mod) for _, s in schedules.distinct(task.mod, donors, count, resample=0)}
+            picked = schedules.distinct(task.mod, donors, count, resample=count)
+            if not picked:
+                continue
+            scores = scores_of(found.model, task.mod, target, task.name, [s for _, s in picked])
+            blocks = _features(found.model, task, target, [s for _, s in picked])
+            timed = measurer.kernels([module_job(s.mod, target, task.arguments) for _, s in picked], QUICK)
+            candidates = [
+                {
+                    "donor": f"{d.task_name}#{d.workload_id}",
+                    "same_device": d.same_device,
+                    "resampled": structural_hash(s.mod) not in stored,
+                    "score": float(score),
+                    "us": statistics.fmean(m.run_secs) * 1e6,
+                    "features": b,
+                }
+                for (d, s), score, m, b in zip(picked, scores, timed, blocks, strict=True)
+                if m.ok
+            ]
+            if candidates:
+                out.append({"task": task.name, "weight": task.weight, "candidates": candidates})
+            print(f"{name} {task.name}: {len(candidates)} of {len(picked)} timed", flush=True)
+    return [{"predictor_version": found.version, "predictor_from": found.sibling, "tasks": out}], found.model
+
+
+def _features(model, task, target, schedules: list) -> list:
+    """The predictor's rows of each scheduled program (its blocks' features), for ``--update``."""
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    context = TuneContext(mod=task.mod, target=target, task_name=task.name)
+    args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
+    return model._blocks(context, [MeasureCandidate(s, args) for s in schedules])
+
+
+def summary(tasks: list[dict]) -> dict[str, dict[str, float]]:
+    """Each rule's weighted latency over the fastest candidates', and its mean per-task top-1 score."""
+    best = sum(t["weight"] * min(c["us"] for c in t["candidates"]) for t in tasks)
+    out = {}
+    for rule_name, rule in RULES.items():
+        chosen = [(t, rule(t["candidates"])) for t in tasks]
+        out[rule_name] = {
+            "of_best": round(sum(t["weight"] * c["us"] for t, c in chosen) / best, 3),
+            "top1": round(statistics.fmean(min(x["us"] for x in t["candidates"]) / c["us"] for t, c in chosen), 3),
+        }
+    return out
+
+
+def updated(model, runs: list[dict]) -> dict[str, dict[str, float]]:
+    """For each model of ``runs``: the predictor's pick before and after an update on the other models' measured
+    donor programs (leave one model out), as ``summary`` gives it."""
+    import numpy as np
+
+    from registry.tvm_side.ranker import UPDATE_PARAMS, UPDATE_ROUNDS, fit, program_scores
+
+    def rows(task: dict) -> list:
+        return [c["features"] for c in task["candidates"]]
+
+    out = {}
+    for held in runs:
+        others = [t for run in runs if run is not held for t in run["tasks"] if len(t["candidates"]) >= 2]
+        if not others or not held["tasks"]:
+            continue
+        groups = [(rows(t), np.array([c["us"] * 1e-6 for c in t["candidates"]]), model.device) for t in others]
+        booster = fit(groups, UPDATE_ROUNDS, base=model.base, params=UPDATE_PARAMS, nthread=2)
+        rescored = []
+        for t in held["tasks"]:
+            scores = program_scores(booster, rows(t), model.device)
+            candidates = [{**c, "score": float(v)} for c, v in zip(t["candidates"], scores, strict=True)]
+            rescored.append({**t, "candidates": candidates})
+        out[held["model"]] = {"before": summary(held["tasks"])["predictor"], "after": summary(rescored)["predictor"]}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+", help="corpus model names")
+    ap.add_argument("--registry", type=Path, required=True, help="a registry after `registry pull`, say")
+    ap.add_argument("--candidates", type=int, default=32, help="donor programs per task (--no-measure's default)")
+    ap.add_argument("--update", action="store_true", help="also: the predictor updated on the other models' programs")
+    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/donor_oracle")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/donor_oracle.json")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    result: dict = {"registry": args.registry.name, "candidates": args.candidates, "models": []}
+    runs = []
+    for name in args.models:
+        [run], model = measured_candidates(name, args.registry, args.work, args.candidates)
+        run = {"model": name, **run, "rules": summary(run["tasks"]) if run["tasks"] else {}}
+        runs.append(run)
+        print(json.dumps({"model": name, "tasks": len(run["tasks"]), "rules": run["rules"]}), flush=True)
+    if args.update and len(runs) > 1:
+        result["updated"] = updated(model, runs)
+        print(json.dumps(result["updated"]), flush=True)
+    for run in runs:  # the features stay out of the result file
+        for t in run["tasks"]:
+            for c in t["candidates"]:
+                c.pop("features")
+    result["models"] = runs
+    args.out.write_text(json.dumps(stamped(result), indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
