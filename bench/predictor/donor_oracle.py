@@ -1,18 +1,19 @@
 """Where `transfer --no-measure` loses: every donor program it ranks for a model, measured here.
 
     .venv/bin/python bench/predictor/donor_oracle.py --registry PULLED.db [--candidates 32] \
-        [--out bench/results/donor_oracle.json] MODEL [MODEL ...]        # corpus names (make corpus)
+        [--rounds 3] [--update] [--out bench/results/donor_oracle.json] MODEL [MODEL ...]    # corpus names
 
 For each task of each model with no record on this machine's device (what `--no-measure` ranks donors for), the
 programs the donors make of it, as `registry.pipeline.predicted` makes them (`DonorSchedules.distinct`: the donors'
 stored programs, then re-samples of the two nearest donors' decisions, ``--candidates`` in all), each built and
-timed here (the measurer's QUICK timing), beside the device's predictor's score (or its class sibling's, as
+timed here (the measurer's QUICK timing, ``--rounds`` times in turn, medians: two single timings of one program
+differed by up to 2x on a shared VM), beside the device's predictor's score (or its class sibling's, as
 `--no-measure` takes it). Then, per model, each selection rule's choice: the task-weighted sum of the chosen programs'
 latencies over that of every task's fastest candidate (1.00: the best any rule could pick among them), and the mean
 per-task top-1 score (fastest over chosen):
 
-- ``predictor``: the predictor's pick among all of them (`--no-measure` with re-samples);
-- ``predictor, stored only``: its pick among the donors' programs as stored, no re-sample (`--no-measure` now);
+- ``predictor``: the predictor's pick among all of them (what `--no-measure` builds);
+- ``predictor, stored only``: its pick among the donors' programs as stored, no re-sample;
 - ``first``: the first in donor order (the nearest donor on this device, its best record);
 - ``best of the first 3``: the fastest of the first 3 in donor order, which a measured transfer times
   (``MEASURED_CANDIDATES``; it also re-tunes, which this does not count).
@@ -52,7 +53,7 @@ RULES: dict[str, Rule] = {
 }
 
 
-def measured_candidates(name: str, registry: Path, work: Path, count: int) -> tuple[list[dict], object]:
+def measured_candidates(name: str, registry: Path, work: Path, count: int, timings: int) -> tuple[list[dict], object]:
     """Each non-exact task of ``name`` with its donor programs, scored and timed (a program that fails to build or
     run is left out), and the predictor that scored them."""
     from tvm.target import Target
@@ -99,23 +100,33 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int) -> tu
                 continue
             scores = scores_of(found.model, task.mod, target, task.name, [s for _, s in picked])
             blocks = _features(found.model, task, target, [s for _, s in picked])
-            timed = measurer.kernels([module_job(s.mod, target, task.arguments) for _, s in picked], QUICK)
+            jobs = [module_job(s.mod, target, task.arguments) for _, s in picked]
+            rounds = [measurer.kernels(jobs, QUICK) for _ in range(timings)]  # each program's median over rounds
+            timed = [_median(list(samples)) for samples in zip(*rounds, strict=True)]
             candidates = [
                 {
                     "donor": f"{d.task_name}#{d.workload_id}",
                     "same_device": d.same_device,
                     "resampled": structural_hash(s.mod) not in stored,
                     "score": float(score),
-                    "us": statistics.fmean(m.run_secs) * 1e6,
+                    "us": m * 1e6,
                     "features": b,
                 }
                 for (d, s), score, m, b in zip(picked, scores, timed, blocks, strict=True)
-                if m.ok
+                if m is not None
             ]
             if candidates:
                 out.append({"task": task.name, "weight": task.weight, "candidates": candidates})
             print(f"{name} {task.name}: {len(candidates)} of {len(picked)} timed", flush=True)
     return [{"predictor_version": found.version, "predictor_from": found.sibling, "tasks": out}], found.model
+
+
+def _median(measurements: list) -> float | None:
+    """The median over rounds of a program's mean seconds, None when it failed in any (a program that does not build
+    or run is no candidate)."""
+    if not all(m.ok for m in measurements):
+        return None
+    return statistics.median(statistics.fmean(m.run_secs) for m in measurements)
 
 
 def _features(model, task, target, schedules: list) -> list:
@@ -173,15 +184,16 @@ def main() -> None:
     ap.add_argument("models", nargs="+", help="corpus model names")
     ap.add_argument("--registry", type=Path, required=True, help="a registry after `registry pull`, say")
     ap.add_argument("--candidates", type=int, default=32, help="donor programs per task (--no-measure's default)")
+    ap.add_argument("--rounds", type=int, default=3, help="timings of every program, in turn; medians")
     ap.add_argument("--update", action="store_true", help="also: the predictor updated on the other models' programs")
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/donor_oracle")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/donor_oracle.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    result: dict = {"registry": args.registry.name, "candidates": args.candidates, "models": []}
+    result: dict = {"registry": args.registry.name, "candidates": args.candidates, "rounds": args.rounds}
     runs = []
     for name in args.models:
-        [run], model = measured_candidates(name, args.registry, args.work, args.candidates)
+        [run], model = measured_candidates(name, args.registry, args.work, args.candidates, args.rounds)
         run = {"model": name, **run, "rules": summary(run["tasks"]) if run["tasks"] else {}}
         runs.append(run)
         print(json.dumps({"model": name, "tasks": len(run["tasks"]), "rules": run["rules"]}), flush=True)
