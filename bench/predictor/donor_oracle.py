@@ -6,8 +6,8 @@
 For each task of each model with no record on this machine's device (what `--no-measure` ranks donors for), the
 programs the donors make of it, as `registry.pipeline.predicted` makes them (`DonorSchedules.distinct`: the donors'
 stored programs, then re-samples of the two nearest donors' decisions, ``--candidates`` in all), each built and
-timed here (the measurer's QUICK timing, ``--rounds`` times in turn, medians: two single timings of one program
-differed by up to 2x on a shared VM), beside the device's predictor's score (or its class sibling's, as
+timed here (the measurer's QUICK timing, ``--rounds`` times in turn, medians: one program's single timings moved
+widely between runs, docs/BENCHMARKS.md), beside the device's predictor's score (or its class sibling's, as
 `--no-measure` takes it). Then, per model, each selection rule's choice: the task-weighted sum of the chosen programs'
 latencies over that of every task's fastest candidate (1.00: the best any rule could pick among them), and the mean
 per-task top-1 score (fastest over chosen):
