@@ -108,8 +108,8 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
                     "donor": f"{d.task_name}#{d.workload_id}",
                     "same_device": d.same_device,
                     "resampled": structural_hash(s.mod) not in stored,
-                    "score": float(score),
-                    "us": m * 1e6,
+                    "score": round(float(score), 4),
+                    "us": round(m * 1e6, 2),
                     "features": b,
                 }
                 for (d, s), score, m, b in zip(picked, scores, timed, blocks, strict=True)
@@ -205,7 +205,7 @@ def main() -> None:
             for c in t["candidates"]:
                 c.pop("features")
     result["models"] = runs
-    args.out.write_text(json.dumps(stamped(result), indent=1))
+    args.out.write_text(json.dumps(stamped(result), separators=(",", ":")))  # every program: kept compact
     print(f"wrote {args.out}")
 
 
