@@ -1,0 +1,138 @@
+"""How far the dataset's timings can be trusted to judge a ranking: its programs timed again here, in rounds.
+
+    .venv/bin/python bench/predictor/label_noise.py [--db URL] --device D [--workloads 20] [--rounds 3] [--seed 0] \
+        [--out bench/results/label_noise.json]
+
+The predictor's held-out scores judge its ranking against each program's stored timing, one `QUICK` timing taken
+when the dataset was collected. If two timings of one program disagree, a ranking that knew every program's true
+speed would still not score 1.0 against them. For ``--workloads`` workloads of device ``D`` (seeded, each with 8 or
+more programs), every program is replayed, built and timed here with the measurer's `QUICK` settings, ``--rounds``
+times in turn; then, as the predictor's evaluation scores a ranking (top-1 / top-5 score, Spearman; mean over
+workloads, unweighted):
+
+- ``stored, judged by the re-timed median``: how well the stored timings pick the programs that are fastest now;
+- ``re-timed median, judged by the stored timings``: what a ranking that knew the re-timed speeds would score in
+  the held-out evaluation as it is computed (against stored timings): a ceiling for any model;
+- ``one round, judged by another``: two fresh single timings against each other (noise alone, same machine, same
+  hour);
+- per program, the ratio of two rounds' timings (10th, 50th and 90th percentile).
+
+The stored timings may come from another machine of the same CPU model (the dataset's README says which), so the
+first two mix noise with a machine's difference; the third is noise alone. Writes the result with the machine, the
+commit and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.machine_speed import stamped  # noqa: E402
+
+
+def retimed(db: str, device: str, workloads: int, rounds: int, seed: int) -> list[dict]:
+    """Each chosen workload's programs: stored mean and each round's mean, in µs (a program that fails a round
+    here is left out)."""
+    import tvm
+    from tvm.target import Target
+
+    from registry.measure.jobs import kernel_arguments, module_job
+    from registry.measure.measurer import Measurer
+    from registry.measure.types import QUICK
+    from registry.store.factory import open_storage
+    from registry.tvm_side import apply_trace
+    from registry.tvm_side.compat import prepare_tuning
+
+    storage = open_storage(db, create_new=False)
+    row = storage.resolve_one_device(device)
+    target = Target(json.loads(row.target_json))
+    prepare_tuning(target.kind.name)
+    counts = storage.ok_record_counts(row.id)
+    rankable = sorted(w for w, (_, n) in counts.items() if n >= 8)
+    chosen = sorted(np.random.default_rng(seed).choice(rankable, size=min(workloads, len(rankable)), replace=False))
+    out = []
+    with Measurer(target, row.num_threads) as measurer:
+        for wid in chosen:
+            task = counts[wid][0]
+            mod = tvm.ir.load_json(storage.workloads_by_id([int(wid)])[int(wid)].mod_json)
+            arguments = kernel_arguments(mod)
+            programs = []
+            for record in storage.top_k(int(wid), row.id, counts[wid][1]):
+                sch = apply_trace.replay(mod, target, json.loads(record.trace_json))
+                if sch is not None:
+                    programs.append((record.mean_s * 1e6, module_job(sch.mod, target, arguments)))
+            timings = [measurer.kernels([job for _, job in programs], QUICK) for _ in range(rounds)]
+            kept = [
+                {"stored_us": round(stored, 2), "rounds_us": [round(statistics.fmean(m.run_secs) * 1e6, 2) for m in ms]}
+                for (stored, _), ms in zip(programs, zip(*timings, strict=True), strict=True)
+                if all(m.ok for m in ms)
+            ]
+            out.append({"workload": int(wid), "task": task, "programs": kept})
+            print(f"{task} (#{wid}): {len(kept)} of {len(programs)} programs timed {rounds} times", flush=True)
+    return out
+
+
+def judged(found: list[dict]) -> dict:
+    """The figures of the module docstring."""
+    from registry.tvm_side.predictor_scores import spearman, top_k_score
+
+    def scores(rank_by, judge_by) -> dict[str, float]:
+        rows = []
+        for w in found:
+            if len(w["programs"]) < 8:
+                continue
+            lat = np.array([judge_by(p) for p in w["programs"]])
+            score = -np.array([rank_by(p) for p in w["programs"]])  # faster: higher
+            rows.append((top_k_score(lat, score, 1), top_k_score(lat, score, 5), spearman(-lat, score)))
+        return {
+            name: round(float(np.mean([r[i] for r in rows])), 3) for i, name in enumerate(["top1", "top5", "spearman"])
+        }
+
+    def median(p: dict) -> float:
+        return statistics.median(p["rounds_us"])
+
+    ratios = sorted(p["rounds_us"][1] / p["rounds_us"][0] for w in found for p in w["programs"])
+    return {
+        "workloads": len(found),
+        "programs": sum(len(w["programs"]) for w in found),
+        "stored, judged by the re-timed median": scores(lambda p: p["stored_us"], median),
+        "re-timed median, judged by the stored timings": scores(median, lambda p: p["stored_us"]),
+        "one round, judged by another": scores(lambda p: p["rounds_us"][0], lambda p: p["rounds_us"][1]),
+        "second over first round, p10 / p50 / p90": [
+            round(ratios[int(q * (len(ratios) - 1))], 3) for q in (0.1, 0.5, 0.9)
+        ],
+        "stored over re-timed median, median": round(
+            statistics.median(p["stored_us"] / median(p) for w in found for p in w["programs"]), 3
+        ),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
+    ap.add_argument("--device", required=True, help="the device whose programs are timed again: this machine's CPU")
+    ap.add_argument("--workloads", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="two or more")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/label_noise.json")
+    args = ap.parse_args()
+    if args.rounds < 2:
+        ap.error("--rounds must be 2 or more: one round judged by another needs two")
+    found = retimed(args.db, args.device, args.workloads, args.rounds, args.seed)
+    result = {"device": args.device, "rounds": args.rounds, "seed": args.seed, "figures": judged(found)}
+    print(json.dumps(result["figures"]), flush=True)
+    result["workloads"] = found
+    args.out.write_text(json.dumps(stamped(result), separators=(",", ":")))  # every program: kept compact
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
