@@ -68,7 +68,8 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
     from registry.store.factory import open_storage
     from registry.tvm_side.compat import prepare_tuning
     from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.predictor import predictor_for, scores_of
+    from registry.tvm_side.predictor import predictor_for, ranking_inputs
+    from registry.tvm_side.ranker import RankingModel, program_scores
     from registry.tvm_side.signature import structural_hash
     from registry.tvm_side.target import device_spec, host_target
 
@@ -82,14 +83,14 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
     target = Target(device.target)
     tasks = extract(storage, load_onnx(materialize(model), model.shapes, name=name), target)
     found = predictor_for(storage, device_id)
-    if found is None:
-        raise SystemExit(f"{registry}: no predictor for this machine's device, nor a sibling's (registry pull)")
+    if found is None or not isinstance(found.model, RankingModel):
+        raise SystemExit(f"{registry}: no ranking predictor for this machine's device, nor a sibling's (registry pull)")
     prepare_tuning(target.kind.name)
     index = SimilarityIndex(storage)
     index.load()
     schedules = DonorSchedules(storage, target)
     out = []
-    with Measurer(target, 1) as measurer:
+    with Measurer(target, device.num_threads) as measurer:
         for task in tasks:
             if storage.top_k(task.workload_id, device_id, 1):
                 continue
@@ -98,8 +99,9 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
             picked = schedules.distinct(task.mod, donors, count, resample=count)
             if not picked:
                 continue
-            scores = scores_of(found.model, task.mod, target, task.name, [s for _, s in picked])
-            blocks = _features(found.model, task, target, [s for _, s in picked])
+            # the features once: what the predictor scores (as its predict does) and what --update trains on
+            blocks = found.model.features(*ranking_inputs(task.mod, target, task.name, [s for _, s in picked]))
+            scores = program_scores(found.model.booster, blocks, found.model.device)
             jobs = [module_job(s.mod, target, task.arguments) for _, s in picked]
             rounds = [measurer.kernels(jobs, QUICK) for _ in range(timings)]  # each program's median over rounds
             timed = [_median(list(samples)) for samples in zip(*rounds, strict=True)]
@@ -127,17 +129,6 @@ def _median(measurements: list) -> float | None:
     if not all(m.ok for m in measurements):
         return None
     return statistics.median(statistics.fmean(m.run_secs) for m in measurements)
-
-
-def _features(model, task, target, schedules: list) -> list:
-    """The predictor's rows of each scheduled program (its blocks' features), for ``--update``."""
-    from tvm.s_tir.meta_schedule import TuneContext
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-
-    context = TuneContext(mod=task.mod, target=target, task_name=task.name)
-    args = ArgInfo.from_prim_func(next(iter(task.mod.functions.values())))
-    return model._blocks(context, [MeasureCandidate(s, args) for s in schedules])
 
 
 def summary(tasks: list[dict]) -> dict[str, dict[str, float]]:

@@ -547,9 +547,15 @@ class LoadedPredictor:
 
 def scores_of(model: XGBModel | RankingModel, mod, target: Target, task_name: str, schedules: list) -> np.ndarray:
     """The predictor's score of each scheduled ``mod`` (higher: predicted faster), from the scheduled TIR alone."""
+    return np.asarray(model.predict(*ranking_inputs(mod, target, task_name, schedules)))
+
+
+def ranking_inputs(mod, target: Target, task_name: str, schedules: list) -> tuple[TuneContext, list]:
+    """What a MetaSchedule cost model ranks ``schedules`` of workload ``mod`` from: its tuning context and the
+    schedules as candidates."""
     context = TuneContext(mod=mod, target=target, task_name=task_name)
     args = ArgInfo.from_prim_func(next(iter(mod.functions.values())))
-    return np.asarray(model.predict(context, [MeasureCandidate(sch, args) for sch in schedules]))
+    return context, [MeasureCandidate(sch, args) for sch in schedules]
 
 
 # The held-out top-1 score above which a transfer measures only the predictor's pick (see LoadedPredictor.warranted).

@@ -187,17 +187,18 @@ class RankingModel(PyCostModel):
         self.measured: dict[str, tuple[list[np.ndarray], list[float]]] = {}  # workload hash -> blocks, mean seconds
         self._rng = np.random.default_rng(0)
 
-    def _blocks(self, context, candidates) -> list[np.ndarray]:
+    def features(self, context, candidates) -> list[np.ndarray]:
+        """Each candidate's rows: its blocks' features (MetaSchedule's ``PerStoreFeature``), one zero row for none."""
         blocks = [f.numpy() for f in self.extractor.extract_from(context, candidates)]
         return [b if len(b) else np.zeros((1, FEATURE_WIDTH), np.float32) for b in blocks]
 
     def predict(self, context, candidates) -> np.ndarray:
         if self.booster is None:
             return self._rng.uniform(size=len(candidates))
-        return program_scores(self.booster, self._blocks(context, candidates), self.device).astype("float64")
+        return program_scores(self.booster, self.features(context, candidates), self.device).astype("float64")
 
     def update(self, context, candidates, results) -> None:
-        blocks = self._blocks(context, candidates)
+        blocks = self.features(context, candidates)
         kept, seconds = self.measured.setdefault(shash2hex(context.mod), ([], []))
         # a failed candidate has no latency to rank by; the search already avoids it (MetaSchedule's own XGBModel
         # trains on it as infinitely slow, which a pairwise loss needs no sample of)
