@@ -165,3 +165,33 @@ def test_an_export_gives_plain_compile_relax_the_kernels_it_extracts(tuned, tmp_
     before, kernels = _scheduled(mod, db, "zero")  # what plain TVM found in the registry's own records
     after, _ = _scheduled(mod, exported, "zero", db.target)
     assert after == before + out["plain_records"] and after < kernels + 1, (before, after, kernels)
+
+
+def test_an_export_replays_the_next_fastest_record_where_the_best_does_not_apply(tuned):
+    """A best record whose trace does not replay on plain TVM's kernel (here the softmax's, filed first) leaves the
+    donor's next record, not the kernel without one; with only that trace the kernel has none."""
+    from tvm.target import Target
+
+    from registry.share.plain_export import _replayed
+    from registry.store.factory import open_storage
+
+    _, url, _, _, _ = tuned
+    store = open_storage(url)
+    device = store.all_devices()[0]
+    plain = {t.task_name: t for t in store.plain_tasks()}
+    ours = {t.task_name: t for t in store.model_tasks(next(iter(plain.values())).model_id)}
+    modules = store.workloads_by_id([t.workload_id for t in [*plain.values(), *ours.values()]])
+    conv = next(name for name in plain if name.startswith("fused_conv2d"))
+    donor = next(name for name in ours if name.startswith("fused_conv2d"))
+    softmax = next(name for name in ours if "softmax" in name)
+
+    def records(name, k):
+        return [(json.loads(r.trace_json), r.run_secs) for r in store.top_k(ours[name].workload_id, device.id, k)]
+
+    target = Target(json.loads(device.target_json))
+    wrong_first = records(softmax, 1) + records(donor, 4)
+    kernel, donor_mod = modules[plain[conv].workload_id], modules[ours[donor].workload_id].mod_json
+    found = _replayed(kernel, conv, [(donor, wrong_first, donor_mod)], target)
+    assert found is not None and found[1] in [secs for _, secs in records(donor, 4)], found
+    assert _replayed(kernel, conv, [(donor, records(softmax, 1), donor_mod)], target) is None
+    store.close()

@@ -5,10 +5,11 @@ kernels plain TVM never makes: ``fast_erf`` where plain TVM keeps ``erf``, chann
 the order of their schedule. ``registry transfer`` and ``tune`` record the kernels plain TVM extracts from the same
 model beside the registry's own (``plain_task``, where they differ). For each of those without a record of its own on
 the device, the registry's schedule of the same model is replayed on it (``apply_trace.replay``: the instructions up to
-the postprocessors, which run again on the plain kernel), trying the model's kernels by name likeness; the first
-that applies gives the record, filed with its latency as measured on the registry's kernel (plain TVM only ranks by
-it). A kernel none applies to (a convolution tuned channels-last with layout-free weights has other loops) is counted,
-and the export's README says how to compile with the registry's pipeline instead.
+the postprocessors, which run again on the plain kernel), trying the model's kernels by name likeness and each one's
+fastest records in turn; the first that applies gives the record, filed with its latency as measured on the
+registry's kernel (plain TVM only ranks by it). A kernel none applies to (a convolution tuned channels-last with
+layout-free weights has other loops) is counted, and the export's README says how to compile with the registry's
+pipeline instead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from tvm.target import Target
 
 MAX_TRIES = 8  # the registry's kernels tried per plain one, likest name first
+RECORDS_TRIED = 4  # each one's fastest records, in order: a best whose trace does not replay leaves the next
 
 
 @dataclass
@@ -55,10 +57,11 @@ def plain_records(store: RegistryReads, device_id: int, target: dict) -> PlainRe
         ours = store.model_tasks(model_id)
         their_modules = store.workloads_by_id([t.workload_id for t in ours])
         for task in ours:
-            best = store.top_k(task.workload_id, device_id, 1)
-            if best and task.workload_id in their_modules:
+            fastest = store.top_k(task.workload_id, device_id, RECORDS_TRIED)
+            if fastest and task.workload_id in their_modules:
                 donor_mod = their_modules[task.workload_id].mod_json
-                donors.append((task.task_name, json.loads(best[0].trace_json), best[0].run_secs, donor_mod))
+                records = [(json.loads(r.trace_json), r.run_secs) for r in fastest]
+                donors.append((task.task_name, records, donor_mod))
         for task in plain:
             if task.workload_id in done or task.workload_id not in modules:
                 continue
@@ -76,20 +79,22 @@ def plain_records(store: RegistryReads, device_id: int, target: dict) -> PlainRe
 
 
 def _replayed(workload: StoredWorkload, name: str, donors: list, target: Target):
-    """(trace, run_secs) of the first donor whose schedule applies to ``workload``, likest name first, replayed whole
-    or through its anchor block (a matmul whose epilogue is ``erf`` here and ``fast_erf`` there); or None."""
+    """(trace, run_secs) of the first donor schedule that applies to ``workload``: donors by name likeness, each
+    one's records fastest first, replayed whole or through the anchor block (a matmul whose epilogue is ``erf`` here
+    and ``fast_erf`` there); or None."""
     import tvm
 
     from registry.tvm_side import apply_trace
 
     mod = tvm.ir.load_json(workload.mod_json)
     likest = sorted(donors, key=lambda d: -difflib.SequenceMatcher(None, d[0], name).ratio())[:MAX_TRIES]
-    for _, trace, run_secs, donor_mod in likest:
-        sch = apply_trace.replay(mod, target, trace)
-        if sch is None:
-            sch = apply_trace.via_anchor(mod, target, tvm.ir.load_json(donor_mod), trace)
-        if sch is not None:
-            return apply_trace.trace_json(sch), run_secs
+    for _, records, donor_mod in likest:
+        for trace, run_secs in records:
+            sch = apply_trace.replay(mod, target, trace)
+            if sch is None:
+                sch = apply_trace.via_anchor(mod, target, tvm.ir.load_json(donor_mod), trace)
+            if sch is not None:
+                return apply_trace.trace_json(sch), run_secs
     return None
 
 
