@@ -140,3 +140,55 @@ def test_a_fold_holds_its_workloads_out_on_every_training_device():
     for trained, held in Recorder.folds:
         assert not {w for _, w in trained} & held  # on neither device
         assert {("b", w) for w in range(20, 30, 2)} <= trained  # b's own workloads always train
+
+
+def _bench_module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, DATA.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.tvm
+def test_a_held_out_model_is_held_out_with_its_shape_variants():
+    """A model imported at other input shapes (``collect.py --scale``, named ``NAME@xF``) shares its operators with
+    the model: judging the model must not train on them, while other models' variants train."""
+    from bench.predictor.dataset import WorkloadData
+
+    evaluate = _bench_module("evaluate")
+    model = evaluate.HELD_OUT_MODELS[0]
+    times = np.linspace(1.0, 2.0, 8)
+
+    def programs(wid, *models):
+        return WorkloadData(wid, f"t{wid}", list(models), 1, [np.ones((1, 2))] * 8, times, np.zeros(1))
+
+    own, variant, other, other_variant = (
+        programs(1, model), programs(2, f"{model}@x1.5"), programs(3, "gpt2-l2-h128-lmhead"),
+        programs(4, "gpt2-l2-h128-lmhead@x0.5"),
+    )  # fmt: skip
+    assert own.judged and not variant.judged and other.judged and not other_variant.judged
+    trained: list[set] = []
+
+    class Recorder:
+        def fit(self, train):
+            trained.append({d.workload_id for d in train})
+
+        def rank(self, d):
+            return -d.mean_s
+
+    figures = evaluate.held_out_models(Recorder, [own, variant, other, other_variant], 8, {"": [own, other]})[""]
+    assert model in figures["per_model"]
+    assert trained[0] == {3, 4}, trained  # judging the model: neither it nor its variant trained
+
+
+def test_shape_variants_scale_sequences_and_image_sides():
+    from bench.predictor import collect
+
+    assert collect.scaled_shapes({"input_ids": [1, 32], "attention_mask": [1, 32]}, 2) == {
+        "input_ids": [1, 64], "attention_mask": [1, 64]}  # fmt: skip
+    assert collect.scaled_shapes({"x": [1, 3, 224, 224]}, 1.5) == {"x": [1, 3, 320, 320]}  # a multiple of 32
+    assert collect.scaled_shapes({"x": [1, 3, 48, 160]}, 2) == {"x": [1, 3, 96, 320]}
+    assert collect.scaled_shapes({"x": [1, 3, 48, 160]}, 0.25) == {"x": [1, 3, 32, 32]}  # never under one step
+    assert collect.scaled_shapes({"input_features": [1, 80, 200]}, 2) == {"input_features": [1, 80, 200]}

@@ -1,6 +1,6 @@
 """Measured programs to train predictors on: random schedules from MetaSchedule's design spaces, TenSet's way.
 
-    .venv/bin/python bench/predictor/collect.py --budget 90m [--db URL] [--per-workload 64] [MODEL ...]
+    .venv/bin/python bench/predictor/collect.py --budget 90m [--db URL] [--per-workload 64] [--scale F] [MODEL ...]
 
 Every task of the corpus models (``bench/corpus``; the starter bundle was tuned on the same models) is stored as a
 workload; then, round after round, each workload short of ``--per-workload`` programs gets ``--batch`` more: schedules
@@ -9,6 +9,11 @@ sampled by MetaSchedule's ``ReplayTrace`` (a design space's trace with every dec
 registry's builder pool and timed by its one measurer, on one runtime thread, at its calibrated degree of parallelism.
 Each program is stored as a record of this machine's device (source "tuned", model = the first corpus model that has
 the task), failed builds and runs included: a predictor learns from those too.
+
+``--scale F`` (repeatable) imports each model again at other input shapes instead: token sequences, audio and image
+sides times F (the dimensions the corpus exports as dynamic), filed as the model ``NAME@xF``. Those are more
+workloads of the same operators; ``evaluate.py`` trains on them but never judges them, and holds a model's variants
+out with it.
 
 It resumes: a workload's stored programs count toward its quota, and a schedule already stored is not measured again.
 Rounds go across all workloads, so a run stopped by its budget leaves every workload with about as many programs.
@@ -59,30 +64,50 @@ def parse_seconds(text: str) -> float:
     return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
 
 
-def corpus_workloads(storage, target, names: list[str]) -> list[Workload]:
-    """Every task of these corpus models, stored as workloads (each once, under the first model that has it)."""
+def scaled_shapes(shapes: dict[str, list[int]], factor: float) -> dict[str, list[int]]:
+    """``shapes`` with the image sides (of a 4-d input, to a multiple of 32: detectors downsample 5 times) and the
+    sequence (of a 2-d input, to a multiple of 8) times ``factor``; other inputs (Whisper's fixed frames, a state)
+    as they are."""
+
+    def times(dim: int, step: int) -> int:
+        return max(step, round(dim * factor / step) * step)
+
+    out = {}
+    for name, dims in shapes.items():
+        if len(dims) == 4:
+            dims = [*dims[:2], times(dims[2], 32), times(dims[3], 32)]
+        elif len(dims) == 2:
+            dims = [dims[0], times(dims[1], 8)]
+        out[name] = list(dims)
+    return out
+
+
+def corpus_workloads(storage, target, names: list[str], scales: list[float] = ()) -> list[Workload]:
+    """Every task of these corpus models, stored as workloads (each once, under the first model that has it); with
+    ``scales``, of the models at each scale of their input shapes instead (``scaled_shapes``)."""
     from bench.corpus.catalogue import BY_NAME, materialize
-    from registry.errors import RegistryError
     from registry.pipeline.model_run import extract
     from registry.tvm_side.frontend import load_onnx
 
     found: dict[int, Workload] = {}
-    for name in names:
-        model = BY_NAME[name]
+    variants = [(n, f"{n}@x{f:g}", f) for f in scales for n in names] if scales else [(n, n, None) for n in names]
+    for base, name, factor in variants:
+        model = BY_NAME[base]
+        shapes = scaled_shapes(model.shapes, factor) if factor else model.shapes
         try:
             path = materialize(model)
             tasks = stored_tasks(storage, name, hashlib.sha256(path.read_bytes()).hexdigest())
             if tasks is None:
-                tasks = extract(storage, load_onnx(path, model.shapes, name=model.name), target)
-        except RegistryError as e:
-            print(f"  {name}: skipped ({e})", flush=True)
+                tasks = extract(storage, load_onnx(path, shapes, name=name), target)
+        except Exception as e:  # noqa: BLE001 - a model that does not import (at these shapes) is left out, said why
+            print(f"  {name}: skipped ({str(e).strip().splitlines()[-1][:200] if str(e).strip() else e!r})")
             continue
         new = 0
         for t in tasks:
             if t.workload_id not in found:
                 found[t.workload_id] = Workload(t.workload_id, t.ident, t.name, name, t.mod, t.arguments)
                 new += 1
-        print(f"  {name}: {len(tasks)} tasks, {new} new ({len(found)} workloads)", flush=True)
+        print(f"  {name} {shapes}: {len(tasks)} tasks, {new} new ({len(found)} workloads)", flush=True)
     return list(found.values())
 
 
@@ -144,6 +169,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="TVM runtime threads per measurement")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--scale", type=float, action="append", default=[], help="the models at other input shapes (repeatable)"
+    )
+    parser.add_argument(
         "--mcpu", help="build for this LLVM CPU instead of this machine's (haswell: an AVX2 sibling of an AVX-512 CPU)"
     )
     args = parser.parse_args()
@@ -179,7 +207,7 @@ def main() -> None:
         device = measurer.device
         device_id = storage.add_device(device)
         print(f"device {device_id}: {device.name}; importing {len(names)} models", flush=True)
-        workloads = corpus_workloads(storage, target, names)
+        workloads = corpus_workloads(storage, target, names, args.scale)
         for w in workloads:
             state = storage.tuning_state(w.workload_id, device_id)
             w.traces, w.done = set(state.traces), len(state.traces)

@@ -16,6 +16,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = ROOT / "bench" / "work" / "predictor" / "features"
+VARIANT_MARK = "@"  # in a model's name: the model at other input shapes (collect.py --scale), trained on, not judged
+
+
+def base_model(name: str) -> str:
+    """The corpus model a variant was imported from (the name itself for a corpus model)."""
+    return name.split(VARIANT_MARK, 1)[0]
 
 
 @dataclass
@@ -23,7 +29,7 @@ class WorkloadData:
     workload_id: int
     task: str
     models: list[str]  # the models that have the task
-    weight: int  # its weight summed over those models (TenSet weights a task's score by it)
+    weight: int  # its weight summed over those models, variants only where no other has it (TenSet's task weight)
     blocks: list[np.ndarray]  # one (blocks, features) array per program
     mean_s: np.ndarray  # each program's mean latency
     device: np.ndarray  # the device's descriptor (registry.tvm_side.ranker.descriptor)
@@ -32,15 +38,24 @@ class WorkloadData:
     def size(self) -> int:
         return len(self.mean_s)
 
+    @property
+    def judged(self) -> bool:
+        """A task of a corpus model as catalogued: the evaluation ranks it (a variant's own task only trains)."""
+        return any(VARIANT_MARK not in m for m in self.models)
+
 
 def _model_weights(storage) -> dict[int, tuple[list[str], int]]:
-    found: dict[int, tuple[list[str], int]] = {}
-    for name in storage.model_names(limit=1000):
+    found: dict[int, tuple[list[str], int, int]] = {}
+    for name in storage.model_names(limit=10_000):
         m = storage.find_models(name)[0]
         for t in storage.model_tasks(m.id):
-            names, weight = found.get(t.workload_id, ([], 0))
-            found[t.workload_id] = ([*names, m.name], weight + t.weight)
-    return found
+            names, weight, of_variants = found.get(t.workload_id, ([], 0, 0))
+            if VARIANT_MARK in m.name:
+                of_variants += t.weight
+            else:
+                weight += t.weight
+            found[t.workload_id] = ([*names, m.name], weight, of_variants)
+    return {wid: (names, weight or of_variants) for wid, (names, weight, of_variants) in found.items()}
 
 
 def load(url: str, device: str, *, extract_workload: bool = False, cache: Path = DEFAULT_CACHE, progress=print):

@@ -12,7 +12,8 @@ Each variant is trained on the programs of some workloads and ranks the programs
   ranks each other device's programs, then (unless ``--quick``) the same with each held-out model's workloads left
   out of training too: a new model on a new device, as a new user's first transfer meets it.
 
-A workload is ranked when it has ``--min-programs`` ok programs or more. The figures are ``scores.workload_row``'s,
+Workloads that only shape variants have (``collect.py --scale``) train every fold and every held-out model but its own
+variants'; they are never ranked. A workload is ranked when it has ``--min-programs`` ok programs or more. The figures are ``scores.workload_row``'s,
 weighted by task weight, beside a random ranking's. Results go to ``bench/results/predictor-*.json`` with machine,
 commit and date.
 """
@@ -172,7 +173,7 @@ def held_out_models(variant_of, data: list, min_programs: int, judged: dict | No
     tests = {"": data} if judged is None else judged
     found = {name: ([], [], {}) for name in tests}  # rows, weights, per model
     for model in HELD_OUT_MODELS:
-        train = [d for d in data if model not in d.models]
+        train = [d for d in data if model not in {dataset.base_model(m) for m in d.models}]  # its variants too
         own = {name: [d for d in test if model in d.models] for name, test in tests.items()}
         if not train or not any(own.values()):
             continue
@@ -265,14 +266,17 @@ def main() -> None:
 
     start = time.monotonic()
     data = programs(args.device)
+    variants = [d for d in data if not d.judged]  # collect.py --scale: every fold and held-out model trains on them
+    data = [d for d in data if d.judged]
     result = {
         "dataset": dataset.summary(data),
+        "shape_variants": dataset.summary(variants),
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
         "variants": {},
     }
     others = {name: programs(name) for name in args.other_device}
-    extra = [d for name in args.train_device for d in programs(name)]
+    extra = variants + [d for name in args.train_device for d in programs(name)]
     device_train = data + extra
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
     result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
