@@ -13,9 +13,9 @@ Each variant is trained on the programs of some workloads and ranks the programs
   out of training too: a new model on a new device, as a new user's first transfer meets it.
 
 Workloads that only shape variants have (``collect.py --scale``) train every fold and every held-out model but its own
-variants'; they are never ranked. A workload is ranked when it has ``--min-programs`` ok programs or more. The figures are ``scores.workload_row``'s,
-weighted by task weight, beside a random ranking's. Results go to ``bench/results/predictor-*.json`` with machine,
-commit and date.
+variants' (``--no-shape-variants``: none); they are never ranked. A workload is ranked when it has ``--min-programs``
+ok programs or more. The figures are ``scores.workload_row``'s, weighted by task weight, beside a random ranking's.
+Results go to ``bench/results/predictor-*.json`` with machine, commit and date.
 """
 
 from __future__ import annotations
@@ -254,6 +254,9 @@ def main() -> None:
         "--quick", action="store_true", help="no models held out (on --device, nor with the --other-device figures)"
     )
     parser.add_argument("--devices-only", action="store_true", help="only the --other-device figures")
+    parser.add_argument(
+        "--no-shape-variants", action="store_true", help="leave out the workloads only collect.py --scale gave"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.devices_only and not args.other_device:
@@ -266,7 +269,8 @@ def main() -> None:
 
     start = time.monotonic()
     data = programs(args.device)
-    variants = [d for d in data if not d.judged]  # collect.py --scale: every fold and held-out model trains on them
+    # collect.py --scale: every fold and held-out model trains on them
+    variants = [] if args.no_shape_variants else [d for d in data if not d.judged]
     data = [d for d in data if d.judged]
     result = {
         "dataset": dataset.summary(data),
