@@ -87,6 +87,7 @@ def corpus_workloads(storage, target, names: list[str], scales: list[float] = ()
     ``scales``, of the models at each scale of their input shapes instead (``scaled_shapes``)."""
     from bench.corpus.catalogue import BY_NAME, materialize
     from registry.pipeline.model_run import extract
+    from registry.tvm_side.compat import last_line
     from registry.tvm_side.frontend import load_onnx
 
     found: dict[int, Workload] = {}
@@ -100,7 +101,7 @@ def corpus_workloads(storage, target, names: list[str], scales: list[float] = ()
             if tasks is None:
                 tasks = extract(storage, load_onnx(path, shapes, name=name), target)
         except Exception as e:  # noqa: BLE001 - a model that does not import (at these shapes) is left out, said why
-            print(f"  {name}: skipped ({str(e).strip().splitlines()[-1][:200] if str(e).strip() else e!r})")
+            print(f"  {name}: skipped ({last_line(str(e), type(e).__name__)[:200]})", flush=True)
             continue
         new = 0
         for t in tasks:
@@ -186,7 +187,7 @@ def main() -> None:
     from registry.store.factory import open_storage
     from registry.store.interface import RecordIn
     from registry.store.rows import FAILED_RUN_SECS
-    from registry.tvm_side.compat import prepare_tuning
+    from registry.tvm_side.compat import last_line, prepare_tuning
     from registry.tvm_side.target import host_target
 
     warnings.simplefilter("ignore")
@@ -229,7 +230,7 @@ def main() -> None:
                     count, seed = min(quota, args.per_workload) - w.done, rng.randrange(1 << 30)
                     candidates = sample(w.mod, target, w.task, count, seed, w.traces)
                 except Exception as e:  # noqa: BLE001 - TVM raises many kinds; the workload is left out, said why
-                    w.broken = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+                    w.broken = last_line(str(e), type(e).__name__)[:200]
                     print(f"  {w.task} ({w.workload_id}): left out: {w.broken}", flush=True)
                     continue
                 if not candidates:
