@@ -17,7 +17,7 @@ from registry.share.bundle import read_bundle
 from registry.tvm_side.predictor_scores import weighted, workload_row
 
 DATA = Path(__file__).resolve().parents[1] / "bench" / "predictor" / "data"
-BUNDLES = sorted(DATA.glob("*.bundle"))
+BUNDLES = sorted(p for p in DATA.glob("*.bundle") if not p.stem.endswith("-shapes"))  # a device's own corpus
 TRAIN, HELD_OUT = 48, 16  # workloads
 
 
