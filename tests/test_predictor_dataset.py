@@ -169,6 +169,7 @@ def test_a_held_out_model_is_held_out_with_its_shape_variants():
         programs(4, "gpt2-l2-h128-lmhead@x0.5"),
     )  # fmt: skip
     assert own.judged and not variant.judged and other.judged and not other_variant.judged
+    assert programs(5).judged  # a workload no stored model names is judged, as before the variants
     trained: list[set] = []
 
     class Recorder:

@@ -86,6 +86,7 @@ def corpus_workloads(storage, target, names: list[str], scales: list[float] = ()
     """Every task of these corpus models, stored as workloads (each once, under the first model that has it); with
     ``scales``, of the models at each scale of their input shapes instead (``scaled_shapes``)."""
     from bench.corpus.catalogue import BY_NAME, materialize
+    from registry.errors import RegistryError
     from registry.pipeline.model_run import extract
     from registry.tvm_side.compat import last_line
     from registry.tvm_side.frontend import load_onnx
@@ -94,13 +95,15 @@ def corpus_workloads(storage, target, names: list[str], scales: list[float] = ()
     variants = [(n, f"{n}@x{f:g}", f) for f in scales for n in names] if scales else [(n, n, None) for n in names]
     for base, name, factor in variants:
         model = BY_NAME[base]
-        shapes = scaled_shapes(model.shapes, factor) if factor else model.shapes
+        shapes = model.shapes if factor is None else scaled_shapes(model.shapes, factor)
         try:
             path = materialize(model)
             tasks = stored_tasks(storage, name, hashlib.sha256(path.read_bytes()).hexdigest())
             if tasks is None:
                 tasks = extract(storage, load_onnx(path, shapes, name=name), target)
-        except Exception as e:  # noqa: BLE001 - a model that does not import (at these shapes) is left out, said why
+        except Exception as e:  # noqa: BLE001 - a variant that TVM cannot import at its shapes is left out, said why
+            if factor is None and not isinstance(e, RegistryError):
+                raise  # the corpus as catalogued imports: anything else is a fault of this run
             print(f"  {name}: skipped ({last_line(str(e), type(e).__name__)[:200]})", flush=True)
             continue
         new = 0
@@ -176,6 +179,8 @@ def main() -> None:
         "--mcpu", help="build for this LLVM CPU instead of this machine's (haswell: an AVX2 sibling of an AVX-512 CPU)"
     )
     args = parser.parse_args()
+    if any(f <= 0 for f in args.scale):
+        parser.error("--scale: a factor above 0 (1.5 imports the models at one and a half times their shapes)")
     deadline = time.monotonic() + parse_seconds(args.budget)
 
     from bench.corpus.catalogue import MODELS

@@ -40,8 +40,9 @@ class WorkloadData:
 
     @property
     def judged(self) -> bool:
-        """A task of a corpus model as catalogued: the evaluation ranks it (a variant's own task only trains)."""
-        return any(VARIANT_MARK not in m for m in self.models)
+        """A task of a corpus model as catalogued, or of no stored model: the evaluation ranks it (a task that only
+        shape variants have only trains)."""
+        return not self.models or any(VARIANT_MARK not in m for m in self.models)
 
 
 def _model_weights(storage) -> dict[int, tuple[list[str], int]]:

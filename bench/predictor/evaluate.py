@@ -264,14 +264,15 @@ def main() -> None:
     trained, args.other_device = _device_names(parser, args.db, [args.device, *args.train_device], args.other_device)
     args.device, args.train_device = trained[0], trained[1:]
 
-    def programs(device: str) -> list:
-        return [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
+    def programs(device: str) -> tuple[list, list]:
+        """The device's workloads that are judged, and those that only shape variants have (``collect.py --scale``:
+        every fold and held-out model trains on them; none with ``--no-shape-variants``)."""
+        found = [d for d in dataset.load(args.db, device, extract_workload=args.workload_features) if d.size >= 2]
+        variants = [] if args.no_shape_variants else [d for d in found if not d.judged]
+        return [d for d in found if d.judged], variants
 
     start = time.monotonic()
-    data = programs(args.device)
-    # collect.py --scale: every fold and held-out model trains on them
-    variants = [] if args.no_shape_variants else [d for d in data if not d.judged]
-    data = [d for d in data if d.judged]
+    data, variants = programs(args.device)
     result = {
         "dataset": dataset.summary(data),
         "shape_variants": dataset.summary(variants),
@@ -279,8 +280,8 @@ def main() -> None:
         "workload_features": args.workload_features,
         "variants": {},
     }
-    others = {name: programs(name) for name in args.other_device}
-    extra = variants + [d for name in args.train_device for d in programs(name)]
+    others = {name: programs(name)[0] for name in args.other_device}
+    extra = variants + [d for name in args.train_device for part in programs(name) for d in part]
     device_train = data + extra
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
     result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
