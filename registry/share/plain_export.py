@@ -88,11 +88,12 @@ def _replayed(workload: StoredWorkload, name: str, donors: list, target: Target)
 
     mod = tvm.ir.load_json(workload.mod_json)
     likest = sorted(donors, key=lambda d: -difflib.SequenceMatcher(None, d[0], name).ratio())[:MAX_TRIES]
-    for _, records, donor_mod in likest:
+    for _, records, donor_json in likest:
+        donor_mod = tvm.ir.load_json(donor_json)  # once for its records, not once a record
         for trace, run_secs in records:
             sch = apply_trace.replay(mod, target, trace)
             if sch is None:
-                sch = apply_trace.via_anchor(mod, target, tvm.ir.load_json(donor_mod), trace)
+                sch = apply_trace.via_anchor(mod, target, donor_mod, trace)
             if sch is not None:
                 return apply_trace.trace_json(sch), run_secs
     return None
