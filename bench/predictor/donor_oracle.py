@@ -1,7 +1,7 @@
 """Where `transfer --no-measure` loses: every donor program it ranks for a model, measured here.
 
     .venv/bin/python bench/predictor/donor_oracle.py --registry PULLED.db [--candidates 32] \
-        [--rounds 3] [--update] [--out bench/results/donor_oracle.json] MODEL [MODEL ...]    # corpus names
+        [--rounds 3] [--update] [--compare OTHER.db] [--out bench/results/donor_oracle.json] MODEL [MODEL ...]
 
 For each task of each model with no record on this machine's device (what `--no-measure` ranks donors for), the
 programs the donors make of it, as `registry.pipeline.predicted` makes them (`DonorSchedules.distinct`: the donors'
@@ -16,14 +16,16 @@ per-task top-1 score (fastest over chosen):
 - ``predictor, stored only``: its pick among the donors' programs as stored, no re-sample;
 - ``first``: the first in donor order (the nearest donor on this device, its best record);
 - ``best of the first 3``: the fastest of the first 3 in donor order, which a measured transfer times
-  (``MEASURED_CANDIDATES``; it also re-tunes, which this does not count).
+  (``MEASURED_CANDIDATES``; it also re-tunes, which this does not count);
+- ``compared predictor`` (with ``--compare OTHER.db``): the pick of another registry's predictor for this device
+  (one that pulled an earlier starter bundle, say), among the same programs and timings.
 
 ``--update``: whether the predictor learns to rank such programs from other models' (more data of the kind it ranks
 here): for each model, the predictor updated as a tuning run updates it (``RankingModel.update``'s rounds and
 parameters) on the other models' measured donor programs, then judged on this model's.
 
-The registry is copied first (``bench/work/donor_oracle/``): nothing is written to ``--registry``. Writes the result
-with the machine, the commit and the date.
+The registries are copied first (``bench/work/donor_oracle/``): nothing is written to ``--registry`` or ``--compare``.
+Writes the result with the machine, the commit and the date.
 """
 
 from __future__ import annotations
@@ -47,15 +49,19 @@ Rule = Callable[[list[Candidate]], Candidate]
 
 RULES: dict[str, Rule] = {
     "predictor": lambda c: max(c, key=lambda r: r["score"]),
+    "compared predictor": lambda c: max(c, key=lambda r: r["compared_score"]),
     "predictor, stored only": lambda c: max([r for r in c if not r["resampled"]] or c, key=lambda r: r["score"]),
     "first": lambda c: c[0],
     "best of the first 3": lambda c: min(c[:3], key=lambda r: r["us"]),
 }
 
 
-def measured_candidates(name: str, registry: Path, work: Path, count: int, timings: int) -> tuple[list[dict], object]:
+def measured_candidates(
+    name: str, registry: Path, work: Path, count: int, timings: int, compared: Path | None = None
+) -> tuple[list[dict], object]:
     """Each non-exact task of ``name`` with its donor programs, scored and timed (a program that fails to build or
-    run is left out), and the predictor that scored them."""
+    run is left out), and the predictor that scored them; with ``compared``, each also scored by that registry's
+    predictor for this machine's device (``compared_score``)."""
     from tvm.target import Target
 
     from registry import hostinfo
@@ -68,8 +74,8 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
     from registry.store.factory import open_storage
     from registry.tvm_side.compat import prepare_tuning
     from registry.tvm_side.frontend import load_onnx
-    from registry.tvm_side.predictor import predictor_for, ranking_inputs
-    from registry.tvm_side.ranker import RankingModel, program_scores
+    from registry.tvm_side.predictor import ranking_inputs
+    from registry.tvm_side.ranker import program_scores
     from registry.tvm_side.signature import structural_hash
     from registry.tvm_side.target import device_spec, host_target
 
@@ -82,9 +88,12 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
     device_id = storage.add_device(device)
     target = Target(device.target)
     tasks = extract(storage, load_onnx(materialize(model), model.shapes, name=name), target)
-    found = predictor_for(storage, device_id)
-    if found is None or not isinstance(found.model, RankingModel):
-        raise SystemExit(f"{registry}: no ranking predictor for this machine's device, nor a sibling's (registry pull)")
+    found = _ranking_predictor(storage, device_id, registry)
+    other = None
+    if compared is not None:
+        copy_sqlite(compared, work / f"{name}-compared.db")  # the device is added to a copy, as to ``registry``'s
+        other_storage = open_storage(f"sqlite:///{work / f'{name}-compared.db'}", create_new=False)
+        other = _ranking_predictor(other_storage, other_storage.add_device(device), compared).model
     prepare_tuning(target.kind.name)
     index = SimilarityIndex(storage)
     index.load()
@@ -102,6 +111,7 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
             # the features once: what the predictor scores (as its predict does) and what --update trains on
             blocks = found.model.features(*ranking_inputs(task.mod, target, task.name, [s for _, s in picked]))
             scores = program_scores(found.model.booster, blocks, found.model.device)
+            compared_scores = program_scores(other.booster, blocks, other.device) if other else [None] * len(scores)
             jobs = [module_job(s.mod, target, task.arguments) for _, s in picked]
             rounds = [measurer.kernels(jobs, QUICK) for _ in range(timings)]  # each program's median over rounds
             timed = [_median(list(samples)) for samples in zip(*rounds, strict=True)]
@@ -111,16 +121,28 @@ def measured_candidates(name: str, registry: Path, work: Path, count: int, timin
                     "same_device": d.same_device,
                     "resampled": structural_hash(s.mod) not in stored,
                     "score": round(float(score), 4),
+                    **({"compared_score": round(float(other_score), 4)} if other_score is not None else {}),
                     "us": round(m * 1e6, 2),
                     "features": b,
                 }
-                for (d, s), score, m, b in zip(picked, scores, timed, blocks, strict=True)
+                for (d, s), score, other_score, m, b in zip(picked, scores, compared_scores, timed, blocks, strict=True)
                 if m is not None
             ]
             if candidates:
                 out.append({"task": task.name, "weight": task.weight, "candidates": candidates})
             print(f"{name} {task.name}: {len(candidates)} of {len(picked)} timed", flush=True)
     return [{"predictor_version": found.version, "predictor_from": found.sibling, "tasks": out}], found.model
+
+
+def _ranking_predictor(storage, device_id: int, registry: Path):
+    """The ranking predictor ``--no-measure`` takes for ``device_id`` (its own or its class sibling's)."""
+    from registry.tvm_side.predictor import predictor_for
+    from registry.tvm_side.ranker import RankingModel
+
+    found = predictor_for(storage, device_id)
+    if found is None or not isinstance(found.model, RankingModel):
+        raise SystemExit(f"{registry}: no ranking predictor for this machine's device, nor a sibling's (registry pull)")
+    return found
 
 
 def _median(measurements: list) -> float | None:
@@ -135,7 +157,10 @@ def summary(tasks: list[dict]) -> dict[str, dict[str, float]]:
     """Each rule's weighted latency over the fastest candidates', and its mean per-task top-1 score."""
     best = sum(t["weight"] * min(c["us"] for c in t["candidates"]) for t in tasks)
     out = {}
+    compared = all("compared_score" in c for t in tasks for c in t["candidates"])
     for rule_name, rule in RULES.items():
+        if rule_name == "compared predictor" and not compared:
+            continue
         chosen = [(t, rule(t["candidates"])) for t in tasks]
         out[rule_name] = {
             "of_best": round(sum(t["weight"] * c["us"] for t, c in chosen) / best, 3),
@@ -177,14 +202,21 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=32, help="donor programs per task (--no-measure's default)")
     ap.add_argument("--rounds", type=int, default=3, help="timings of every program, in turn; medians")
     ap.add_argument("--update", action="store_true", help="also: the predictor updated on the other models' programs")
+    ap.add_argument(
+        "--compare", type=Path,
+        help="another registry (one that pulled an older starter bundle, say): its predictor scores the same programs "
+        "(the rule \"compared predictor\")",
+    )  # fmt: skip
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/donor_oracle")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/donor_oracle.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     result: dict = {"registry": args.registry.name, "candidates": args.candidates, "rounds": args.rounds}
+    if args.compare:
+        result["compared"] = args.compare.name
     runs = []
     for name in args.models:
-        [run], model = measured_candidates(name, args.registry, args.work, args.candidates, args.rounds)
+        [run], model = measured_candidates(name, args.registry, args.work, args.candidates, args.rounds, args.compare)
         run = {"model": name, **run, "rules": summary(run["tasks"]) if run["tasks"] else {}}
         runs.append(run)
         print(json.dumps({"model": name, "tasks": len(run["tasks"]), "rules": run["rules"]}), flush=True)
