@@ -111,7 +111,9 @@ def measured_candidates(
             # the features once: what the predictor scores (as its predict does) and what --update trains on
             blocks = found.model.features(*ranking_inputs(task.mod, target, task.name, [s for _, s in picked]))
             scores = program_scores(found.model.booster, blocks, found.model.device)
-            compared_scores = program_scores(other.booster, blocks, other.device) if other else [None] * len(scores)
+            compared_scores = (
+                program_scores(other.booster, blocks, other.device) if other is not None else [None] * len(scores)
+            )
             jobs = [module_job(s.mod, target, task.arguments) for _, s in picked]
             rounds = [measurer.kernels(jobs, QUICK) for _ in range(timings)]  # each program's median over rounds
             timed = [_median(list(samples)) for samples in zip(*rounds, strict=True)]
@@ -210,6 +212,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/donor_oracle")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/donor_oracle.json")
     args = ap.parse_args()
+    for path in [args.registry, args.compare]:
+        if path is not None and not path.is_file():
+            ap.error(f"{path}: no such registry file")  # SQLite would create an empty one to copy
     args.work.mkdir(parents=True, exist_ok=True)
     result: dict = {"registry": args.registry.name, "candidates": args.candidates, "rounds": args.rounds}
     if args.compare:
