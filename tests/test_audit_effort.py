@@ -287,7 +287,10 @@ def test_warnings_are_not_repeated_by_one_run(sqlite_url):
         warnings.simplefilter("always")
         for _ in range(3):
             leases.read([wid])
-    assert len(caught) == 1, [str(w.message) for w in caught]
+    # Only the registry's own warnings count: a ResourceWarning from an earlier test's connection, collected here, is
+    # not this run's (it failed CI once).
+    ours = [str(w.message) for w in caught if "not used as stored" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in caught]
 
 
 @pytest.mark.tvm
