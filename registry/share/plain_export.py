@@ -5,7 +5,8 @@ kernels plain TVM never makes: ``fast_erf`` where plain TVM keeps ``erf``, chann
 the order of their schedule. ``registry transfer`` and ``tune`` record the kernels plain TVM extracts from the same
 model beside the registry's own (``plain_task``, where they differ). For each of those without a record of its own on
 the device, the registry's schedule of the same model is replayed on it (``apply_trace.replay``: the instructions up to
-the postprocessors, which run again on the plain kernel), trying the model's kernels by name likeness and each one's
+the postprocessors, which run again on the plain kernel; through the anchor block, or with the inlined elementwise
+steps renamed, where the blocks differ), trying the model's kernels by name likeness and each one's
 fastest records in turn; the first that applies gives the record, filed with its latency as measured on the
 registry's kernel (plain TVM only ranks by it). A kernel none applies to (a convolution tuned channels-last with
 layout-free weights has other loops) is counted, and the export's README says how to compile with the registry's
@@ -80,10 +81,12 @@ def plain_records(store: RegistryReads, device_id: int, target: dict) -> PlainRe
 
 def _replayed(workload: StoredWorkload, name: str, donors: list, target: Target):
     """(trace, run_secs) of the first donor schedule that applies to ``workload``: donors by name likeness, each
-    one's records fastest first, replayed whole or through the anchor block (a matmul whose epilogue is ``erf`` here
-    and ``fast_erf`` there); or None."""
+    one's records fastest first, replayed whole, through the anchor block (a matmul whose epilogue is ``erf`` here
+    and ``fast_erf`` there) or with the elementwise steps it inlines renamed (``exp`` here, ``fast_exp`` there: the
+    softmax, ``rebase.onto_inlined_steps``); or None."""
     import tvm
 
+    from registry.records import rebase
     from registry.tvm_side import apply_trace
 
     mod = tvm.ir.load_json(workload.mod_json)
@@ -94,6 +97,8 @@ def _replayed(workload: StoredWorkload, name: str, donors: list, target: Target)
             sch = apply_trace.replay(mod, target, trace)
             if sch is None:
                 sch = apply_trace.via_anchor(mod, target, donor_mod, trace)
+            if sch is None and (moved := rebase.onto_inlined_steps(trace, donor_json, workload.mod_json)):
+                sch = apply_trace.replay(mod, target, moved)
             if sch is not None:
                 return apply_trace.trace_json(sch), run_secs
     return None
