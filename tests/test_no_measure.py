@@ -5,6 +5,8 @@ nothing is written, and the library it exports computes what the untuned model c
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -38,15 +40,28 @@ def _records(url: str) -> int:
         return s.execute(select(func.count()).select_from(TuningRecord)).scalar()
 
 
-@pytest.fixture
-def other_device(sqlite_url, tmp_path: Path) -> tuple[str, int]:
-    """A registry holding an MLP tuned for another CPU (haswell) and that device's predictor: (url, device id)."""
-    mlp = tmp_path / "mlp.onnx"
+@pytest.fixture(scope="module")
+def _tuned_for_haswell(tmp_path_factory) -> tuple[Path, int]:
+    """A registry holding an MLP tuned for another CPU (haswell) and that device's predictor: (file, device id).
+    Made once for the module (a tuning run and a training); each test gets a copy (``other_device``)."""
+    folder = tmp_path_factory.mktemp("haswell")
+    db, mlp = folder / "registry.db", folder / "mlp.onnx"
     onnx.save(zoo.mlp(16, (128, 256, 128)), mlp)
-    _ok("--db", sqlite_url, "tune", str(mlp), "--target", haswell(), "--trials", "24", "--no-predictor", "--json")
-    [device] = [d for d in Store(sqlite_url).all_devices() if "haswell" in d.target_json]
-    _ok("--db", sqlite_url, "predictor", "train", "--device", str(device.id), "--holdout", "0")
-    return sqlite_url, device.id
+    url = f"sqlite:///{db}"
+    _ok("--db", url, "tune", str(mlp), "--target", haswell(), "--trials", "24", "--no-predictor", "--json")
+    [device] = [d for d in Store(url).all_devices() if "haswell" in d.target_json]
+    _ok("--db", url, "predictor", "train", "--device", str(device.id), "--holdout", "0")
+    return db, device.id
+
+
+@pytest.fixture
+def other_device(_tuned_for_haswell, tmp_path: Path) -> tuple[str, int]:
+    """A copy of that registry, for one test to write to: (url, device id)."""
+    db, device = _tuned_for_haswell
+    copy = tmp_path / "registry.db"
+    with closing(sqlite3.connect(db)) as source, closing(sqlite3.connect(copy)) as target:
+        source.backup(target)  # through SQLite, so that what its write-ahead log holds is copied too
+    return f"sqlite:///{copy}", device
 
 
 def _outputs(library: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
