@@ -79,6 +79,13 @@ def test_the_registrys_softmax_schedules_replay_on_plain_tvms_and_compute_the_so
         out = tvm.runtime.tensor(np.zeros(SHAPE, "float32"))
         built["main"](tvm.runtime.tensor(x), out)
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-7)
+    # what `registry export -o` files for plain TVM's kernel: the moved schedule, with the donor record's latency
+    from registry.share.plain_export import _replayed
+    from registry.store.values import StoredWorkload
+
+    kernel = StoredWorkload(1, "0", "structural", plain_json, [])
+    found = _replayed(kernel, "softmax", [("fast_softmax", [(traces[0], [2e-6])], ours_json)], target)
+    assert found is not None and found[1] == [2e-6] and "T_softmax_exp" in json.dumps(found[0]), found
 
 
 def test_a_step_scheduled_otherwise_than_inlined_is_not_moved(kernels):
