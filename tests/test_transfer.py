@@ -264,6 +264,40 @@ def test_an_exact_hit_slower_than_the_default_gives_way_to_it(sqlite_url, tmp_pa
     assert default_was_filed or best.mean_s == pytest.approx(1e-9)
 
 
+def _softmax(path: Path, shape: list[int]) -> Path:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_task_whose_nearest_donor_kept_the_default_is_left_on_it(sqlite_url, tmp_path):
+    """A softmax whose nearest stored workload's best record is TVM's default (its tuning found nothing faster, as
+    is usual for a softmax on a CPU) stays on its default: no candidate is measured for it (the donor's program is
+    the default, timed already) and the fallback does not tune it. Its result says why; the plan line counts it."""
+    from registry.pipeline.model_run import model_run
+    from registry.pipeline.transfer import ModelTransferOptions, _Resolver
+    from registry.similarity.index import SimilarityIndex
+    from registry.tvm_side.frontend import load_onnx
+    from registry.tvm_side.target import host_target
+
+    stored, new = _softmax(tmp_path / "a.onnx", [4, 64]), _softmax(tmp_path / "b.onnx", [8, 48])
+    store = Store(sqlite_url)
+    with model_run(store, load_onnx(stored, name="a"), host_target(), 1, "transferred", None) as run:
+        [task] = run.tasks
+        assert _Resolver(run, SimilarityIndex(store), ModelTransferOptions())._keep_default(task, 1.0)
+    result = transfer(sqlite_url, str(new), "--tune-trials", "8", "--json")
+    [softmax] = json.loads(result.stdout[result.stdout.index("{") :])["tasks"]
+    assert softmax["source"] == "default" and softmax["candidates"] == 0 and softmax["trials"] == 0, softmax
+    assert softmax["stopped"].startswith("not tuned: its nearest donor"), softmax
+    assert "1 kept on TVM's default" in result.stderr and "nothing left to tune" in result.stderr, result.stderr
+
+
 def _pointwise(path: Path) -> Path:
     """A 1x1 convolution, 128 to 64 channels on 14x14 maps, and its ReLU."""
     from onnx import TensorProto, helper, numpy_helper

@@ -17,7 +17,9 @@ reached (``similarity.donors.best_rate``). A donor's schedule beats TVM's naive 
 default" says little: a transferred convolution can stay several times slower than a tuned one and never be tuned
 (docs/BENCHMARKS.md, "Evidence behind the code's rules"). What schedules searched for similar
 workloads reached says what a good one reaches here. Records that were themselves transferred do not count: a poor
-transfer earlier in the same model would otherwise vouch for the next one.
+transfer earlier in the same model would otherwise vouch for the next one. A task left on the default whose first
+donor's best record is the default itself is not tuned (``kept_the_default``): the workload nearest it was searched,
+and nothing beat its default.
 
 Every timing goes through the run's measurer, in worker processes: a candidate that crashes costs that candidate.
 The model is then compiled with the registry as its MetaSchedule database, and its end-to-end latency measured
@@ -63,6 +65,7 @@ from registry.similarity.index import SimilarityIndex
 from registry.store.embedding import embed
 from registry.store.interface import RegistryStorage, StoredRecord
 from registry.store.rows import RecordIn
+from registry.store.validation import is_default_schedule
 from registry.store.values import scores_at, unseen_top1
 from registry.tvm_side import apply_trace
 from registry.tvm_side.compat import TVM_ERRORS
@@ -125,10 +128,11 @@ def transfer(
         deadline = _deadline(opts, started, untuned) if opts.tune_seconds else None
         results = _resolve_all(run, resolver, defaults, deadline, progress)
         tuning, history = None, None
-        fallback = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
+        wanted = [(task, r) for task, r in zip(run.tasks, results, strict=True) if _needs_tuning(r, opts)]
+        fallback = [(task, r) for task, r in wanted if not resolver.keeps_default(task, r)]
         seconds = _tuning_seconds(opts, started, untuned)
         tunes = bool(fallback) and opts.tune_trials > 0 and (seconds is None or seconds >= MIN_TUNING_S)
-        say(progress, _plan(results, fallback, opts, tunes, seconds))
+        say(progress, _plan(results, fallback, opts, tunes, seconds, kept=len(wanted) - len(fallback)))
         if tunes:
             tuning, history = _tune_fallback(run, opts, resolver, fallback, progress, seconds)
         progress(len(run.tasks), len(run.tasks), "compiling")
@@ -188,13 +192,21 @@ def _tuning_seconds(opts: ModelTransferOptions, started: float, untuned: Untuned
 
 
 def _plan(
-    results: list[TaskResult], fallback: list, opts: ModelTransferOptions, tunes: bool, seconds: float | None
+    results: list[TaskResult],
+    fallback: list,
+    opts: ModelTransferOptions,
+    tunes: bool,
+    seconds: float | None,
+    kept: int = 0,
 ) -> str:
-    """What transfer found and is about to do, in one line, before any tuning starts."""
+    """What transfer found and is about to do, in one line, before any tuning starts. ``kept``: the tasks left on
+    TVM's default because their first donor's best is the default (``kept_the_default``)."""
     count = {s: sum(1 for r in results if r.source == s) for s in ("exact", "transferred", "tuned")}
     found = f"{len(results)} task(s): {count['exact']} exact, {count['transferred']} transferred"
     if count["tuned"]:
         found += f", {count['tuned']} scheduled as matrix products"
+    if kept:
+        found += f", {kept} kept on TVM's default as their nearest donor's tuning kept it"
     if not fallback:
         return f"{found}; nothing left to tune"
     poor = sum(1 for _, r in fallback if r.source == "transferred")
@@ -213,6 +225,25 @@ def _plan(
 def _minutes(seconds: float) -> str:
     minutes, rest = divmod(int(round(seconds)), 60)
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def kept_the_default(donors: list[Donor]) -> Donor | None:
+    """The donor whose best record comes first (``donor_order``: this device's first, then the nearest), where that
+    record is TVM's default schedule: the workload nearest the task was searched and nothing beat its default; else
+    None. On a CPU that is typical of layer norms, softmaxes and means (a ViT's softmax: 120 candidates, all slower
+    than the default; docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau"), and tuning the task
+    would spend its share of the budget finding the same."""
+    first = next((d for d in donors if d.rank == 1), None)
+    return first if first is not None and _is_default(first) else None
+
+
+def _is_default(donor: Donor) -> bool:
+    """Whether the donor's record is TVM's default schedule (``validation.is_default_schedule``)."""
+    try:
+        trace = json.loads(donor.record.trace_json)
+    except ValueError:
+        return False
+    return isinstance(trace, list) and bool(trace) and is_default_schedule(trace[0])
 
 
 def _needs_tuning(result: TaskResult, opts: ModelTransferOptions) -> bool:
@@ -275,6 +306,7 @@ class _Resolver:
         self.schedules = DonorSchedules(run.storage, run.target)
         self.writer = RecordWriter(run.storage)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
+        self.default_kept: dict[int, Donor] = {}  # workload id -> its first donor, whose best is the default
         # the device's predictor (or a sibling's) ranks each task's donor programs: only the first are measured
         self.predictor = run.predictor() if opts.tune.use_predictor else None
 
@@ -303,6 +335,8 @@ class _Resolver:
             donors = self.schedules.find(
                 self.index, task, self.tvm_database.device_id, self.opts.neighbours, per_device=self.opts.per_device
             )
+        if (first := kept_the_default(donors)) is not None:
+            self.default_kept[task.workload_id] = first
         winner = self._best_candidate(task, donors, result, candidates or self.opts.candidates)
         if winner is None:
             return result
@@ -329,6 +363,15 @@ class _Resolver:
             result.of_donor_rate = task.signature.flops / timing.median_s / reference
         return result
 
+    def keeps_default(self, task: RunTask, result: TaskResult) -> bool:
+        """Whether a task the fallback would tune stays on TVM's default instead: no donor beat its default, and the
+        first donor's best record is the default itself (``kept_the_default``). Its result says so."""
+        first = self.default_kept.get(task.workload_id)
+        if result.source != "default" or first is None:
+            return False
+        result.stopped = f"not tuned: its nearest donor {first.task_name}#{first.workload_id} kept TVM's default"
+        return True
+
     def _keep_default(self, task: RunTask, default_us: float) -> bool:
         """File the default as the task's record where the registry's best is slower (``model_run.default_record``);
         whether it was filed (not on a GPU, nor where the registry's one check refused it)."""
@@ -349,6 +392,8 @@ class _Resolver:
         (donor None) beside them, timed together (built on every core at once); the fastest that ran and computes the
         task: (donor, schedule, timing), or None. Neither kind wins every 1x1 convolution, so both are timed
         (docs/BENCHMARKS.md, "A new user's first transfer of a YOLO")."""
+        # a donor record that is the default schedule makes the program the task's default was timed as already
+        donors = [d for d in donors if not _is_default(d)]
         with self.clock("donors"):
             picked: list = [(None, sch) for sch in matrix_product_seeds(task.mod, self.target)]
             if self.predictor is None:

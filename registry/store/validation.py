@@ -528,6 +528,12 @@ def trace_is_sound(trace: Any) -> bool:
     return True
 
 
+def is_default_schedule(insts: Any) -> bool:
+    """Whether a trace's instructions are TVM's default on a CPU: one lookup of the root block, nothing else
+    (``registry.tvm_side.defaults.default_trace``: a run files it where every candidate lost to the default)."""
+    return isinstance(insts, list) and len(insts) == 1 and isinstance(insts[0], list) and insts[0][:1] == ["GetSBlock"]
+
+
 def record_problems(records: Sequence[RecordIn]) -> list[Problem | None]:
     """``record_problem`` for each record: the check ``Store.ingest`` runs when it is given no other."""
     cache = SkeletonCache()

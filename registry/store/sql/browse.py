@@ -24,6 +24,7 @@ from registry.store.sql.models import (
     Workload,
     WorkloadArg,
 )
+from registry.store.validation import is_default_schedule
 from registry.store.values import BROWSE_SORTS, BrowseFilter, BrowsePage, DeviceCoverage
 
 
@@ -48,13 +49,12 @@ def coverage(conn: Connection, model_id: int) -> list[DeviceCoverage]:
 
 
 def _is_default(insts_z: bytes | None) -> bool:
-    """Whether a trace's instructions are TVM's default on a CPU: one lookup of the root block, nothing else
-    (``registry.tvm_side.defaults.default_trace``)."""
+    """Whether compressed trace instructions are TVM's default on a CPU (``validation.is_default_schedule``)."""
     try:
         insts = parse(inflate(insts_z, "a trace's instructions"), "a trace's instructions") if insts_z else None
     except CorruptRow:  # a row that cannot be read is no default: the report reads on
         return False
-    return isinstance(insts, list) and len(insts) == 1 and isinstance(insts[0], list) and insts[0][:1] == ["GetSBlock"]
+    return is_default_schedule(insts)
 
 
 def default_latencies(conn: Connection, workload_ids: Sequence[int], device_id: int) -> dict[int, float]:
