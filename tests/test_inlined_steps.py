@@ -104,8 +104,17 @@ def test_a_step_scheduled_otherwise_than_inlined_is_not_moved(kernels):
     assert rebase.onto_inlined_steps(plain_trace, plain_json, ours_json) is None
     # the same blocks: nothing to move (replay serves it as it is)
     assert rebase.onto_inlined_steps(trace, ours_json, ours_json) is None
-    # a stored trace is someone's claim: malformed ones give None, never an exception
-    for bad in ([insts], "x", [insts, decisions, []], [[*insts, [1, 2]], decisions], [[*insts, "Get"], decisions]):
+    # a stored trace is someone's claim: one that is not sound, or that looks a step up twice, gives None
+    again = [["GetSBlock", [], ["T_fast_exp", "main"], ["b99"]], ["ComputeInline", ["b99"], [], []]]
+    not_a_kind = [["x"], ["b0"], [], []]
+    past_the_end = [len(insts) + 5, 1]
+    for bad in (
+        [insts],
+        "x",
+        [insts, decisions, []],
+        [[*insts, [1, 2]], decisions],
+        [[not_a_kind, *insts], decisions],
+        [insts, [*decisions, past_the_end]],
+        [[*insts[:-1], *again, insts[-1]], decisions],
+    ):
         assert rebase.onto_inlined_steps(bad, ours_json, plain_json) is None, bad
-    odd = rebase.onto_inlined_steps([insts, [*decisions, [[0], 1], ["a"], []]], ours_json, plain_json)
-    assert odd is not None and len(odd[1]) == len(rebase.onto_inlined_steps(trace, ours_json, plain_json)[1])

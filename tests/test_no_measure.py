@@ -48,9 +48,11 @@ def _tuned_for_haswell(tmp_path_factory) -> tuple[Path, int]:
     db, mlp = folder / "registry.db", folder / "mlp.onnx"
     onnx.save(zoo.mlp(16, (128, 256, 128)), mlp)
     url = f"sqlite:///{db}"
-    _ok("--db", url, "tune", str(mlp), "--target", haswell(), "--trials", "24", "--no-predictor", "--json")
-    [device] = [d for d in Store(url).all_devices() if "haswell" in d.target_json]
-    _ok("--db", url, "predictor", "train", "--device", str(device.id), "--holdout", "0")
+    with pytest.MonkeyPatch.context() as env:  # made before the per-test home (conftest): one of its own
+        env.setenv("REGISTRY_HOME", str(folder / "home"))
+        _ok("--db", url, "tune", str(mlp), "--target", haswell(), "--trials", "24", "--no-predictor", "--json")
+        [device] = [d for d in Store(url).all_devices() if "haswell" in d.target_json]
+        _ok("--db", url, "predictor", "train", "--device", str(device.id), "--holdout", "0")
     return db, device.id
 
 

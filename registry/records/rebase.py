@@ -6,6 +6,9 @@ schedules (``GetSBlock("lv9")``), so a trace made on one copy does not replay on
 with the name"). Structurally equal modules have their blocks in the same order, so the n-th block of one is the
 n-th block of the other: a trace is moved by renaming what its ``GetSBlock`` instructions ask for, including the
 blocks that scheduling derives from one (``lv9_reindex_shared`` from ``lv9``).
+
+``onto_inlined_steps`` moves a trace between two modules that are not structurally equal but differ only in
+elementwise steps the trace inlines: the registry's fast softmax and plain TVM's, for ``registry export -o``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+
+from registry.store.validation import trace_is_sound
 
 _BLOCK = "s_tir.SBlock"
 
@@ -71,10 +76,14 @@ def _name(name: str, names: dict[str, str]) -> str:
 def onto_inlined_steps(trace: list[Any], source_json: str, target_json: str) -> list[Any] | None:
     """``trace`` (made on the module ``source_json``) for a module ``target_json`` that computes the same through other
     elementwise steps, each of which the trace inlines: the registry's fast softmax has ``T_softmax_delta`` and
-    ``T_fast_exp`` where plain TVM's softmax has ``T_softmax_exp``, and its schedule inlines both. Each block of the
-    target only takes the name of a block of the source only (the last first: it is inlined as that one was); the
-    source's left over are neither fetched nor inlined. None where a block of one module only is scheduled otherwise
-    than inlined, or the target has more of them: then the two schedules are not the same."""
+    ``T_fast_exp`` where plain TVM's softmax has ``T_softmax_exp``, and its schedules inline both. The source's blocks
+    that the target lacks are paired with the target's that the source lacks, from the consumers' end: the trace's
+    lookup of each paired one asks for the target's name instead (it is inlined as that one was), and the unpaired
+    ones are neither looked up nor inlined. None where the trace is not sound (``validation.trace_is_sound``), a block
+    the target lacks is looked up more than once or scheduled otherwise than inlined, or the target has more blocks of
+    its own than the source: then the two schedules are not the same."""
+    if not trace_is_sound(trace):
+        return None
     source, target = block_names(source_json), block_names(target_json)
     if source is None or target is None:
         return None
@@ -82,34 +91,27 @@ def onto_inlined_steps(trace: list[Any], source_json: str, target_json: str) -> 
     only_target = [n for n in target if n not in set(source)]
     if not only_source or len(only_target) > len(only_source):
         return None
-    if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(part, list) for part in trace)):
-        return None
     insts, decisions = trace
-    fetched: dict[str, str] = {}  # block name -> the variable its GetSBlock gives
+    fetched: dict[str, list[str]] = {}  # block name -> the variables its lookups give
     uses: dict[str, list[str]] = {}  # variable -> the kinds of the instructions it is an input of
-    for inst in insts:
-        if not (isinstance(inst, list) and len(inst) == 4 and all(isinstance(p, list) for p in inst[1:])):
-            return None  # not of the shape TVM writes
-        kind, inputs, attrs, outputs = inst
-        named = kind == "GetSBlock" and attrs and len(outputs) == 1
-        if named and isinstance(attrs[0], str) and isinstance(outputs[0], str):
-            fetched.setdefault(attrs[0], outputs[0])
+    for kind, inputs, attrs, outputs in insts:
+        if kind == "GetSBlock":
+            if not (attrs and isinstance(attrs[0], str)):
+                return None  # a lookup by no name: TVM would refuse it
+            fetched.setdefault(attrs[0], []).extend(outputs)
         for value in inputs:
             if isinstance(value, str):
                 uses.setdefault(value, []).append(kind)
     for name in only_source:
-        if name not in fetched or set(uses.get(fetched[name], [])) != {"ComputeInline"}:
+        if len(fetched.get(name, [])) != 1 or set(uses.get(fetched[name][0], [])) != {"ComputeInline"}:
             return None
-    names = dict(zip(reversed(only_source), reversed(only_target), strict=False))  # from the consumers' end
-    dropped = [[fetched[n]] for n in only_source if n not in names]  # one-item lists, as the instructions hold them
+    names = dict(zip(reversed(only_source), reversed(only_target), strict=False))
+    dropped = [fetched[n] for n in only_source if n not in names]  # one-item lists, as the instructions hold them
     kept, index = [], {}  # index: an instruction's position in the trace -> in the new one
     for i, (kind, inputs, attrs, outputs) in enumerate(insts):
-        if (kind == "GetSBlock" and outputs[:1] in dropped) or (kind == "ComputeInline" and inputs[:1] in dropped):
+        if (kind == "GetSBlock" and outputs in dropped) or (kind == "ComputeInline" and inputs[:1] in dropped):
             continue
         index[i] = len(kept)
-        kept.append(_renamed([kind, inputs, attrs, outputs], names))
-    return [kept, [[index[d[0]], *d[1:]] for d in decisions if isinstance(d, list) and d and _position(d[0], index)]]
-
-
-def _position(value: Any, index: dict[int, int]) -> bool:
-    return type(value) is int and value in index
+        renamed = kind == "GetSBlock" and attrs[0] in names  # exactly: a shared block may extend a paired one's name
+        kept.append([kind, inputs, [names[attrs[0]], *attrs[1:]] if renamed else attrs, outputs])
+    return [kept, [[index[d[0]], *d[1:]] for d in decisions if d[0] in index]]
