@@ -34,7 +34,9 @@ from registry.options import MEASURED_CANDIDATES, RANKED_CANDIDATES, TRANSFER, d
     default=TRANSFER.tune_trials,
     show_default=True,
     help="Tasks that no donor helped are tuned (as by `registry tune`), seeded with the donors tried, with this "
-    "many measured trials each, and so are poor transfers (--retune-below); 0 tunes nothing.",
+    "many measured trials each, and so are poor transfers (--retune-below); 0 tunes nothing. A task whose nearest "
+    "donor's best is TVM's default (usual for a softmax or a layer norm on a CPU) stays on it: `registry tune` "
+    "tunes it if you want.",
 )
 @click.option(
     "--tune-budget",
