@@ -276,6 +276,30 @@ def _softmax(path: Path, shape: list[int]) -> Path:
     return path
 
 
+def test_only_a_searched_default_at_this_devices_threads_keeps_a_task_on_it():
+    """The first best record among the donors counts as "the default was kept" only where a search kept it (not a
+    transferred record) at this device's runtime threads (at 8 threads a parallel schedule can beat what 1 kept)."""
+    from registry.pipeline.transfer import kept_the_default
+    from registry.similarity.donors import Donor
+    from registry.store.values import StoredRecord
+
+    default = json.dumps([[["GetSBlock", [], ["root", "main"], ["b0"]]], []])
+    scheduled = json.dumps([[["GetSBlock", [], ["root", "main"], ["b0"]], ["Annotate", ["b0", 16], ["x"], []]], []])
+
+    def donor(trace=default, source="tuned", same=False, device=2, rank=1):
+        return Donor(StoredRecord(1, 1, trace, [1e-6], 1e-6), 1, "softmax", 1.0, same, rank, 1.0, source, device)
+
+    threads = {1: 1, 2: 1, 3: 8}
+    assert kept_the_default([donor()], threads, 1) is not None
+    assert kept_the_default([donor(device=3)], threads, 1) is None  # timed at 8 threads, this device runs 1
+    assert kept_the_default([donor(device=1, same=True)], threads, 1) is not None
+    assert kept_the_default([donor(source="transferred")], threads, 1) is None
+    assert kept_the_default([donor(scheduled), donor()], threads, 1) is None  # the first best is a schedule
+    assert kept_the_default([donor(rank=2)], threads, 1) is None  # a runner-up says nothing of the best
+    assert kept_the_default([donor("not json")], threads, 1) is None
+    assert kept_the_default([], threads, 1) is None
+
+
 def test_a_task_whose_nearest_donor_kept_the_default_is_left_on_it(sqlite_url, tmp_path):
     """A softmax whose nearest stored workload's best record is TVM's default (its tuning found nothing faster, as
     is usual for a softmax on a CPU) stays on its default: no candidate is measured for it (the donor's program is

@@ -45,7 +45,7 @@ class DonorSchedules:
             exclude=frozenset({task.workload_id}),
         )
         own = [
-            Donor(r.record, task.workload_id, r.task_name, 0.0, False, r.rank, r.flops, r.source)
+            Donor(r.record, task.workload_id, r.task_name, 0.0, False, r.rank, r.flops, r.source, r.device_id)
             for r in self.store.donor_records([task.workload_id], per_device, kind)
             if r.device_id != device_id
         ]

@@ -227,14 +227,20 @@ def _minutes(seconds: float) -> str:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def kept_the_default(donors: list[Donor]) -> Donor | None:
+def kept_the_default(donors: list[Donor], device_threads: dict[int, int], threads: int | None) -> Donor | None:
     """The donor whose best record comes first (``donor_order``: this device's first, then the nearest), where that
-    record is TVM's default schedule: the workload nearest the task was searched and nothing beat its default; else
-    None. On a CPU that is typical of layer norms, softmaxes and means (a ViT's softmax: 120 candidates, all slower
-    than the default; docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau"), and tuning the task
-    would spend its share of the budget finding the same."""
+    record is TVM's default schedule kept by a search: the workload nearest the task was searched and nothing beat
+    its default; else None. On a CPU that is typical of layer norms, softmaxes and means (a ViT's softmax: 120
+    candidates, all slower than the default; docs/BENCHMARKS.md, "Convergence against plain MetaSchedule's plateau"),
+    and tuning the task would spend its share of the budget finding the same. Only a record made by a search counts
+    (not a transferred one, which says what a donor's schedule made of it), and only one timed at this device's
+    runtime threads (``device_threads``: device id -> threads): at more threads a parallel schedule can beat a
+    default that one thread keeps. An imported record is its registry's claim: at worst the task keeps the default
+    that was timed here, and ``registry tune`` tunes it."""
     first = next((d for d in donors if d.rank == 1), None)
-    return first if first is not None and _is_default(first) else None
+    if first is None or first.source == "transferred" or not _is_default(first):
+        return None
+    return first if first.same_device or device_threads.get(first.device_id) == threads else None
 
 
 def _is_default(donor: Donor) -> bool:
@@ -307,6 +313,7 @@ class _Resolver:
         self.writer = RecordWriter(run.storage)
         self.tried: dict[int, list] = {}  # workload id -> donor schedules measured: seeds for fallback tuning
         self.default_kept: dict[int, Donor] = {}  # workload id -> its first donor, whose best is the default
+        self.device_threads = {d.id: d.num_threads for d in run.storage.all_devices()}
         # the device's predictor (or a sibling's) ranks each task's donor programs: only the first are measured
         self.predictor = run.predictor() if opts.tune.use_predictor else None
 
@@ -335,7 +342,8 @@ class _Resolver:
             donors = self.schedules.find(
                 self.index, task, self.tvm_database.device_id, self.opts.neighbours, per_device=self.opts.per_device
             )
-        if (first := kept_the_default(donors)) is not None:
+        threads = self.device_threads.get(self.tvm_database.device_id)
+        if (first := kept_the_default(donors, self.device_threads, threads)) is not None:
             self.default_kept[task.workload_id] = first
         winner = self._best_candidate(task, donors, result, candidates or self.opts.candidates)
         if winner is None:
@@ -369,7 +377,8 @@ class _Resolver:
         first = self.default_kept.get(task.workload_id)
         if result.source != "default" or first is None:
             return False
-        result.stopped = f"not tuned: its nearest donor {first.task_name}#{first.workload_id} kept TVM's default"
+        where = "" if first.same_device else f" on device {first.device_id}"
+        result.stopped = f"not tuned: its nearest donor {first.task_name}#{first.workload_id}{where} kept TVM's default"
         return True
 
     def _keep_default(self, task: RunTask, default_us: float) -> bool:

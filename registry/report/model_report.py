@@ -34,7 +34,7 @@ class TaskResult:
     measurements: int = 0  # the same as trials (kept for readers of older reports)
     proposed: int = 0  # candidates the search proposed: measured, dropped unmeasured by the predictor, or stored
     tune_s: float = 0.0  # wall seconds spent tuning this task
-    stopped: str | None = None  # why tuning of this task stopped
+    stopped: str | None = None  # why tuning of this task stopped, or why transfer did not tune it
     error: str | None = None  # why the default schedule could not be built or run, in one line
     # every tuning run's effort on this task and device, as recorded (registry.pipeline.effort); None: none recorded
     effort_trials: int | None = None

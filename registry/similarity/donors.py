@@ -25,6 +25,7 @@ class Donor:
     rank: int  # 1 for the donor workload's best record on its device
     flops: float = 0.0  # the donor workload's floating-point operations
     source: str = "tuned"  # how its record was made
+    device_id: int = 0  # the device its record was measured on
 
     @property
     def rate(self) -> float | None:
@@ -73,6 +74,7 @@ def find_donors(
             r.rank,
             r.flops,
             r.source,
+            r.device_id,
         )
         for r in found
     ]
