@@ -146,9 +146,10 @@ def main() -> None:
                    "transferred": report["sources"].get("transferred", 0), "search_s": report["search_s"],
                    "transfer_wall_s": time.perf_counter() - start,
                    "ms": time_model(path, shapes, db, args.rounds),
-                   # per task: where its schedule came from, its latency and its share of its donor's rate
+                   # per task: where its schedule came from, its latency, its share of its donor's rate, its
+                   # tuning and why that stopped (or why the task was not tuned)
                    "task_detail": [{k: t.get(k) for k in ("name", "weight", "source", "after_us", "of_donor_rate",
-                                                          "trials")} for t in tasks]}  # fmt: skip
+                                                          "trials", "stopped")} for t in tasks]}  # fmt: skip
             results["models"][name] = row
             print(name, json.dumps(row), flush=True)
     args.out.write_text(json.dumps(stamped(results), indent=1) + "\n")
