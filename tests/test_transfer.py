@@ -379,7 +379,9 @@ def test_matrix_product_schedules_that_lost_are_not_handed_to_tuning_as_donors(s
 
 def _is_default(record) -> bool:
     """Whether a stored record is a task's default schedule (its trace only looks up the block)."""
-    return [i[0] for i in json.loads(record.trace_json)[0]] == ["GetSBlock"]
+    from registry.store.validation import is_default_schedule
+
+    return is_default_schedule(json.loads(record.trace_json)[0])
 
 
 def test_a_first_transfer_says_what_it_will_tune_and_keeps_to_its_time_budget(sqlite_url, tmp_path):

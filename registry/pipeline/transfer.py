@@ -342,8 +342,7 @@ class _Resolver:
             donors = self.schedules.find(
                 self.index, task, self.tvm_database.device_id, self.opts.neighbours, per_device=self.opts.per_device
             )
-        threads = self.device_threads.get(self.tvm_database.device_id)
-        if (first := kept_the_default(donors, self.device_threads, threads)) is not None:
+        if (first := kept_the_default(donors, self.device_threads, self.tvm_database.device.num_threads)) is not None:
             self.default_kept[task.workload_id] = first
         winner = self._best_candidate(task, donors, result, candidates or self.opts.candidates)
         if winner is None:

@@ -87,8 +87,8 @@ def onto_inlined_steps(trace: list[Any], source_json: str, target_json: str) -> 
     source, target = block_names(source_json), block_names(target_json)
     if source is None or target is None:
         return None
-    only_source = [n for n in source if n not in set(target)]
-    only_target = [n for n in target if n not in set(source)]
+    only_source = [n for n in source if n not in target]
+    only_target = [n for n in target if n not in source]
     if not only_source or len(only_target) > len(only_source):
         return None
     insts, decisions = trace
