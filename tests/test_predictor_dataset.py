@@ -193,3 +193,40 @@ def test_shape_variants_scale_sequences_and_image_sides():
     assert collect.scaled_shapes({"x": [1, 3, 48, 160]}, 2) == {"x": [1, 3, 96, 320]}
     assert collect.scaled_shapes({"x": [1, 3, 48, 160]}, 0.25) == {"x": [1, 3, 32, 32]}  # never under one step
     assert collect.scaled_shapes({"input_features": [1, 80, 200]}, 2) == {"input_features": [1, 80, 200]}
+
+
+@pytest.mark.tvm
+def test_held_out_rankings_are_judged_again_against_retimed_medians(tmp_path):
+    """``evaluate.py --retimed`` judges the same folds' rankings of the re-timed workloads twice: against the stored
+    timings and against ``label_noise.py``'s medians, matched by stored time; a stored time two programs share is
+    left out (it cannot say which one was re-timed)."""
+    from bench.predictor.dataset import WorkloadData
+
+    evaluate = _bench_module("evaluate")
+    stored = np.array([10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 17.0]) * 1e-6  # the last two share a time
+
+    def programs(wid):
+        return WorkloadData(wid, f"t{wid}", [], 1, [np.ones((1, 2))] * len(stored), stored, np.zeros(1))
+
+    class ByStored:  # ranks exactly as the stored timings do
+        def fit(self, train):
+            pass
+
+        def rank(self, d):
+            return -d.mean_s
+
+    # re-timed: the stored fastest is now the slowest, the rest keep their order
+    medians = {round(s * 1e6, 2): [s * 1e6] * 3 for s in stored[1:7]} | {10.0: [30.0, 31.0, 29.0], 17.0: [1.0] * 3}
+    found = {"workloads": [{"workload": 1, "programs": [{"stored_us": k, "rounds_us": v} for k, v in medians.items()]
+                            + [{"stored_us": 17.0, "rounds_us": [1.0] * 3}]}]}  # fmt: skip
+    path = tmp_path / "label_noise.json"
+    path.write_text(json.dumps(found))
+    labels = evaluate.retimed_labels(path)
+    assert set(labels[1]) == {10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0}  # 17.0 is ambiguous: left out
+    figures = evaluate.held_out_workloads(ByStored, [programs(w) for w in range(1, 6)], 5, 7, 0, (), labels)
+    again = figures["retimed"]
+    assert again["workloads"] == 1
+    assert again["stored_timings"]["top1"] == 1.0
+    assert again["retimed_medians"]["top1"] == pytest.approx(11.0 / 30.0)  # picked the stored fastest, now 30 µs
+    assert again["stored_timings_as_ranking"] == again["retimed_medians"]  # it ranked as the stored timings do
+    assert "retimed" not in evaluate.held_out_workloads(ByStored, [programs(w) for w in range(1, 6)], 5, 7, 0)

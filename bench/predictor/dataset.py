@@ -59,6 +59,11 @@ def _model_weights(storage) -> dict[int, tuple[list[str], int]]:
     return {wid: (names, weight or of_variants) for wid, (names, weight, of_variants) in found.items()}
 
 
+def variant_only(storage) -> set[int]:
+    """The workloads that only shape variants have: trained on, never judged (``WorkloadData.judged``)."""
+    return {wid for wid, (names, _) in _model_weights(storage).items() if all(VARIANT_MARK in m for m in names)}
+
+
 def load(url: str, device: str, *, extract_workload: bool = False, cache: Path = DEFAULT_CACHE, progress=print):
     """Every workload of ``device`` with ok records, as ``WorkloadData`` (features extracted or read from the cache)."""
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature

@@ -1,6 +1,7 @@
 """Which ranking model picks schedules best: held-out workloads and held-out models, TenSet's scores, one table.
 
-    .venv/bin/python bench/predictor/evaluate.py [--db URL] [--device SELECTOR] [--variants a,b] [--out FILE]
+    .venv/bin/python bench/predictor/evaluate.py [--db URL] [--device SELECTOR] [--variants a,b] [--retimed F] \
+        [--out FILE]
 
 Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
 
@@ -15,6 +16,9 @@ Each variant is trained on the programs of some workloads and ranks the programs
 Workloads that only shape variants have (``collect.py --scale``) train every fold and every held-out model but its own
 variants' (``--no-shape-variants``: none); they are never ranked. A workload is ranked when it has ``--min-programs``
 ok programs or more. The figures are ``scores.workload_row``'s, weighted by task weight, beside a random ranking's.
+The stored timings are one quick timing each, noisy enough to cap a perfect ranking's top-1 near 0.89
+(``label_noise.py``); ``--retimed`` names that script's results (the programs of some workloads timed again in rounds)
+and the folds' rankings of those workloads are judged again, against the stored timings and against the medians.
 Results go to ``bench/results/predictor-*.json`` with machine, commit and date.
 """
 
@@ -150,20 +154,70 @@ def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple
     return ranked(variant, test, min_programs)
 
 
-def held_out_workloads(variant_of, data: list, folds: int, min_programs: int, seed: int, extra: list = ()) -> dict:
+def retimed_labels(*paths: Path) -> dict[int, dict[float, float]]:
+    """``label_noise.py``'s results: workload id -> {stored µs (2 decimals, as it keeps them): median of the rounds}.
+    A stored time that two programs of a workload share is left out: it cannot say which program was re-timed."""
+    found = {}
+    for w in (w for path in paths for w in json.loads(path.read_text())["workloads"]):
+        stored = [p["stored_us"] for p in w["programs"]]
+        found[w["workload"]] = {
+            p["stored_us"]: float(np.median(p["rounds_us"])) for p in w["programs"] if stored.count(p["stored_us"]) == 1
+        }
+    return found
+
+
+def judged_again(d: dataset.WorkloadData, rank: np.ndarray, medians: dict[float, float], min_programs: int):
+    """A held-out workload's ranking judged twice on its re-timed programs: against their stored timings and against
+    the re-timed medians; and the stored timings themselves as a ranking, judged against the medians (how well one
+    quick timing a program picks). None where fewer than ``min_programs`` programs were re-timed."""
+    stored_us = np.round(d.mean_s * 1e6, 2)
+    keep = [i for i, us in enumerate(stored_us) if us in medians]
+    if len(keep) < min_programs:
+        return None
+    retimed, stored = np.array([medians[stored_us[i]] for i in keep]), d.mean_s[keep]
+    return (
+        scores.workload_row(stored, rank[keep]),
+        scores.workload_row(retimed, rank[keep]),
+        scores.workload_row(retimed, -stored),
+    )
+
+
+def held_out_workloads(
+    variant_of, data: list, folds: int, min_programs: int, seed: int, extra: list = (), retimed: dict | None = None
+) -> dict:
     """Five folds over ``data``'s workloads, each ranked by a model trained on the others' programs, and on ``extra``'s
-    (other devices' programs) of the other workloads only: a held-out workload is held out on every device."""
+    (other devices' programs) of the other workloads only: a held-out workload is held out on every device. With
+    ``retimed`` (``retimed_labels``), the workloads it has are judged again on their re-timed programs, against the
+    stored timings and against the re-timed medians (the same rankings, the labels' noise less), beside the stored
+    timings themselves as a ranking."""
     order = np.random.default_rng(seed).permutation(len(data))
     rows, weights = [], []
+    again: tuple[list, ...] = ([], [], [], [])  # judged_again's rows, then the weights
     for f in range(folds):
         test_idx = set(order[f::folds].tolist())
         held = {data[k].workload_id for k in test_idx}
         train = [d for k, d in enumerate(data) if k not in test_idx] + [d for d in extra if d.workload_id not in held]
         test = [d for k, d in enumerate(data) if k in test_idx]
-        r, w = judge(variant_of(), train, test, min_programs)
+        variant = variant_of()
+        r, w = judge(variant, train, test, min_programs)
         rows += r
         weights += w
-    return {"workloads": len(rows), **scores.weighted(rows, weights)}
+        for d in test:
+            judged = d.workload_id in (retimed or {}) and judged_again(
+                d, variant.rank(d), retimed[d.workload_id], min_programs
+            )
+            if judged:
+                for found, row in zip(again, (*judged, d.weight), strict=True):
+                    found.append(row)
+    figures = {"workloads": len(rows), **scores.weighted(rows, weights)}
+    if again[3]:
+        figures["retimed"] = {
+            "workloads": len(again[3]),
+            "stored_timings": scores.weighted(again[0], again[3]),
+            "retimed_medians": scores.weighted(again[1], again[3]),
+            "stored_timings_as_ranking": scores.weighted(again[2], again[3]),
+        }
+    return figures
 
 
 def held_out_models(variant_of, data: list, min_programs: int, judged: dict | None = None) -> dict:
@@ -257,6 +311,14 @@ def main() -> None:
     parser.add_argument(
         "--no-shape-variants", action="store_true", help="leave out the workloads only collect.py --scale gave"
     )
+    parser.add_argument(
+        "--retimed",
+        type=Path,
+        action="append",
+        default=[],
+        help="label_noise.py's result for --device: its workloads judged again against the re-timed medians"
+        " (repeatable)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.devices_only and not args.other_device:
@@ -271,6 +333,7 @@ def main() -> None:
         variants = [] if args.no_shape_variants else [d for d in found if not d.judged]
         return [d for d in found if d.judged], variants
 
+    retimed = retimed_labels(*args.retimed) if args.retimed else None
     start = time.monotonic()
     data, variants = programs(args.device)
     result = {
@@ -292,7 +355,9 @@ def main() -> None:
         t = time.monotonic()
         workloads, models = {}, {}
         if not args.devices_only:
-            workloads = held_out_workloads(VARIANTS[name], data, args.folds, args.min_programs, args.seed, extra)
+            workloads = held_out_workloads(
+                VARIANTS[name], data, args.folds, args.min_programs, args.seed, extra, retimed
+            )
         if not (args.quick or args.devices_only):
             # trained on every training device's programs of the other models, judged on --device's
             models = held_out_models(VARIANTS[name], device_train, args.min_programs, {"": data})[""]
@@ -307,6 +372,15 @@ def main() -> None:
                     print(f"{name:16s} {device_name} and the models: {line(both[device_name])}", flush=True)
         seconds = result["variants"][name]["seconds"] = round(time.monotonic() - t)
         print(f"{name:16s} {seconds:4d} s  {line(workloads)}  |  models held out: {line(models)}", flush=True)
+        if "retimed" in workloads:
+            again = workloads["retimed"]
+            print(
+                f"{'':16s} {again['workloads']} re-timed workloads, against the stored timings: "
+                f"{line(again['stored_timings'])}",
+                flush=True,
+            )
+            print(f"{'':16s} the same, against the re-timed medians: {line(again['retimed_medians'])}", flush=True)
+            print(f"{'':16s} the stored timings as a ranking: {line(again['stored_timings_as_ranking'])}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(stamped(result), indent=1))
 

@@ -1,14 +1,14 @@
 """How far the dataset's timings can be trusted to judge a ranking: its programs timed again here, in rounds.
 
     .venv/bin/python bench/predictor/label_noise.py [--db URL] --device D [--workloads 20] [--rounds 3] [--seed 0] \
-        [--out bench/results/label_noise.json]
+        [--besides EARLIER.json] [--out bench/results/label_noise.json]
 
 The predictor's held-out scores judge its ranking against each program's stored timing, one `QUICK` timing taken
 when the dataset was collected. If two timings of one program disagree, a ranking that knew every program's true
 speed would still not score 1.0 against them. For ``--workloads`` workloads of device ``D`` (seeded, each with 8 or
-more programs), every program is replayed, built and timed here with the measurer's `QUICK` settings, ``--rounds``
-times in turn; then, as the predictor's evaluation scores a ranking (top-1 / top-5 score, Spearman; mean over
-workloads, unweighted):
+more programs, none that only shape variants have: those are never judged), every program is replayed, built and
+timed here with the measurer's `QUICK` settings, ``--rounds`` times in turn; then, as the predictor's evaluation
+scores a ranking (top-1 / top-5 score, Spearman; mean over workloads, unweighted):
 
 - ``stored, judged by the re-timed median``: how well the stored timings pick the programs that are fastest now;
 - ``re-timed median, judged by the stored timings``: what a ranking that knew the re-timed speeds would score in
@@ -19,7 +19,8 @@ workloads, unweighted):
 
 The stored timings may come from another machine of the same CPU model (the dataset's README says which), so the
 first two mix noise with a machine's difference; the third is noise alone. Writes the result with the machine, the
-commit and the date.
+commit and the date. ``evaluate.py --retimed FILE`` judges the held-out folds' rankings of these workloads against
+the re-timed medians as well as the stored timings.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import stamped  # noqa: E402
+from bench.predictor import dataset  # noqa: E402
 
 
-def retimed(db: str, device: str, workloads: int, rounds: int, seed: int) -> list[dict]:
+def retimed(db: str, device: str, workloads: int, rounds: int, seed: int, done: set[int] = frozenset()) -> list[dict]:
     """Each chosen workload's programs: stored mean and each round's mean, in µs (a program that fails a round
-    here is left out)."""
+    here is left out). Workloads in ``done`` (timed again by an earlier run) are not chosen."""
     import tvm
     from tvm.target import Target
 
@@ -56,7 +58,8 @@ def retimed(db: str, device: str, workloads: int, rounds: int, seed: int) -> lis
     target = Target(json.loads(row.target_json))
     prepare_tuning(target.kind.name)
     counts = storage.ok_record_counts(row.id)
-    rankable = sorted(w for w, (_, n) in counts.items() if n >= 8)
+    trained_only = dataset.variant_only(storage)  # the evaluation never judges these: not timed again
+    rankable = sorted(w for w, (_, n) in counts.items() if n >= 8 and w not in trained_only and w not in done)
     chosen = sorted(np.random.default_rng(seed).choice(rankable, size=min(workloads, len(rankable)), replace=False))
     out = []
     with Measurer(target, row.num_threads) as measurer:
@@ -122,11 +125,15 @@ def main() -> None:
     ap.add_argument("--workloads", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="two or more")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--besides", type=Path, action="append", default=[], help="an earlier result: its workloads are not chosen"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/label_noise.json")
     args = ap.parse_args()
     if args.rounds < 2:
         ap.error("--rounds must be 2 or more: one round judged by another needs two")
-    found = retimed(args.db, args.device, args.workloads, args.rounds, args.seed)
+    done = {w["workload"] for path in args.besides for w in json.loads(path.read_text())["workloads"]}
+    found = retimed(args.db, args.device, args.workloads, args.rounds, args.seed, done)
     result = {"device": args.device, "rounds": args.rounds, "seed": args.seed, "figures": judged(found)}
     print(json.dumps(result["figures"]), flush=True)
     result["workloads"] = found
