@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/predictor/donor_oracle.py --registry PULLED.db [--candidates 32] \
         [--rounds 3] [--update] [--compare OTHER.db] [--out bench/results/donor_oracle.json] MODEL [MODEL ...]
+    .venv/bin/python bench/predictor/donor_oracle.py --rejudge bench/results/donor_oracle.json
 
 For each task of each model with no record on this machine's device (what `--no-measure` ranks donors for), the
 programs the donors make of it, as `registry.pipeline.predicted` makes them (`DonorSchedules.distinct`: the donors'
@@ -15,6 +16,7 @@ per-task top-1 score (fastest over chosen):
 - ``predictor``: the predictor's pick among all of them (what `--no-measure` builds);
 - ``predictor, stored only``: its pick among the donors' programs as stored, no re-sample;
 - ``first``: the first in donor order (the nearest donor on this device, its best record);
+- ``predictor, first 8``: its pick among the first 8 in donor order (the donors' stored programs come first);
 - ``best of the first 3``: the fastest of the first 3 in donor order, which a measured transfer times
   (``MEASURED_CANDIDATES``; it also re-tunes, which this does not count);
 - ``compared predictor`` (with ``--compare OTHER.db``): the pick of another registry's predictor for this device
@@ -23,6 +25,9 @@ per-task top-1 score (fastest over chosen):
 ``--update``: whether the predictor learns to rank such programs from other models' (more data of the kind it ranks
 here): for each model, the predictor updated as a tuning run updates it (``RankingModel.update``'s rounds and
 parameters) on the other models' measured donor programs, then judged on this model's.
+
+``--rejudge RESULT.json`` (repeatable, no models, nothing measured): every rule applied again to an earlier result's
+measured programs, one line a model: a new rule is judged on the timings already taken.
 
 The registries are copied first (``bench/work/donor_oracle/``): nothing is written to ``--registry`` or ``--compare``.
 Writes the result with the machine, the commit and the date.
@@ -51,6 +56,7 @@ RULES: dict[str, Rule] = {
     "predictor": lambda c: max(c, key=lambda r: r["score"]),
     "compared predictor": lambda c: max(c, key=lambda r: r["compared_score"]),
     "predictor, stored only": lambda c: max([r for r in c if not r["resampled"]] or c, key=lambda r: r["score"]),
+    "predictor, first 8": lambda c: max(c[:8], key=lambda r: r["score"]),
     "first": lambda c: c[0],
     "best of the first 3": lambda c: min(c[:3], key=lambda r: r["us"]),
 }
@@ -199,8 +205,9 @@ def updated(model, runs: list[dict]) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="+", help="corpus model names")
-    ap.add_argument("--registry", type=Path, required=True, help="a registry after `registry pull`, say")
+    ap.add_argument("models", nargs="*", help="corpus model names")
+    ap.add_argument("--registry", type=Path, help="a registry after `registry pull`, say")
+    ap.add_argument("--rejudge", type=Path, action="append", default=[], help="an earlier result: its rules again")
     ap.add_argument("--candidates", type=int, default=32, help="donor programs per task (--no-measure's default)")
     ap.add_argument("--rounds", type=int, default=3, help="timings of every program, in turn; medians")
     ap.add_argument("--update", action="store_true", help="also: the predictor updated on the other models' programs")
@@ -212,6 +219,14 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/donor_oracle")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/donor_oracle.json")
     args = ap.parse_args()
+    if args.rejudge:
+        for path in args.rejudge:
+            for run in json.loads(path.read_text())["models"]:
+                rules = summary(run["tasks"]) if run["tasks"] else {}
+                print(path.name, run["model"], json.dumps({k: v["of_best"] for k, v in rules.items()}), flush=True)
+        return
+    if not args.models or args.registry is None:
+        ap.error("name the models and --registry (or --rejudge earlier results)")
     for path in [args.registry, args.compare]:
         if path is not None and not path.is_file():
             ap.error(f"{path}: no such registry file")  # SQLite would create an empty one to copy
