@@ -162,7 +162,10 @@ def _median(measurements: list) -> float | None:
 
 
 def summary(tasks: list[dict]) -> dict[str, dict[str, float]]:
-    """Each rule's weighted latency over the fastest candidates', and its mean per-task top-1 score."""
+    """Each rule's weighted latency over the fastest candidates', and its mean per-task top-1 score (none without
+    tasks)."""
+    if not tasks:
+        return {}
     best = sum(t["weight"] * min(c["us"] for c in t["candidates"]) for t in tasks)
     out = {}
     compared = all("compared_score" in c for t in tasks for c in t["candidates"])
@@ -222,7 +225,7 @@ def main() -> None:
     if args.rejudge:
         for path in args.rejudge:
             for run in json.loads(path.read_text())["models"]:
-                rules = summary(run["tasks"]) if run["tasks"] else {}
+                rules = summary(run["tasks"])
                 print(path.name, run["model"], json.dumps({k: v["of_best"] for k, v in rules.items()}), flush=True)
         return
     if not args.models or args.registry is None:
@@ -237,7 +240,7 @@ def main() -> None:
     runs = []
     for name in args.models:
         [run], model = measured_candidates(name, args.registry, args.work, args.candidates, args.rounds, args.compare)
-        run = {"model": name, **run, "rules": summary(run["tasks"]) if run["tasks"] else {}}
+        run = {"model": name, **run, "rules": summary(run["tasks"])}
         runs.append(run)
         print(json.dumps({"model": name, "tasks": len(run["tasks"]), "rules": run["rules"]}), flush=True)
     if args.update and len(runs) > 1:

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import stamped  # noqa: E402
 from bench.predictor import dataset  # noqa: E402
+from bench.predictor.label_noise import stored_key  # noqa: E402
 from registry.tvm_side import predictor_scores as scores  # noqa: E402
 from registry.tvm_side import ranker  # noqa: E402
 
@@ -155,7 +156,7 @@ def judge(variant: Variant, train: list, test: list, min_programs: int) -> tuple
 
 
 def retimed_labels(*paths: Path) -> dict[int, dict[float, float]]:
-    """``label_noise.py``'s results: workload id -> {stored µs (2 decimals, as it keeps them): median of the rounds}.
+    """``label_noise.py``'s results: workload id -> {stored µs (``label_noise.stored_key``): median of the rounds}.
     A stored time that two programs of a workload share is left out: it cannot say which program was re-timed."""
     found = {}
     for w in (w for path in paths for w in json.loads(path.read_text())["workloads"]):
@@ -170,7 +171,7 @@ def judged_again(d: dataset.WorkloadData, rank: np.ndarray, medians: dict[float,
     """A held-out workload's ranking judged twice on its re-timed programs: against their stored timings and against
     the re-timed medians; and the stored timings themselves as a ranking, judged against the medians (how well one
     quick timing a program picks). None where fewer than ``min_programs`` programs were re-timed."""
-    stored_us = np.round(d.mean_s * 1e6, 2)
+    stored_us = [stored_key(float(s)) for s in d.mean_s]
     keep = [i for i, us in enumerate(stored_us) if us in medians]
     if len(keep) < min_programs:
         return None
@@ -203,9 +204,8 @@ def held_out_workloads(
         rows += r
         weights += w
         for d in test:
-            judged = d.workload_id in (retimed or {}) and judged_again(
-                d, variant.rank(d), retimed[d.workload_id], min_programs
-            )
+            medians = (retimed or {}).get(d.workload_id)
+            judged = judged_again(d, variant.rank(d), medians, min_programs) if medians else None
             if judged:
                 for found, row in zip(again, (*judged, d.weight), strict=True):
                     found.append(row)
