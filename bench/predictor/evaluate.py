@@ -1,7 +1,7 @@
 """Which ranking model picks schedules best: held-out workloads and held-out models, TenSet's scores, one table.
 
     .venv/bin/python bench/predictor/evaluate.py [--db URL] [--device SELECTOR] [--variants a,b] [--retimed F] \
-        [--out FILE]
+        [--train-on-retimed] [--out FILE]
 
 Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
 
@@ -18,13 +18,15 @@ variants' (``--no-shape-variants``: none); they are never ranked. A workload is 
 ok programs or more. The figures are ``scores.workload_row``'s, weighted by task weight, beside a random ranking's.
 The stored timings are one quick timing each, noisy enough to cap a perfect ranking's top-1 near 0.89
 (``label_noise.py``); ``--retimed`` names that script's results (the programs of some workloads timed again in rounds)
-and the folds' rankings of those workloads are judged again, against the stored timings and against the medians.
+and the folds' rankings of those workloads are judged again, against the stored timings and against the medians;
+``--train-on-retimed`` trains every model on those medians where a workload has them.
 Results go to ``bench/results/predictor-*.json`` with machine, commit and date.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -167,15 +169,31 @@ def retimed_labels(*paths: Path) -> dict[int, dict[float, float]]:
     return found
 
 
+def matched(d: dataset.WorkloadData, medians: dict[float, float]) -> tuple[list[int], np.ndarray]:
+    """The indices of ``d``'s programs that were re-timed, and their re-timed medians in µs."""
+    stored_us = [stored_key(float(s)) for s in d.mean_s]
+    keep = [i for i, us in enumerate(stored_us) if us in medians]
+    return keep, np.array([medians[stored_us[i]] for i in keep])
+
+
+def relabelled(d: dataset.WorkloadData, retimed: dict[int, dict[float, float]]) -> dataset.WorkloadData:
+    """What ``--train-on-retimed`` trains on: a re-timed workload's re-timed programs only, each labelled by its median
+    (one scale within a workload: a program left at its stored timing, 15-25% slower, would rank as slower than it
+    is); a workload with fewer than two re-timed programs as it is."""
+    keep, retimed_us = matched(d, retimed.get(d.workload_id, {}))
+    if len(keep) < 2:
+        return d
+    return dataclasses.replace(d, blocks=[d.blocks[i] for i in keep], mean_s=retimed_us * 1e-6)
+
+
 def judged_again(d: dataset.WorkloadData, rank: np.ndarray, medians: dict[float, float], min_programs: int):
     """A held-out workload's ranking judged twice on its re-timed programs: against their stored timings and against
     the re-timed medians; and the stored timings themselves as a ranking, judged against the medians (how well one
     quick timing a program picks). None where fewer than ``min_programs`` programs were re-timed."""
-    stored_us = [stored_key(float(s)) for s in d.mean_s]
-    keep = [i for i, us in enumerate(stored_us) if us in medians]
+    keep, retimed = matched(d, medians)
     if len(keep) < min_programs:
         return None
-    retimed, stored = np.array([medians[stored_us[i]] for i in keep]), d.mean_s[keep]
+    stored = d.mean_s[keep]
     return (
         scores.workload_row(stored, rank[keep]),
         scores.workload_row(retimed, rank[keep]),
@@ -184,13 +202,21 @@ def judged_again(d: dataset.WorkloadData, rank: np.ndarray, medians: dict[float,
 
 
 def held_out_workloads(
-    variant_of, data: list, folds: int, min_programs: int, seed: int, extra: list = (), retimed: dict | None = None
+    variant_of,
+    data: list,
+    folds: int,
+    min_programs: int,
+    seed: int,
+    extra: list = (),
+    retimed: dict | None = None,
+    train_on_retimed: bool = False,
 ) -> dict:
     """Five folds over ``data``'s workloads, each ranked by a model trained on the others' programs, and on ``extra``'s
     (other devices' programs) of the other workloads only: a held-out workload is held out on every device. With
     ``retimed`` (``retimed_labels``), the workloads it has are judged again on their re-timed programs, against the
     stored timings and against the re-timed medians (the same rankings, the labels' noise less), beside the stored
-    timings themselves as a ranking."""
+    timings themselves as a ranking; with ``train_on_retimed`` too, the folds train on the re-timed workloads'
+    medians (``relabelled``) instead of their stored timings."""
     order = np.random.default_rng(seed).permutation(len(data))
     rows, weights = [], []
     again: tuple[list, ...] = ([], [], [], [])  # judged_again's rows, then the weights
@@ -198,6 +224,8 @@ def held_out_workloads(
         test_idx = set(order[f::folds].tolist())
         held = {data[k].workload_id for k in test_idx}
         train = [d for k, d in enumerate(data) if k not in test_idx] + [d for d in extra if d.workload_id not in held]
+        if train_on_retimed:
+            train = [relabelled(d, retimed or {}) for d in train]
         test = [d for k, d in enumerate(data) if k in test_idx]
         variant = variant_of()
         r, w = judge(variant, train, test, min_programs)
@@ -319,10 +347,18 @@ def main() -> None:
         help="label_noise.py's result for --device: its workloads judged again against the re-timed medians"
         " (repeatable)",
     )
+    parser.add_argument(
+        "--train-on-retimed",
+        action="store_true",
+        help="every model trains on --retimed's medians where a workload has them (its other programs left out), not"
+        " on the stored timings; judged as before",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.devices_only and not args.other_device:
         parser.error("--devices-only judges --other-device: name one")
+    if args.train_on_retimed and not args.retimed:
+        parser.error("--train-on-retimed trains on --retimed's medians: name a result")
     trained, args.other_device = _device_names(parser, args.db, [args.device, *args.train_device], args.other_device)
     args.device, args.train_device = trained[0], trained[1:]
 
@@ -341,11 +377,12 @@ def main() -> None:
         "shape_variants": dataset.summary(variants),
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
+        "trained_on_retimed": args.train_on_retimed,
         "variants": {},
     }
     others = {name: programs(name)[0] for name in args.other_device}
     extra = variants + [d for name in args.train_device for part in programs(name) for d in part]
-    device_train = data + extra
+    device_train = [relabelled(d, retimed) for d in data] + extra if args.train_on_retimed else data + extra
     result["other_devices"] = {name: dataset.summary(other) for name, other in others.items()}
     result["device_training"] = {"devices": [args.device, *args.train_device], **dataset.summary(device_train)}
     # what the folds trained on: train.py stores these figures only with a predictor trained on the same devices
@@ -356,7 +393,7 @@ def main() -> None:
         workloads, models = {}, {}
         if not args.devices_only:
             workloads = held_out_workloads(
-                VARIANTS[name], data, args.folds, args.min_programs, args.seed, extra, retimed
+                VARIANTS[name], data, args.folds, args.min_programs, args.seed, extra, retimed, args.train_on_retimed
             )
         if not (args.quick or args.devices_only):
             # trained on every training device's programs of the other models, judged on --device's
