@@ -265,3 +265,24 @@ def test_folds_can_train_on_the_retimed_medians_instead_of_the_stored_timings():
     seen.clear()
     evaluate.held_out_workloads(Recording, data, 5, 7, 0, (), medians)
     assert np.array_equal(seen[1].mean_s, stored)  # without the flag: the stored timings
+
+
+def test_label_noise_pools_earlier_results_without_timing_anything(tmp_path, monkeypatch, capsys):
+    """``label_noise.py --pooled``: the figures over several results' workloads together (each workload counted once
+    per file it is in), as one run over all of them would give; nothing is timed, so no device is named."""
+    label_noise = _bench_module("label_noise")
+
+    def result(path, rounds_of):  # 8 programs stored at 1..8 µs, each re-timed 3 times
+        programs = [{"stored_us": float(s), "rounds_us": [rounds_of(s)] * 3} for s in range(1, 9)]
+        path.write_text(json.dumps({"workloads": [{"workload": 1, "task": "t", "programs": programs}]}))
+        return str(path)
+
+    same = result(tmp_path / "a.json", float)  # the stored order holds
+    reversed_ = result(tmp_path / "b.json", lambda s: 9.0 - s)  # the stored fastest is now the slowest
+    monkeypatch.setattr("sys.argv", ["label_noise.py", "--pooled", same, reversed_])
+    label_noise.main()
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["workloads"], figures["programs"]) == (2, 16)
+    assert figures["stored, judged by the re-timed median"]["top1"] == pytest.approx((1.0 + 1 / 8) / 2, abs=1e-3)
+    assert figures["one round, judged by another"]["top1"] == 1.0  # the rounds agree
+    assert figures["stored over re-timed median, median"] == pytest.approx(1.0, abs=0.2)

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/predictor/label_noise.py [--db URL] --device D [--workloads 20] [--rounds 3] [--seed 0] \
         [--besides EARLIER.json] [--out bench/results/label_noise.json]
+    .venv/bin/python bench/predictor/label_noise.py --pooled RESULT.json [RESULT.json ...]
 
 The predictor's held-out scores judge its ranking against each program's stored timing, one `QUICK` timing taken
 when the dataset was collected. If two timings of one program disagree, a ranking that knew every program's true
@@ -19,8 +20,9 @@ scores a ranking (top-1 / top-5 score, Spearman; mean over workloads, unweighted
 
 The stored timings may come from another machine of the same CPU model (the dataset's README says which), so the
 first two mix noise with a machine's difference; the third is noise alone. Writes the result with the machine, the
-commit and the date. ``evaluate.py --retimed FILE`` judges the held-out folds' rankings of these workloads against
-the re-timed medians as well as the stored timings.
+commit and the date. ``--pooled`` times nothing: it prints the same figures over several results' workloads
+together. ``evaluate.py --retimed FILE`` judges the held-out folds' rankings of these workloads against the re-timed
+medians as well as the stored timings.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def judged(found: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
-    ap.add_argument("--device", required=True, help="the device whose programs are timed again: this machine's CPU")
+    ap.add_argument("--device", help="the device whose programs are timed again: this machine's CPU")
     ap.add_argument("--workloads", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="two or more")
     ap.add_argument("--seed", type=int, default=0)
@@ -135,7 +137,13 @@ def main() -> None:
         "--besides", type=Path, action="append", default=[], help="an earlier result: its workloads are not chosen"
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/label_noise.json")
+    ap.add_argument("--pooled", type=Path, nargs="+", help="earlier results: their figures together, nothing timed")
     args = ap.parse_args()
+    if args.pooled:
+        print(json.dumps(judged([w for path in args.pooled for w in json.loads(path.read_text())["workloads"]])))
+        return
+    if not args.device:
+        ap.error("--device is required: the device whose programs are timed again (or --pooled to time nothing)")
     if args.rounds < 2:
         ap.error("--rounds must be 2 or more: one round judged by another needs two")
     done = {w["workload"] for path in args.besides for w in json.loads(path.read_text())["workloads"]}
