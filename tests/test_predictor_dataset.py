@@ -235,36 +235,38 @@ def test_held_out_rankings_are_judged_again_against_retimed_medians(tmp_path):
 @pytest.mark.tvm
 def test_folds_can_train_on_the_retimed_medians_instead_of_the_stored_timings():
     """``evaluate.py --train-on-retimed``: a re-timed workload trains on its re-timed programs only, labelled by their
-    medians (in seconds, as stored timings are); a workload not re-timed trains as stored; the held-out workload is
-    still ranked on all its programs."""
+    medians (in seconds, as stored timings are); a workload not re-timed trains as stored, and so does another
+    device's copy of a re-timed workload (same id, its own timings); the held-out workload is still ranked on all its
+    programs."""
     from bench.predictor.dataset import WorkloadData
 
     evaluate = _bench_module("evaluate")
     stored = np.arange(10.0, 19.0) * 1e-6
 
-    def programs(wid):
+    def programs(wid, device=0.0):
         blocks = [np.full((1, 2), k) for k in range(len(stored))]  # program k's features: all k
-        return WorkloadData(wid, f"t{wid}", [], 1, blocks, stored, np.zeros(1))
+        return WorkloadData(wid, f"t{wid}", [], 1, blocks, stored, np.full(1, device))
 
     medians = {1: {round(s * 1e6, 2): 30.0 - s * 1e6 for s in stored[:7]}}  # 7 of 9 re-timed, order reversed
     seen = {}
 
     class Recording:
         def fit(self, train):
-            seen.update({d.workload_id: d for d in train})
+            seen.update({(d.workload_id, float(d.device[0])): d for d in train})
 
         def rank(self, d):
             assert d.size == len(stored)  # judged on every program, as without the flag
             return -d.mean_s
 
-    data = [programs(w) for w in range(1, 6)]
-    evaluate.held_out_workloads(Recording, data, 5, 7, 0, (), medians, train_on_retimed=True)
-    assert np.allclose(seen[1].mean_s * 1e6, [20.0, 19.0, 18.0, 17.0, 16.0, 15.0, 14.0])
-    assert [int(b[0, 0]) for b in seen[1].blocks] == list(range(7))  # each program keeps its own features
-    assert np.array_equal(seen[2].mean_s, stored)
+    data, other_device = [programs(w) for w in range(1, 6)], [programs(1, device=1.0)]
+    evaluate.held_out_workloads(Recording, data, 5, 7, 0, other_device, medians, train_on_retimed=True)
+    assert np.allclose(seen[1, 0.0].mean_s * 1e6, [20.0, 19.0, 18.0, 17.0, 16.0, 15.0, 14.0])
+    assert [int(b[0, 0]) for b in seen[1, 0.0].blocks] == list(range(7))  # each program keeps its own features
+    assert np.array_equal(seen[2, 0.0].mean_s, stored)
+    assert np.array_equal(seen[1, 1.0].mean_s, stored)  # the other device's programs of workload 1
     seen.clear()
-    evaluate.held_out_workloads(Recording, data, 5, 7, 0, (), medians)
-    assert np.array_equal(seen[1].mean_s, stored)  # without the flag: the stored timings
+    evaluate.held_out_workloads(Recording, data, 5, 7, 0, other_device, medians)
+    assert np.array_equal(seen[1, 0.0].mean_s, stored)  # without the flag: the stored timings
 
 
 def test_label_noise_pools_earlier_results_without_timing_anything(tmp_path, monkeypatch, capsys):

@@ -223,9 +223,10 @@ def held_out_workloads(
     for f in range(folds):
         test_idx = set(order[f::folds].tolist())
         held = {data[k].workload_id for k in test_idx}
-        train = [d for k, d in enumerate(data) if k not in test_idx] + [d for d in extra if d.workload_id not in held]
-        if train_on_retimed:
-            train = [relabelled(d, retimed or {}) for d in train]
+        trained = [d for k, d in enumerate(data) if k not in test_idx]
+        if train_on_retimed:  # ``data``'s only: another device's programs of a workload share its id, not its medians
+            trained = [relabelled(d, retimed or {}) for d in trained]
+        train = trained + [d for d in extra if d.workload_id not in held]
         test = [d for k, d in enumerate(data) if k in test_idx]
         variant = variant_of()
         r, w = judge(variant, train, test, min_programs)
