@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import stamped  # noqa: E402
 from bench.predictor import dataset  # noqa: E402
-from bench.predictor.label_noise import stored_key  # noqa: E402
+from bench.predictor.label_noise import stored_key, workloads_of  # noqa: E402
 from registry.tvm_side import predictor_scores as scores  # noqa: E402
 from registry.tvm_side import ranker  # noqa: E402
 
@@ -161,7 +161,7 @@ def retimed_labels(*paths: Path) -> dict[int, dict[float, float]]:
     """``label_noise.py``'s results: workload id -> {stored µs (``label_noise.stored_key``): median of the rounds}.
     A stored time that two programs of a workload share is left out: it cannot say which program was re-timed."""
     found = {}
-    for w in (w for path in paths for w in json.loads(path.read_text())["workloads"]):
+    for w in workloads_of(*paths):
         stored = [p["stored_us"] for p in w["programs"]]
         found[w["workload"]] = {
             p["stored_us"]: float(np.median(p["rounds_us"])) for p in w["programs"] if stored.count(p["stored_us"]) == 1
@@ -218,15 +218,15 @@ def held_out_workloads(
     timings themselves as a ranking; with ``train_on_retimed`` too, the folds train on the re-timed workloads'
     medians (``relabelled``) instead of their stored timings."""
     order = np.random.default_rng(seed).permutation(len(data))
+    # ``data``'s only: another device's programs of a workload share its id, not its medians
+    trained_as = [relabelled(d, retimed or {}) for d in data] if train_on_retimed else data
     rows, weights = [], []
     again: tuple[list, ...] = ([], [], [], [])  # judged_again's rows, then the weights
     for f in range(folds):
         test_idx = set(order[f::folds].tolist())
         held = {data[k].workload_id for k in test_idx}
-        trained = [d for k, d in enumerate(data) if k not in test_idx]
-        if train_on_retimed:  # ``data``'s only: another device's programs of a workload share its id, not its medians
-            trained = [relabelled(d, retimed or {}) for d in trained]
-        train = trained + [d for d in extra if d.workload_id not in held]
+        train = [d for k, d in enumerate(trained_as) if k not in test_idx]
+        train += [d for d in extra if d.workload_id not in held]
         test = [d for k, d in enumerate(data) if k in test_idx]
         variant = variant_of()
         r, w = judge(variant, train, test, min_programs)

@@ -48,6 +48,11 @@ def stored_key(mean_s: float) -> float:
     return round(mean_s * 1e6, 2)
 
 
+def workloads_of(*paths: Path) -> list[dict]:
+    """The re-timed workloads of earlier results, in order (each as ``retimed`` returns it)."""
+    return [w for path in paths for w in json.loads(path.read_text())["workloads"]]
+
+
 def retimed(db: str, device: str, workloads: int, rounds: int, seed: int, done: set[int] = frozenset()) -> list[dict]:
     """Each chosen workload's programs: stored mean and each round's mean, in µs (a program that fails a round
     here is left out). Workloads in ``done`` (timed again by an earlier run) are not chosen."""
@@ -140,13 +145,13 @@ def main() -> None:
     ap.add_argument("--pooled", type=Path, nargs="+", help="earlier results: their figures together, nothing timed")
     args = ap.parse_args()
     if args.pooled:
-        print(json.dumps(judged([w for path in args.pooled for w in json.loads(path.read_text())["workloads"]])))
+        print(json.dumps(judged(workloads_of(*args.pooled))))
         return
     if not args.device:
         ap.error("--device is required: the device whose programs are timed again (or --pooled to time nothing)")
     if args.rounds < 2:
         ap.error("--rounds must be 2 or more: one round judged by another needs two")
-    done = {w["workload"] for path in args.besides for w in json.loads(path.read_text())["workloads"]}
+    done = {w["workload"] for w in workloads_of(*args.besides)}
     found = retimed(args.db, args.device, args.workloads, args.rounds, args.seed, done)
     result = {"device": args.device, "rounds": args.rounds, "seed": args.seed, "figures": judged(found)}
     print(json.dumps(result["figures"]), flush=True)
