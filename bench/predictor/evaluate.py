@@ -138,6 +138,8 @@ VARIANTS = {
     "registry-gain8": lambda: Variant("registry", params={"sharpness": 8.0}),
     "registry-depth10": lambda: Variant("registry", params={"max_depth": 10}),
     "registry-slow": lambda: Variant("registry", params={"eta": 0.05}, rounds=600),
+    "registry-forest3-r100": lambda: Variant("registry", params={"num_parallel_tree": 3}, rounds=100),
+    "registry-forest3-r150": lambda: Variant("registry", params={"num_parallel_tree": 3}, rounds=150),
     "registry-allcols": lambda: Variant("registry", params={"colsample_bytree": 1.0, "subsample": 1.0}),
 }
 
