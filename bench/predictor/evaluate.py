@@ -1,7 +1,7 @@
 """Which ranking model picks schedules best: held-out workloads and held-out models, TenSet's scores, one table.
 
     .venv/bin/python bench/predictor/evaluate.py [--db URL] [--device SELECTOR] [--variants a,b] [--retimed F] \
-        [--train-on-retimed] [--out FILE]
+        [--train-on-retimed] [--stored URL:DEVICE] [--out FILE]
 
 Each variant is trained on the programs of some workloads and ranks the programs of others it never saw:
 
@@ -11,7 +11,9 @@ Each variant is trained on the programs of some workloads and ranks the programs
   ``--train-device`` too);
 - devices held out whole (``--other-device``): a model trained on ``--device``'s records and ``--train-device``'s
   ranks each other device's programs, then (unless ``--quick``) the same with each held-out model's workloads left
-  out of training too: a new model on a new device, as a new user's first transfer meets it.
+  out of training too: a new model on a new device, as a new user's first transfer meets it;
+- a stored predictor (``--stored URL:DEVICE``, the starter bundle's say): trained elsewhere, judged as it is on the
+  ``--other-device`` programs (only those, ``--devices-only``: it trained on ``--device``'s workloads).
 
 Workloads that only shape variants have (``collect.py --scale``) train every fold and every held-out model but its own
 variants' (``--no-shape-variants``: none); they are never ranked. A workload is ranked when it has ``--min-programs``
@@ -117,6 +119,33 @@ class Blend(Variant):
 
         first = rankdata(self.parts[0].rank(d))
         return sum((rankdata(v.rank(d)) for v in self.parts[1:]), first) + first / (d.size + 1)
+
+
+class Stored(Variant):
+    """A predictor as a registry stores it (the starter bundle's, say), named ``URL:DEVICE``: trained elsewhere, so
+    ``fit`` learns nothing; it ranks with its own booster and each judged workload's device descriptor, as a transfer
+    on that device ranks."""
+
+    def __init__(self, spec: str) -> None:
+        from registry.errors import RegistryError
+        from registry.store.factory import open_storage
+        from registry.tvm_side.predictor import load_predictor
+
+        url, _, device = spec.rpartition(":")
+        try:
+            storage = open_storage(url, create_new=False)
+            loaded = load_predictor(storage, storage.resolve_one_device(device).id)
+        except RegistryError as e:
+            raise SystemExit(f"--stored {spec}: {e}") from None
+        if loaded is None or not isinstance(loaded[0], ranker.RankingModel):
+            raise SystemExit(f"--stored {spec}: that device has no ranking predictor")
+        self.booster = loaded[0].booster
+
+    def fit(self, train: list[dataset.WorkloadData]) -> None:
+        pass
+
+    def rank(self, d: dataset.WorkloadData) -> np.ndarray:
+        return ranker.program_scores(self.booster, d.blocks, d.device)
 
 
 VARIANTS = {
@@ -317,7 +346,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=f"sqlite:///{ROOT / 'bench' / 'predictor' / 'data' / 'collect.db'}")
     parser.add_argument("--device", default="1")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", help=f"which (default: every one): {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--stored",
+        action="append",
+        default=[],
+        help="URL:DEVICE, a registry's stored ranking predictor, judged as it is (its --variants name: stored:DEVICE;"
+        " with --stored and no --variants, only those); e.g. the starter bundle's, imported into a registry"
+        " (repeatable)",
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--min-programs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
@@ -360,6 +397,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.devices_only and not args.other_device:
         parser.error("--devices-only judges --other-device: name one")
+    if args.stored and not args.devices_only:
+        parser.error("--stored judges a predictor that trained on --device's workloads: add --devices-only")
     if args.train_on_retimed and not args.retimed:
         parser.error("--train-on-retimed trains on --retimed's medians: name a result")
     trained, args.other_device = _device_names(parser, args.db, [args.device, *args.train_device], args.other_device)
@@ -372,6 +411,13 @@ def main() -> None:
         variants = [] if args.no_shape_variants else [d for d in found if not d.judged]
         return [d for d in found if d.judged], variants
 
+    for spec in args.stored:
+        VARIANTS[f"stored:{spec.rpartition(':')[2]}"] = lambda spec=spec: Stored(spec)
+    if args.variants is None:
+        args.variants = ",".join(v for v in VARIANTS if v.startswith("stored:") or not args.stored)
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: no variant {', '.join(unknown)}")
     retimed = retimed_labels(*args.retimed) if args.retimed else None
     start = time.monotonic()
     data, variants = programs(args.device)
