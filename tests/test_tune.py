@@ -202,15 +202,16 @@ def test_tune_v_shows_meta_schedules_log_and_q_only_errors(sqlite_url, mlp):
 @pytest.mark.tvm
 def test_tune_respects_a_time_budget_for_the_whole_command(sqlite_url, mlp):
     start = time.perf_counter()
-    report = _tune(sqlite_url, str(mlp), "--budget", "15s", "--trials", "10000", "--no-predictor")
+    report = _tune(sqlite_url, str(mlp), "--budget", "25s", "--trials", "10000", "--no-predictor")
     wall_s = time.perf_counter() - start
     tuning_s = sum(t["tune_s"] for t in report["tasks"])
     # The budget covers the whole command (import, defaults, tuning, compiling and timing the tuned model), so the
-    # tuning itself gets less than 15 s. A batch is not started when the previous ones say it would overrun, but on
-    # a machine shared with other work a batch can take longer than its predecessors did: the target is budget + 5 s,
-    # the test allows 7.5 s.
-    assert 0 < tuning_s < 15.0, report["tasks"]
-    assert wall_s <= 15.0 + 7.5, (wall_s, report["timings"])
+    # tuning itself gets less than 25 s (a budget of 15 s left it none on a loaded 2-core machine). A batch is not
+    # started when the previous ones say it would overrun, but on a machine shared with other work a batch can take
+    # longer than its predecessors did: the target is budget + 5 s, the test allows 15 s; an ignored budget would
+    # run 10,000 trials.
+    assert 0 < tuning_s < 25.0, report["tasks"]
+    assert wall_s <= 25.0 + 15.0, (wall_s, report["timings"])
     assert "time budget spent" in report["tuning"]["stop"]
 
 
