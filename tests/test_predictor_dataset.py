@@ -35,9 +35,9 @@ def _slice(path: Path, n: int) -> tuple[dict, object]:
     return {w.ident: (w, by_workload[w.ident]) for w in chosen}, exchange.devices[0]
 
 
-@pytest.mark.tvm
-@pytest.mark.skipif(not BUNDLES, reason="no collected dataset in bench/predictor/data")
-def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
+def _features(workloads: dict, device) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray]]:
+    """Each workload of a slice (``_slice``) as the ranker takes it: its programs' block features (every stored trace
+    replayed on its workload, as a registry replays them), their mean seconds, and the device's descriptor."""
     import tvm
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -49,8 +49,6 @@ def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
     from registry.tvm_side.apply_trace import as_stored
     from registry.tvm_side.compat import load_tensor_intrinsics
 
-    workloads, device = _slice(max(BUNDLES, key=lambda p: p.stat().st_size), TRAIN + HELD_OUT)  # the main device's
-    assert len(workloads) == TRAIN + HELD_OUT
     target = Target(device.target)
     load_tensor_intrinsics("llvm")
     extractor, described = PerStoreFeature(), ranker.descriptor(target, device.num_threads)
@@ -64,6 +62,17 @@ def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
         context = TuneContext(mod=mod, target=target)
         blocks = [f.numpy() for f in extractor.extract_from(context, [MeasureCandidate(sch, args) for sch, _ in kept])]
         data.append((blocks, np.array([s for _, s in kept]), described))
+    return data
+
+
+@pytest.mark.tvm
+@pytest.mark.skipif(not BUNDLES, reason="no collected dataset in bench/predictor/data")
+def test_the_ranker_ranks_unseen_workloads_far_better_than_chance():
+    from registry.tvm_side import ranker
+
+    workloads, device = _slice(max(BUNDLES, key=lambda p: p.stat().st_size), TRAIN + HELD_OUT)  # the main device's
+    assert len(workloads) == TRAIN + HELD_OUT
+    data = _features(workloads, device)
 
     booster = ranker.fit(data[:TRAIN], rounds=100)
     rows = [workload_row(mean_s, ranker.program_scores(booster, blocks, dev)) for blocks, mean_s, dev in data[TRAIN:]]
@@ -300,7 +309,6 @@ def test_the_shipped_avx2_predictor_ranks_a_cpu_it_never_trained_on(sqlite_url):
 
     from bench.predictor.dataset import WorkloadData
     from registry.cli.main import cli
-    from registry.tvm_side import ranker
 
     pulled = CliRunner().invoke(cli, ["--db", sqlite_url, "pull"])
     assert pulled.exit_code == 0, pulled.output
@@ -310,28 +318,10 @@ def test_the_shipped_avx2_predictor_ranks_a_cpu_it_never_trained_on(sqlite_url):
     stored.fit([])  # trained elsewhere: fitting learns nothing
     assert stored.booster.get_dump() == fitted
 
-    import tvm
-    from tvm.s_tir.meta_schedule import TuneContext
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-    from tvm.target import Target
-
-    from registry.tvm_side.apply_trace import as_stored
-    from registry.tvm_side.compat import load_tensor_intrinsics
-
     workloads, device = _slice(DATA / "llvm-znver3-2c-1t.bundle", HELD_OUT)
-    target = Target(device.target)
-    load_tensor_intrinsics("llvm")
-    described = ranker.descriptor(target, device.num_threads)
     rows = []
-    for w, programs in workloads.values():
-        mod = tvm.ir.load_json(w.mod_json)
-        args = ArgInfo.from_prim_func(next(iter(mod.functions.values())))
-        candidates = [MeasureCandidate(as_stored(mod, trace), args) for trace, _ in programs]
-        features = PerStoreFeature().extract_from(TuneContext(mod=mod, target=target), candidates)
-        mean_s = np.array([s for _, s in programs])
-        d = WorkloadData(0, "", [], 1, [f.numpy() for f in features], mean_s, described)
+    for blocks, mean_s, described in _features(workloads, device):
+        d = WorkloadData(0, "", [], 1, blocks, mean_s, described)
         rows.append(workload_row(mean_s, stored.rank(d)))
     figures = weighted(rows, [1] * len(rows))
     print(json.dumps(figures))
