@@ -336,3 +336,20 @@ def test_the_shipped_avx2_predictor_ranks_a_cpu_it_never_trained_on(sqlite_url):
     for selector in (str(bare), "no-such-device"):
         with pytest.raises(SystemExit, match=f"--stored .*:{selector}: "):
             evaluate.Stored(f"{sqlite_url}:{selector}")
+
+
+def test_two_stored_predictors_of_one_device_name_are_refused_before_any_work():
+    """``--stored`` names each predictor's figures ``stored:DEVICE``: two of one device name (the starter's and a
+    retrained one, say) would leave only the second's figures under that name, so they are one clear line and exit
+    2, before any registry is opened."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, str(DATA.parent / "evaluate.py"), "--devices-only", "--other-device", "2",
+         "--stored", "sqlite:///A.db:llvm-haswell-2c-1t", "--stored", "sqlite:///B.db:llvm-haswell-2c-1t",
+         "--db", "sqlite:///no-such-dir/none.db"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "two predictors of one device name" in run.stderr.strip().splitlines()[-1]

@@ -121,6 +121,13 @@ class Blend(Variant):
         return sum((rankdata(v.rank(d)) for v in self.parts[1:]), first) + first / (d.size + 1)
 
 
+class Summed(Blend):
+    """Several variants' scores summed: one model of their trees together (boosters trained with other seeds, say)."""
+
+    def rank(self, d: dataset.WorkloadData) -> np.ndarray:
+        return sum(v.rank(d) for v in self.parts)
+
+
 class Stored(Variant):
     """A predictor as a registry stores it (the starter bundle's, say), named ``URL:DEVICE``: trained elsewhere, so
     ``fit`` learns nothing; it ranks with its own booster and each judged workload's device descriptor, as a transfer
@@ -164,6 +171,11 @@ VARIANTS = {
     "registry-forest3": lambda: Variant("registry", params={"num_parallel_tree": 3}),
     "registry-forest3-seed1": lambda: Variant("registry", params={"num_parallel_tree": 3, "seed": 1}),
     "registry-forest3-seed2": lambda: Variant("registry", params={"num_parallel_tree": 3, "seed": 2}),
+    "registry-forest5": lambda: Variant("registry", params={"num_parallel_tree": 5}),
+    "registry-forest5-seed1": lambda: Variant("registry", params={"num_parallel_tree": 5, "seed": 1}),
+    "registry-forest5-seed2": lambda: Variant("registry", params={"num_parallel_tree": 5, "seed": 2}),
+    "registry-seeds3": lambda: Summed(*(Variant("registry", params={"seed": k}) for k in (0, 1, 2))),
+    "registry-seeds3b": lambda: Summed(*(Variant("registry", params={"seed": k}) for k in (3, 4, 5))),
     "registry-gain8": lambda: Variant("registry", params={"sharpness": 8.0}),
     "registry-depth10": lambda: Variant("registry", params={"max_depth": 10}),
     "registry-slow": lambda: Variant("registry", params={"eta": 0.05}, rounds=600),
@@ -399,6 +411,9 @@ def main() -> None:
         parser.error("--devices-only judges --other-device: name one")
     if args.stored and not args.devices_only:
         parser.error("--stored judges a predictor that trained on --device's workloads: add --devices-only")
+    named = [f"stored:{spec.rpartition(':')[2]}" for spec in args.stored]
+    if len(set(named)) < len(named):  # one variant a name: the second would replace the first's figures unseen
+        parser.error("--stored: two predictors of one device name (stored:DEVICE): judge them in separate runs")
     if args.train_on_retimed and not args.retimed:
         parser.error("--train-on-retimed trains on --retimed's medians: name a result")
     trained, args.other_device = _device_names(parser, args.db, [args.device, *args.train_device], args.other_device)
@@ -411,8 +426,8 @@ def main() -> None:
         variants = [] if args.no_shape_variants else [d for d in found if not d.judged]
         return [d for d in found if d.judged], variants
 
-    for spec in args.stored:
-        VARIANTS[f"stored:{spec.rpartition(':')[2]}"] = lambda spec=spec: Stored(spec)
+    for name, spec in zip(named, args.stored, strict=True):
+        VARIANTS[name] = lambda spec=spec: Stored(spec)
     if args.variants is None:
         args.variants = ",".join(v for v in VARIANTS if v.startswith("stored:") or not args.stored)
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
