@@ -442,6 +442,7 @@ def main() -> None:
         "features_s": round(time.monotonic() - start),
         "workload_features": args.workload_features,
         "trained_on_retimed": args.train_on_retimed,
+        "stored": dict(zip(named, args.stored, strict=True)),  # which registry each stored:DEVICE variant came from
         "variants": {},
     }
     others = {name: programs(name)[0] for name in args.other_device}
