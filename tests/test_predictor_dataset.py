@@ -107,6 +107,28 @@ def test_a_predictor_stores_only_figures_of_models_trained_as_it_was():
     assert train.unseen_device_metrics([devices], ["a"])["c"]["top1"] == 0.73
     with pytest.raises(SystemExit, match="trained on"):
         train.unseen_device_metrics([devices], ["a", "b"])
+    # another recipe's booster (--variant registry-forest5) carries that recipe's figures, never the registry's
+    forest = {**evaluation, "variants": {"registry-forest5": {"workloads_held_out": {**figures, "top1": 0.85}}}}
+    assert train.held_out_metrics(forest, ["a", "b"], "registry-forest5")["held_out"]["top1"] == 0.85
+    with pytest.raises(SystemExit, match="no workloads-held-out figures of the registry-forest5 variant"):
+        train.held_out_metrics(evaluation, ["a", "b"], "registry-forest5")
+    assert train.unseen_device_metrics([devices], ["a"], "registry-forest5") == {}
+
+
+def test_train_refuses_a_recipe_that_is_not_one_booster():
+    """``train.py --variant`` stores one booster of the registry's model: a sum of boosters or another objective is
+    one clear line and exit 2, before any registry is opened."""
+    import subprocess
+    import sys
+
+    for variant in ("registry-seeds3", "tvm-reg", "no-such-recipe"):
+        run = subprocess.run(
+            [sys.executable, str(DATA.parent / "train.py"), "--evaluation", "none.json", "--variant", variant,
+             "--db", "sqlite:///no-such-dir/none.db"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert f"--variant {variant}: not one booster" in run.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.tvm

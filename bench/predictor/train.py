@@ -8,6 +8,11 @@ device's descriptor), so that one predictor ranks for each of them and for their
 the evaluation's (``bench/predictor/evaluate.py``, workloads held out whole: the folds judge models trained the same
 way on four fifths). It is stored in the dataset's registry as the first device's next predictor version, where
 ``bench/corpus/starter.py --predictor`` takes it from.
+
+``--variant NAME`` trains one of ``evaluate.py``'s other recipes of the registry's model instead (its XGBoost
+parameters and rounds: ``registry-forest5``, five trees a round) and carries that variant's figures; ``--seed K``
+draws the booster again with another XGBoost seed (its row and column sampling), keeping the recipe's figures: the
+folds judged the recipe, and the seed is one draw of it.
 """
 
 from __future__ import annotations
@@ -24,17 +29,19 @@ sys.path.insert(0, str(ROOT))
 from bench.predictor import dataset  # noqa: E402
 
 
-def held_out_metrics(evaluation: dict, trained_on: list[str]) -> dict:
-    """The evaluation's figures for the registry's variant, as ``registry predictor train`` reports them; refused
-    where its folds trained on other devices than this predictor (their figures would be another model's)."""
+def held_out_metrics(evaluation: dict, trained_on: list[str], variant: str = "registry") -> dict:
+    """The evaluation's figures for ``variant``, as ``registry predictor train`` reports them; refused where its folds
+    trained on other devices than this predictor (their figures would be another model's)."""
     training = evaluation.get("workloads_training")
     if training is None:
         raise SystemExit("--evaluation: it does not name the devices its folds trained on: run evaluate.py again")
     if sorted(training) != sorted(trained_on):
         raise SystemExit(f"--evaluation: its folds trained on {training}, this predictor on {trained_on}")
-    figures = evaluation["variants"].get("registry", {}).get("workloads_held_out", {})
+    figures = evaluation["variants"].get(variant, {}).get("workloads_held_out", {})
     if "top1" not in figures:
-        raise SystemExit("--evaluation: no workloads-held-out figures of the registry variant (a --devices-only run?)")
+        raise SystemExit(
+            f"--evaluation: no workloads-held-out figures of the {variant} variant (a --devices-only run?)"
+        )
     return {
         "held_out": {
             "workloads": figures["workloads"],
@@ -52,15 +59,15 @@ def held_out_metrics(evaluation: dict, trained_on: list[str]) -> dict:
     }
 
 
-def unseen_device_metrics(evaluations: list[dict], trained_on: list[str]) -> dict:
-    """Each evaluation's figures for the registry's variant on devices it never trained on, by device, as the
-    predictor's metrics keep them ("unseen_devices"); refused where an evaluation trained on other devices."""
+def unseen_device_metrics(evaluations: list[dict], trained_on: list[str], variant: str = "registry") -> dict:
+    """Each evaluation's figures for ``variant`` on devices it never trained on, by device, as the predictor's
+    metrics keep them ("unseen_devices"); refused where an evaluation trained on other devices."""
     out = {}
     for evaluation in evaluations:
         training = evaluation["device_training"]["devices"]
         if sorted(training) != sorted(trained_on):
             raise SystemExit(f"--devices-evaluation: trained on {training}, this predictor on {trained_on}")
-        for name, f in evaluation["variants"].get("registry", {}).get("devices_held_out", {}).items():
+        for name, f in evaluation["variants"].get(variant, {}).get("devices_held_out", {}).items():
             out[name] = {"workloads": f["workloads"], "top1": f["top1"], "top5": f["top5"],
                          "random_top1": f["random_top1"]}  # fmt: skip
     return out
@@ -75,7 +82,17 @@ def main() -> None:
         "--devices-evaluation", type=Path, action="append", default=[],
         help="evaluate.py's result with --train-device as --device and devices held out (--other-device)",
     )  # fmt: skip
+    parser.add_argument("--variant", default="registry", help="evaluate.py's recipe of the registry's model")
+    parser.add_argument("--seed", type=int, help="XGBoost's seed (default: the variant's)")
     args = parser.parse_args()
+    from bench.predictor.evaluate import VARIANTS, Variant
+
+    recipe = VARIANTS[args.variant]() if args.variant in VARIANTS else None
+    if recipe is None or type(recipe) is not Variant or recipe.objective != "registry":
+        parser.error(
+            f"--variant {args.variant}: not one booster of the registry's model (registry, registry-forest5, ...)"
+        )
+    params = {**recipe.params, **({} if args.seed is None else {"seed": args.seed})}
 
     from tvm.target import Target
 
@@ -87,7 +104,9 @@ def main() -> None:
     devices = args.device or ["1"]
     start = time.monotonic()
     data = [d for device in devices for d in dataset.load(args.db, device) if d.size >= 2]
-    booster = ranker.fit([(d.blocks, d.mean_s, d.device) for d in data], nthread=xgboost_threads())
+    workloads = [(d.blocks, d.mean_s, d.device) for d in data]
+    sharpness = params.pop("sharpness", ranker.SHARPNESS)
+    booster = ranker.fit(workloads, recipe.rounds, nthread=xgboost_threads(), params=params, sharpness=sharpness)
     storage = open_storage(args.db, create_new=False)
     rows = [storage.resolve_one_device(device) for device in devices]
     first = rows[0]
@@ -99,9 +118,11 @@ def main() -> None:
         "records": int(sum(d.size for d in data)),
         "skipped_records": 0,
         "train_seconds": round(time.monotonic() - start, 1),
-        **held_out_metrics(json.loads(args.evaluation.read_text()), [r.name for r in rows]),
+        "recipe": {"variant": args.variant, **recipe.params, **({} if args.seed is None else {"seed": args.seed})},
+        **held_out_metrics(json.loads(args.evaluation.read_text()), [r.name for r in rows], args.variant),
     }
-    unseen = unseen_device_metrics([json.loads(p.read_text()) for p in args.devices_evaluation], [r.name for r in rows])
+    evaluations = [json.loads(p.read_text()) for p in args.devices_evaluation]
+    unseen = unseen_device_metrics(evaluations, [r.name for r in rows], args.variant)
     if unseen:
         metrics["unseen_devices"] = unseen
     version = save(storage, first.id, model, metrics)
