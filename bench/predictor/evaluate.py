@@ -69,12 +69,13 @@ class Variant:
     def __init__(self, objective: str, pooling: str = "sum", params: dict | None = None, rounds: int = ranker.ROUNDS):
         self.objective, self.pooling, self.params, self.rounds = objective, pooling, dict(params or {}), rounds
 
-    def fit(self, train: list[dataset.WorkloadData]) -> None:
+    def fit(self, train: list[dataset.WorkloadData], nthread: int = 1) -> None:
+        """Learns from ``train``; ``nthread``: XGBoost's threads (the folds use one; ``train.py``, one a core)."""
         if self.objective == "registry":
             own = dict(self.params)
             sharpness = own.pop("sharpness", ranker.SHARPNESS)
             workloads = [(d.blocks, d.mean_s, d.device) for d in train]
-            self.booster = ranker.fit(workloads, self.rounds, params=own, sharpness=sharpness)
+            self.booster = ranker.fit(workloads, self.rounds, nthread=nthread, params=own, sharpness=sharpness)
             return
         if self.objective == "tvm":
             from registry.tvm_side.predictor import new_model
@@ -89,7 +90,7 @@ class Variant:
         qid = np.concatenate([[k] * d.size for k, d in enumerate(train)])
         if self.objective == "rank:ndcg":
             y = np.round(y * 20)  # graded relevance: NDCG's gain 2^rel wants small integers
-        params = {**ranker.PARAMS, "nthread": 1, "objective": self.objective, **self.params}
+        params = {**ranker.PARAMS, "nthread": nthread, "objective": self.objective, **self.params}
         matrix = xgb.DMatrix(x, label=y, qid=None if self.objective.startswith("reg:") else qid)
         self.booster = xgb.train(params, matrix, num_boost_round=self.rounds)
 

@@ -92,25 +92,23 @@ def main() -> None:
         parser.error(
             f"--variant {args.variant}: not one booster of the registry's model (registry, registry-forest5, ...)"
         )
-    params = {**recipe.params, **({} if args.seed is None else {"seed": args.seed})}
+    if args.seed is not None:
+        recipe.params["seed"] = args.seed
 
     from tvm.target import Target
 
     from registry.store.factory import open_storage
-    from registry.tvm_side import ranker
     from registry.tvm_side.predictor import save, xgboost_threads
     from registry.tvm_side.ranker import RankingModel
 
     devices = args.device or ["1"]
     start = time.monotonic()
     data = [d for device in devices for d in dataset.load(args.db, device) if d.size >= 2]
-    workloads = [(d.blocks, d.mean_s, d.device) for d in data]
-    sharpness = params.pop("sharpness", ranker.SHARPNESS)
-    booster = ranker.fit(workloads, recipe.rounds, nthread=xgboost_threads(), params=params, sharpness=sharpness)
+    recipe.fit(data, nthread=xgboost_threads())
     storage = open_storage(args.db, create_new=False)
     rows = [storage.resolve_one_device(device) for device in devices]
     first = rows[0]
-    model = RankingModel(booster, Target(json.loads(first.target_json)), first.num_threads)
+    model = RankingModel(recipe.booster, Target(json.loads(first.target_json)), first.num_threads)
     metrics = {
         "device": f"{first.id}:{first.name}",
         "trained_on": " + ".join(f"{r.name}" for r in rows) + f" ({sum(d.size for d in data)} programs)",
@@ -118,7 +116,7 @@ def main() -> None:
         "records": int(sum(d.size for d in data)),
         "skipped_records": 0,
         "train_seconds": round(time.monotonic() - start, 1),
-        "recipe": {"variant": args.variant, **recipe.params, **({} if args.seed is None else {"seed": args.seed})},
+        "recipe": {"variant": args.variant, **recipe.params},
         **held_out_metrics(json.loads(args.evaluation.read_text()), [r.name for r in rows], args.variant),
     }
     evaluations = [json.loads(p.read_text()) for p in args.devices_evaluation]
