@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import Context, FiniteRange, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import (
+    NAME,
+    Context,
+    FiniteRange,
+    common_options,
+    complete_devices,
+    device_option,
+    output_options,
+    pass_ctx,
+)
 from registry.cli.output import StatusLine, echo_model, echo_rows, echo_table
 from registry.tvm_side.predictor_blob import KINDS
 
@@ -40,13 +49,25 @@ def predictor() -> None:
     type=click.Choice(KINDS),
     default=KINDS[0],
     show_default=True,
-    help="xgb-rank-v1: XGBoost ranking each workload's schedules, rows of summed per-store features and the "
-    "device's descriptor, ranks for other devices too; xgb-v2: TVM's XGBModel (regression on normalised throughput).",
+    help="xgb-rank-v1: XGBoost ranking each workload's schedules over per-block features and the device's "
+    "descriptor (a program scores the sum of its blocks'), ranks for other devices too; xgb-v2: TVM's XGBModel "
+    "(regression on normalised throughput).",
+)
+@click.option(
+    "--with-device",
+    "with_devices",
+    type=NAME,
+    multiple=True,
+    shell_complete=complete_devices,
+    help="Train on this device's records too (repeatable; the same target kind, xgb-rank-v1 only): each program "
+    "ranked with its own device's descriptor. The held-out workloads are held out of every device's records.",
 )
 @output_options()
 @common_options
 @pass_ctx
-def train(ctx: Context, device: str, holdout: float, seed: int, kind: str, fmt: str) -> None:
+def train(
+    ctx: Context, device: str, holdout: float, seed: int, kind: str, with_devices: tuple[str, ...], fmt: str
+) -> None:
     """Train a predictor on DEVICE's records and store it as the device's next version.
 
     Whole workloads are held out, not records: the evaluation says how well the model ranks the schedules of an
@@ -54,24 +75,32 @@ def train(ctx: Context, device: str, holdout: float, seed: int, kind: str, fmt: 
     highest), Spearman correlation with measured throughput and top-1/top-5 recall, next to what a random ranking
     scores. The stored model is then trained on all workloads.
 
+    With --with-device, it trains on other devices' records too: a device with few records of its own ranks better
+    with a like CPU's (docs/BENCHMARKS.md, "Training on several devices from the CLI").
+
     \b
-    Example:
+    Examples:
       registry predictor train --device 1 --holdout 0.3
+      registry predictor train --device new-cpu --with-device team-xeon --with-device team-epyc
     """
     from registry.tvm_side import predictor as tvm_predictor
 
     store = ctx.existing_store  # it writes a predictor, but only into a registry with records
     dev = store.resolve_one_device(device)
+    also = [store.resolve_one_device(d).id for d in with_devices]
     with StatusLine() as progress:
-        model, metrics = tvm_predictor.train(store, dev.id, holdout=holdout, seed=seed, progress=progress, kind=kind)
+        model, metrics = tvm_predictor.train(
+            store, dev.id, holdout=holdout, seed=seed, progress=progress, kind=kind, with_devices=also
+        )
     version = tvm_predictor.save(store, dev.id, model, metrics)
     if fmt == "json":
         from registry.schemas import PredictorTrainOutput
 
         echo_model(PredictorTrainOutput(version=version, kind=kind, **metrics))
         return
+    whose = f" (trained on {metrics['trained_on']})" if "trained_on" in metrics else ""
     click.echo(
-        f"stored predictor v{version} ({kind}) of device {metrics['device']}: "
+        f"stored predictor v{version} ({kind}) of device {metrics['device']}{whose}: "
         f"{metrics['workloads']} workload(s), {metrics['records']} record(s), "
         f"trained in {metrics['train_seconds']:.1f} s"
     )

@@ -300,6 +300,9 @@ class PredictorTrainOutput(Output, Open):
     records: int
     skipped_records: int
     train_seconds: float
+    trained_on: str | None = Field(
+        None, description="With --with-device: every device it trained on, and the programs in all (null without)."
+    )
 
 
 class PredictorEntry(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -374,6 +375,99 @@ def test_a_device_without_a_predictor_takes_one_of_its_class_before_a_bigger_one
         found = sibling_predictor(store, device(mcpu))
         assert found is not None and found[2].startswith(f"{expected}:"), (mcpu, found)
     assert "\x1b" not in capfd.readouterr().err
+
+
+@pytest.fixture
+def with_sibling(tuned, tmp_path):
+    """A copy of the tuned registry where an AVX2 sibling device holds the same schedules: device 1's own
+    measurements filed again under it (what these tests judge is which rows train, not how well)."""
+    import sqlite3
+
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.target import Target
+
+    from registry.records.database import RegistryDatabase
+
+    path = tmp_path / "registry.db"
+    with sqlite3.connect(tuned.url.removeprefix("sqlite:///")) as source, sqlite3.connect(path) as copy:
+        source.backup(copy)  # with what its write-ahead log holds, which a file copy would miss
+    store = Store(f"sqlite:///{path}")
+    sibling = Target({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu", "num-cores": 4})
+    filed = RegistryDatabase(sibling, store, num_threads=1)
+    for r in RegistryDatabase(tuned.target, store, num_threads=1).get_all_tuning_records():
+        filed.commit_tuning_record(ms.database.TuningRecord(r.trace, r.workload, r.run_secs, sibling, r.args_info))
+    sibling_id = next(d.id for d in store.all_devices() if d.id != tuned.device_id and d.num_threads == 1)
+    return SimpleNamespace(url=f"sqlite:///{path}", store=store, device_id=tuned.device_id, sibling_id=sibling_id)
+
+
+@pytest.mark.tvm
+def test_training_on_other_devices_holds_the_held_out_workloads_out_of_each(with_sibling, monkeypatch):
+    """``--with-device``: the sibling's programs train too, each with its device's descriptor; the workloads held out
+    for the evaluation are held out of the sibling's records as well, and the stored model trains on everything."""
+    from registry.tvm_side import predictor
+
+    fits, fit = [], predictor._fit_ranking
+
+    def spy(training, ranks_for):
+        fits.append([(s.device_id, sorted(g.workload_id for g in groups)) for s, groups in training])
+        return fit(training, ranks_for)
+
+    boosted, boost = [], predictor.ranker.fit
+
+    def spy_boost(queries, **kwargs):
+        boosted.append(queries)
+        return boost(queries, **kwargs)
+
+    monkeypatch.setattr(predictor, "_fit_ranking", spy)
+    monkeypatch.setattr(predictor.ranker, "fit", spy_boost)
+    store, device, sibling = with_sibling.store, with_sibling.device_id, with_sibling.sibling_id
+    mine = store.ok_record_counts(device)
+    assert store.ok_record_counts(sibling) == mine
+    model, metrics = predictor.train(store, device, holdout=1 / 3, seed=0, with_devices=[sibling])
+    held = sorted(r["workload_id"] for r in metrics["per_workload"])
+    partial, final = fits
+    assert [d for d, _ in partial] == [device, sibling] and len(held) == 2
+    for _, ids in partial:  # the held-out workloads trained on no device's records
+        assert ids == sorted(set(mine) - set(held)), (ids, held)
+    assert final == [(device, sorted(mine)), (sibling, sorted(mine))]
+    assert metrics["workloads"] == N_WORKLOADS and metrics["records"] == 2 * sum(n for _, n in mine.values())
+    names = [d.name for d in store.all_devices() if d.id in (device, sibling)]
+    assert metrics["trained_on"] == f"{names[0]} + {names[1]} ({metrics['records']} programs)"
+    own, other = (predictor.TrainingSource(store, d) for d in (device, sibling))
+    described = [tuple(predictor.ranker.descriptor(s.target, s.threads)) for s in (own, other)]
+    assert described[0] != described[1] and tuple(model.device) == described[0]  # it ranks for its own device
+    assert [collections.Counter(tuple(q[2]) for q in queries) for queries in boosted] == [
+        {described[0]: N_WORKLOADS - 2, described[1]: N_WORKLOADS - 2},
+        {described[0]: N_WORKLOADS, described[1]: N_WORKLOADS},
+    ]  # each workload one query a device, with that device's descriptor
+
+    result = run(with_sibling.url, "predictor", "train", "--device", str(device), "--with-device", str(sibling))
+    assert result.exit_code == 0, result.output
+    assert f"trained on {names[0]} + {names[1]}" in result.output and "held-out" in result.output
+    as_json = run(with_sibling.url, "predictor", "train", "--device", str(device), "--with-device", names[1], "--json")
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["trained_on"] == metrics["trained_on"], as_json.output
+    listed = run(with_sibling.url, "predictor", "list", "--device", str(device))
+    assert listed.exit_code == 0 and f"{names[0]} + {names[1]}" in listed.output, listed.output
+
+
+@pytest.mark.tvm
+def test_training_with_devices_that_cannot_train_together_is_one_line_and_stores_nothing(with_sibling):
+    store, device = with_sibling.store, with_sibling.device_id
+    empty = store.add_device(DeviceSpec({"kind": "llvm", "num-cores": 8}, 8, "another cpu", "0.27.0"))
+    gpu = store.add_device(DeviceSpec({"kind": "cuda", "arch": "sm_90"}, 0, "a gpu", "0.27.0"))
+    before = store.list_predictors()
+    for args, code, says in (
+        (["--with-device", str(with_sibling.sibling_id), "--kind", "xgb-v2"], 1, "needs kind xgb-rank-v1"),
+        (["--with-device", str(device)], 1, "named twice"),
+        (["--with-device", str(gpu)], 1, "one kind of target"),
+        (["--with-device", str(empty)], 1, "no ok records"),
+        (["--with-device", "no-such-device"], 1, "no-such-device"),
+    ):
+        result = run(with_sibling.url, "predictor", "train", "--device", str(device), *args)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == code and len(lines) == 1 and says in lines[0], (args, result.output)
+        assert "Traceback" not in result.output
+    assert store.list_predictors() == before
 
 
 def spearman_of(a, b) -> float:

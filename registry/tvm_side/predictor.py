@@ -22,7 +22,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -216,11 +216,15 @@ def _fit(groups: list[WorkloadGroup], anchor: WorkloadGroup) -> XGBModel:
     return model
 
 
-def _fit_ranking(groups: list[WorkloadGroup], source: TrainingSource) -> RankingModel:
-    """A ranking model (``registry.tvm_side.ranker``) trained once on all ``groups``, each workload one query."""
-    device = ranker.descriptor(source.target, source.threads)
-    booster = ranker.fit([(g.features, g.mean_s, device) for g in groups], nthread=xgboost_threads())
-    return RankingModel(booster, source.target, source.threads, nthread=xgboost_threads())
+def _fit_ranking(training: list[tuple[TrainingSource, list[WorkloadGroup]]], ranks_for: TrainingSource) -> RankingModel:
+    """A ranking model (``registry.tvm_side.ranker``) trained once on each source's groups, each workload of each
+    device one query with that device's descriptor, ranking for ``ranks_for``'s device."""
+    queries = []
+    for reading, groups in training:
+        device = ranker.descriptor(reading.target, reading.threads)
+        queries += [(g.features, g.mean_s, device) for g in groups]
+    booster = ranker.fit(queries, nthread=xgboost_threads())
+    return RankingModel(booster, ranks_for.target, ranks_for.threads, nthread=xgboost_threads())
 
 
 # -- evaluation ------------------------------------------------------------------------------------------------
@@ -312,15 +316,21 @@ def train(
     held_out: list[int] | None = None,
     progress: Callable[[str], None] | None = None,
     kind: str = ranker.KIND,
+    with_devices: Sequence[int] = (),
 ) -> tuple[XGBModel | RankingModel, dict[str, Any]]:
     """Train a predictor of ``kind`` on every workload of ``device_id``; first evaluate one trained without
     ``holdout`` of them (a share, drawn with ``seed``), or without the workloads whose ids ``held_out`` names.
 
+    ``with_devices``: other devices (of the same target kind) whose records it trains on too, each program's rows
+    carrying its own device's descriptor (a ranking predictor only). The held-out workloads are held out of every
+    device's records, so the evaluation still judges operators the model never saw, on ``device_id``.
+
     Returns the model trained on all workloads, and metrics: counts (``skipped_records``: traces that no longer
     replay), seconds (trace replay and feature extraction included), and (with ``holdout`` > 0) TenSet's top-1/top-5
     scores, the mean Spearman correlation, top-1/top-5 recall and top-1 regret on held-out workloads next to a random
-    ranking's, with each workload's.
-    Raises RegistryError when the device has too few workloads or records.
+    ranking's, with each workload's; with ``with_devices``, what it was trained on (``trained_on``).
+    Raises RegistryError when a device has too few workloads or records, BadInputError for ``with_devices`` that
+    cannot train with ``device_id``.
     """
     if not 0 <= holdout < 1:
         raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
@@ -328,6 +338,7 @@ def train(
         raise BadInputError(f"unknown predictor kind {kind!r}; expected one of {', '.join(KINDS)}")
     say = progress or (lambda _msg: None)
     source = TrainingSource(store, device_id)
+    others = _other_sources(store, source, with_devices, kind)
     if held_out is None:
         train_ids, held_ids = _split(source, holdout, seed)
     else:
@@ -337,17 +348,17 @@ def train(
     load_tensor_intrinsics(source.target.kind.name)  # before the first TuneContext, which would import them all
 
     start = time.perf_counter()
-    total, done, skipped = len(train_ids) + len(held_ids), 0, 0
+    total, done, skipped = len(source.counts) + sum(len(other.counts) for other in others), 0, 0
 
-    def read(ids: list[int]) -> Iterator[WorkloadGroup]:
+    def read(reading: TrainingSource, ids: list[int]) -> Iterator[WorkloadGroup]:
         nonlocal done, skipped
-        for g in source.groups(ids):
+        for g in reading.groups(ids):
             done += 1
-            say(f"[{done}/{total}] {g.task}")
+            say(f"[{done}/{total}] {g.task}" + (f" ({reading.device_name})" if others else ""))
             skipped += g.skipped
             yield g
 
-    groups = [g for g in read(train_ids) if g.features]
+    groups = [g for g in read(source, train_ids) if g.features]
     if not groups:
         raise RegistryError(
             f"no record of device {source.device_name} replays on this TVM ({skipped} skipped): nothing to train on"
@@ -355,15 +366,19 @@ def train(
     if kind == KIND:  # XGBModel's _fit extracts its anchor's schedules again: the one group that keeps them
         groups[-1] = source.group(source.rows(groups[-1].workload_id), cpus.count())
     anchor = groups[-1]
+    # The other devices' records of the held-out workloads are held out with them (an operator the model never saw),
+    # and read after the evaluation for the stored model, which trains on everything.
+    elsewhere = [(other, [g for g in read(other, [w for w in other.counts if w not in held_ids]) if g.features])
+                 for other in others]  # fmt: skip
 
     def fit(training: list[WorkloadGroup]) -> XGBModel | RankingModel:
-        return _fit(training, anchor) if kind == KIND else _fit_ranking(training, source)
+        return _fit(training, anchor) if kind == KIND else _fit_ranking([(source, training), *elsewhere], source)
 
     metrics: dict[str, Any] = {"device": source.device_name, "holdout": holdout, "seed": seed}
     if held_ids:
         partial = fit(groups)
         rows = []
-        for g in read(held_ids):
+        for g in read(source, held_ids):
             if len(g.features) >= MIN_EVAL_RECORDS:
                 rows.append(_evaluate(partial, g))
             if g.features:
@@ -371,14 +386,48 @@ def train(
         if rows:  # else the held-out workloads' records did not replay: no evaluation to show
             metrics.update(_summary(rows))
             metrics["held_out"].update(workloads=len(rows), records=sum(r["records"] for r in rows))
+    for other, more in elsewhere:
+        more += [g for g in read(other, [w for w in held_ids if w in other.counts]) if g.features]
     model = fit(groups)
+    every = groups + [g for _, more in elsewhere for g in more]
     metrics.update(
-        workloads=len(groups),
-        records=sum(len(g.features) for g in groups),
+        workloads=len({g.workload_id for g in every}),
+        records=sum(len(g.features) for g in every),
         skipped_records=skipped,
         train_seconds=round(time.perf_counter() - start, 3),
     )
+    if others:  # as the starter bundle's predictors name theirs (``predictor list``'s "trained on")
+        names = " + ".join(s.device_name.split(":", 1)[1] for s in [source, *others])
+        metrics["trained_on"] = f"{names} ({metrics['records']} programs)"
     return model, metrics
+
+
+def _other_sources(
+    store: RegistryReads, source: TrainingSource, device_ids: Sequence[int], kind: str
+) -> list[TrainingSource]:
+    """The devices ``train`` trains on besides ``source``'s, each checked: a ranking predictor (its rows say which
+    device each program ran on; TVM's XGBModel's do not), the same target kind (a GPU's features mean other things
+    than a CPU's), another device than the rest, and ok records."""
+    if not device_ids:
+        return []
+    if kind != ranker.KIND:
+        raise BadInputError(
+            f"training on other devices' records too needs kind {ranker.KIND}: {kind} rows do not say which device a "
+            "program ran on"
+        )
+    ids = [source.device_id, *device_ids]
+    if (twice := next((d for d in ids if ids.count(d) > 1), None)) is not None:
+        raise BadInputError(f"device {twice} is named twice: each device's records train once")
+    others = [TrainingSource(store, d) for d in device_ids]
+    for other in others:
+        if other.target.kind.name != source.target.kind.name:
+            raise BadInputError(
+                f"device {other.device_name} is a {other.target.kind.name} target and {source.device_name} a "
+                f"{source.target.kind.name} one: one predictor ranks one kind of target"
+            )
+        if not other.counts:
+            raise RegistryError(f"device {other.device_name} has no ok records to train on")
+    return others
 
 
 # -- storing ----------------------------------------------------------------------------------------------------
