@@ -14,7 +14,7 @@ from registry.cli.options import (
     output_options,
     pass_ctx,
 )
-from registry.cli.output import StatusLine, echo_model, echo_rows, echo_table
+from registry.cli.output import StatusLine, echo_line, echo_model, echo_rows, echo_table
 from registry.tvm_side.predictor_blob import KINDS
 
 
@@ -99,7 +99,7 @@ def train(
         echo_model(PredictorTrainOutput(version=version, kind=kind, **metrics))
         return
     whose = f" (trained on {metrics['trained_on']})" if "trained_on" in metrics else ""
-    click.echo(
+    echo_line(  # device names are the registry's text
         f"stored predictor v{version} ({kind}) of device {metrics['device']}{whose}: "
         f"{metrics['workloads']} workload(s), {metrics['records']} record(s), "
         f"trained in {metrics['train_seconds']:.1f} s"
