@@ -83,20 +83,18 @@ def train(
       registry predictor train --device 1 --holdout 0.3
       registry predictor train --device new-cpu --with-device team-xeon --with-device team-epyc
     """
-    from registry.tvm_side import predictor as tvm_predictor
+    from registry.api import train_predictor
 
     store = ctx.existing_store  # it writes a predictor, but only into a registry with records
-    dev = store.resolve_one_device(device)
-    also = [store.resolve_one_device(d).id for d in with_devices]
     with StatusLine() as progress:
-        model, metrics = tvm_predictor.train(
-            store, dev.id, holdout=holdout, seed=seed, progress=progress, kind=kind, with_devices=also
+        metrics = train_predictor(
+            store, device, with_devices=with_devices, holdout=holdout, seed=seed, kind=kind, progress=progress
         )
-    version = tvm_predictor.save(store, dev.id, model, metrics)
+    version = metrics["version"]
     if fmt == "json":
         from registry.schemas import PredictorTrainOutput
 
-        echo_model(PredictorTrainOutput(version=version, kind=kind, **metrics))
+        echo_model(PredictorTrainOutput(**metrics))
         return
     whose = f" (trained on {metrics['trained_on']})" if "trained_on" in metrics else ""
     echo_line(  # device names are the registry's text

@@ -8,7 +8,7 @@ Importing this package is cheap and never imports TVM; the functions and ``Regis
     report = registry.transfer("model.onnx", output="model.so")  # the report `registry transfer` prints
 
 See ``registry.api`` for ``host_target``, ``host_device``, ``database``, ``compile_model``, ``load_model``,
-``task_module``, ``transfer``, ``tune`` and ``tune_models``.
+``task_module``, ``transfer``, ``tune``, ``tune_models`` and ``train_predictor``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from registry.api import (
     host_target,
     load_model,
     task_module,
+    train_predictor,
     transfer,
     tune,
     tune_models,
@@ -39,6 +40,7 @@ __all__ = [
     "host_target",
     "load_model",
     "task_module",
+    "train_predictor",
     "transfer",
     "tune",
     "tune_models",

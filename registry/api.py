@@ -54,6 +54,7 @@ __all__ = [
     "host_target",
     "load_model",
     "task_module",
+    "train_predictor",
     "transfer",
     "tune",
     "tune_models",
@@ -216,6 +217,41 @@ def tune(
     ``transfer``; the tuning ``options`` are ``tune_models``'s."""
     spec = ModelSpec(model, input_shapes, params, name)
     return tune_models([spec], output=output, **options)[0]
+
+
+def train_predictor(
+    db: StoreLike = None,
+    device: str = "host",
+    *,
+    with_devices: Sequence[str] = (),
+    holdout: float = 0.25,
+    seed: int = 0,
+    kind: str = "xgb-rank-v1",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """``registry predictor train`` from Python: train a predictor on ``device``'s records (``"host"``, a device id or
+    name; with ``with_devices``' records too), judge it on ``holdout`` of its workloads held out whole, and store it
+    as the device's next version. Returns what ``--json`` prints: ``version``, ``kind``, the counts and the held-out
+    scores beside a random ranking's. ``db``: a storage, a database URL or an SQLite file, which must exist (a served
+    registry's URL is refused: predictors are trained where the records are, then pushed)."""
+    from registry.share.remote import is_url
+    from registry.store.factory import open_storage
+    from registry.tvm_side import predictor
+
+    opened = db is None or isinstance(db, (str, os.PathLike))
+    if db is not None and opened and is_url(os.fspath(db)):
+        raise BadInputError("a predictor trains on a database, not a served registry: `registry pull URL` first")
+    store = open_storage(None if db is None else _url(db), create_new=False) if opened else db
+    try:
+        row = store.resolve_one_device(device)
+        also = [store.resolve_one_device(d).id for d in with_devices]
+        model, metrics = predictor.train(
+            store, row.id, holdout=holdout, seed=seed, progress=progress, kind=kind, with_devices=also
+        )
+        return {"version": predictor.save(store, row.id, model, metrics), "kind": kind, **metrics}
+    finally:
+        if opened:
+            store.close()
 
 
 class ModelSpec(NamedTuple):

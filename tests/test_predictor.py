@@ -124,6 +124,18 @@ def test_training_a_device_without_records_is_one_clear_error(sqlite_url):
     assert store.list_predictors() == []
 
 
+def test_training_from_python_needs_a_registry_that_exists_and_is_not_served(tmp_path):
+    import registry
+    from registry.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="not a served registry"):
+        registry.train_predictor("https://registry.example.com")
+    missing = tmp_path / "none" / "registry.db"
+    with pytest.raises(RegistryError):
+        registry.train_predictor(missing)
+    assert not missing.parent.exists()  # nothing created
+
+
 def test_predictor_list_reads_the_table_without_importing_tvm(sqlite_url):
     Store(sqlite_url).close()  # an empty registry: `predictor list` is read-only and creates none
     code = (
@@ -448,6 +460,13 @@ def test_training_on_other_devices_holds_the_held_out_workloads_out_of_each(with
     assert as_json.exit_code == 0 and json.loads(as_json.output)["trained_on"] == metrics["trained_on"], as_json.output
     listed = run(with_sibling.url, "predictor", "list", "--device", str(device))
     assert listed.exit_code == 0 and f"{names[0]} + {names[1]}" in listed.output, listed.output
+
+    import registry  # the same from Python, by the devices' names, into the registry's file
+
+    trained = registry.train_predictor(with_sibling.url.removeprefix("sqlite:///"), names[0], with_devices=[names[1]])
+    assert trained["trained_on"] == metrics["trained_on"] and trained["kind"] == "xgb-rank-v1"
+    newest = store.latest_predictor(device)
+    assert newest.version == trained["version"] and newest.metrics["held_out"] == trained["held_out"]
 
 
 @pytest.mark.tvm
