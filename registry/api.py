@@ -226,18 +226,20 @@ def train_predictor(
     with_devices: Sequence[str] = (),
     holdout: float = 0.25,
     seed: int = 0,
-    kind: str = "xgb-rank-v1",
+    kind: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """``registry predictor train`` from Python: train a predictor on ``device``'s records (``"host"``, a device id or
     name; with ``with_devices``' records too), judge it on ``holdout`` of its workloads held out whole, and store it
-    as the device's next version. Returns what ``--json`` prints: ``version``, ``kind``, the counts and the held-out
+    as the device's next version; ``kind``: one of ``registry predictor train --kind``'s (default: the ranking
+    predictor's). Returns what ``--json`` prints: ``version``, ``kind``, the counts and the held-out
     scores beside a random ranking's. ``db``: a storage, a database URL or an SQLite file, which must exist (a served
     registry's URL is refused: predictors are trained where the records are, then pushed)."""
     from registry.share.remote import is_url
     from registry.store.factory import open_storage
-    from registry.tvm_side import predictor
+    from registry.tvm_side import predictor, ranker
 
+    kind = kind or ranker.KIND
     opened = db is None or isinstance(db, (str, os.PathLike))
     if db is not None and opened and is_url(os.fspath(db)):
         raise BadInputError("a predictor trains on a database, not a served registry: `registry pull URL` first")
