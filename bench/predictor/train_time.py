@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine_speed import stamped  # noqa: E402
-
-REGISTRY = str(ROOT / ".venv" / "bin" / "registry")
+from bench.predictor.with_devices import REGISTRY, import_once  # noqa: E402
 
 
 def main() -> None:
@@ -36,12 +35,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "predictor-train.json")
     args = parser.parse_args()
 
-    if args.db.startswith("sqlite:///"):
-        Path(args.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    devices = subprocess.run([REGISTRY, "--db", args.db, "devices", "--json"], capture_output=True, text=True)
-    if devices.returncode != 0 or not json.loads(devices.stdout).get("rows"):
-        print(f"importing {args.bundle}", flush=True)
-        subprocess.run([REGISTRY, "--db", args.db, "import", str(args.bundle), "-q"], check=True)
+    import_once(args.db, [args.bundle])
     runs = []
     for i in range(args.rounds):
         start = time.perf_counter()
