@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy import func, select
 
 from registry.cli.main import cli
@@ -197,14 +198,35 @@ def test_a_predictor_earns_fewer_measurements_with_its_held_out_score():
     assert warranted({}) == 3 and warranted({"held_out": {"top1": "0.99"}}) == 3  # judged on nothing, or not a number
 
 
+def _two_convolutions(path: Path) -> Path:
+    """Two 3x3 convolutions with their activations: two tasks that only design-space samples can schedule (a 1x1
+    convolution would take the matrix-product schedules instead)."""
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(shape).astype("float32") for shape in [(8, 3, 3, 3), (8, 8, 3, 3)]]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_convolutions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        initializer=[numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 @pytest.mark.tvm
 def test_no_measure_picks_among_design_space_samples_where_no_donor_applies(other_device, tmp_path):
     """This machine's device, a CNN while the registry holds only an MLP's records: its convolutions have no donor, so
     each gets the predictor's pick among samples of its design spaces, checked here against the workload's outputs
     first."""
     url, _ = other_device
-    cnn = tmp_path / "cnn.onnx"
-    onnx.save(zoo.resnet(18, image=16, width=4, classes=10), cnn)
+    cnn = _two_convolutions(tmp_path / "cnn.onnx")
     library = tmp_path / "cnn.so"
     out = _ok("--db", url, "transfer", str(cnn), "--no-measure", "-o", str(library), "--json")
     report = json.loads(out[out.index("{") :])
