@@ -43,7 +43,7 @@ def predictor() -> None:
     show_default=True,
     help="Share of the workloads held out to evaluate a model trained without them; 0: no evaluation.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out choice.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the held-out choice.")
 @click.option(
     "--kind",
     type=click.Choice(KINDS),

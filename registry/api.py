@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
@@ -219,11 +219,20 @@ def tune(
     return tune_models([spec], output=output, **options)[0]
 
 
+def _device_selector(device: Any) -> str:
+    """A device as ``registry --device`` names it: ``"host"``, an id (an int too) or a name."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return str(device)
+    if not isinstance(device, str):
+        raise BadInputError(f"device {device!r}: expected an id or a name")
+    return device
+
+
 def train_predictor(
     db: StoreLike = None,
-    device: str = "host",
+    device: str | int = "host",
     *,
-    with_devices: Sequence[str] = (),
+    with_devices: Sequence[str | int] = (),
     holdout: float = 0.25,
     seed: int = 0,
     kind: str | None = None,
@@ -240,6 +249,9 @@ def train_predictor(
     from registry.tvm_side import predictor, ranker
 
     kind = kind or ranker.KIND
+    if isinstance(with_devices, (str, bytes)) or not isinstance(with_devices, Iterable):
+        raise BadInputError(f"with_devices {with_devices!r}: expected a list of devices (ids or names)")
+    device, with_devices = _device_selector(device), [_device_selector(d) for d in with_devices]
     opened = db is None or isinstance(db, (str, os.PathLike))
     if db is not None and opened and is_url(os.fspath(db)):
         raise BadInputError("a predictor trains on a database, not a served registry: `registry pull URL` first")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -474,6 +475,7 @@ def test_training_with_devices_that_cannot_train_together_is_one_line_and_stores
     store, device = with_sibling.store, with_sibling.device_id
     empty = store.add_device(DeviceSpec({"kind": "llvm", "num-cores": 8}, 8, "another cpu", "0.27.0"))
     gpu = store.add_device(DeviceSpec({"kind": "cuda", "arch": "sm_90"}, 0, "a gpu", "0.27.0"))
+    foreign = store.add_device(DeviceSpec({"kind": "nosuchkind"}, 1, "a crafted row", "0.27.0"))
     before = store.list_predictors()
     for args, code, says in (
         (["--with-device", str(with_sibling.sibling_id), "--kind", "xgb-v2"], 1, "needs kind xgb-rank-v1"),
@@ -481,12 +483,38 @@ def test_training_with_devices_that_cannot_train_together_is_one_line_and_stores
         (["--with-device", str(gpu)], 1, "one kind of target"),
         (["--with-device", str(empty)], 1, "no ok records"),
         (["--with-device", "no-such-device"], 1, "no-such-device"),
+        (["--with-device", str(foreign)], 1, "its stored target is not one this TVM takes"),
+        (["--seed", "-5"], 2, "'--seed'"),  # numpy's "expected non-negative integer" was an internal error
     ):
         result = run(with_sibling.url, "predictor", "train", "--device", str(device), *args)
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert result.exit_code == code and len(lines) == 1 and says in lines[0], (args, result.output)
         assert "Traceback" not in result.output
     assert store.list_predictors() == before
+
+
+@pytest.mark.parametrize(
+    "arguments, says",
+    [
+        ({"with_devices": "2"}, "expected a list of devices"),  # a string is not read one character a device
+        ({"with_devices": [2.5]}, "expected an id or a name"),
+        ({"device": None}, "expected an id or a name"),
+        ({"seed": -1}, "seed -1"),
+        ({"seed": None}, "seed None"),  # a held-out share no one could draw again
+        ({"seed": "3"}, "seed '3'"),
+        ({"holdout": "0.5"}, "holdout '0.5'"),
+        ({"holdout": float("nan")}, "holdout nan"),
+    ],
+)
+def test_training_from_python_refuses_arguments_of_the_wrong_type_before_any_work(sqlite_url, arguments, says):
+    import registry
+    from registry.errors import BadInputError
+
+    store = Store(sqlite_url)
+    device = store.add_device(DeviceSpec({"kind": "llvm", "num-cores": 2}, 1, "a cpu", "0.27.0"))
+    with pytest.raises(BadInputError, match=re.escape(says)):
+        registry.train_predictor(sqlite_url, **{"device": device, **arguments})
+    assert store.list_predictors() == []
 
 
 def spearman_of(a, b) -> float:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import json
+import math
+import numbers
 import os
 import time
 import warnings
@@ -127,7 +129,11 @@ class TrainingSource:
         self.store, self.device_id = store, device_id
         device = store.resolve_one_device(str(device_id))
         self.device_name = f"{device.id}:{device.name}"
-        self.target = Target(json.loads(device.target_json))
+        try:  # a crafted or foreign row: its device is named, not TVM's message about it
+            with quiet_stderr():
+                self.target = Target(json.loads(device.target_json))
+        except Exception:  # noqa: BLE001 - TVM raises its own errors for a target it refuses
+            raise BadInputError(f"device {self.device_name}: its stored target is not one this TVM takes") from None
         self.threads = device.num_threads
         # workload id -> (task name, ok records)
         self.counts: dict[int, tuple[str, int]] = store.ok_record_counts(device_id)
@@ -307,6 +313,17 @@ def _split(source: TrainingSource, holdout: float, seed: int) -> tuple[list[int]
     return [w for w in ids if w not in held], held
 
 
+def _split_choice(holdout: Any, seed: Any) -> tuple[float, int]:
+    """``holdout`` and ``seed`` as plain numbers, checked before any work: both are stored as JSON with the predictor,
+    and a seed of None would draw a held-out share no one could draw again."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise BadInputError(f"seed {seed!r}: expected a whole number, 0 or more")
+    real = isinstance(holdout, numbers.Real) and not isinstance(holdout, bool)
+    if not (real and math.isfinite(holdout) and 0 <= holdout < 1):
+        raise BadInputError(f"holdout {holdout!r}: expected a fraction of the workloads, at least 0 and below 1")
+    return float(holdout), int(seed)
+
+
 def train(
     store: RegistryReads,
     device_id: int,
@@ -332,8 +349,7 @@ def train(
     Raises RegistryError when a device has too few workloads or records, BadInputError for ``with_devices`` that
     cannot train with ``device_id``.
     """
-    if not 0 <= holdout < 1:
-        raise BadInputError(f"holdout {holdout}: expected a fraction of the workloads, at least 0 and below 1")
+    holdout, seed = _split_choice(holdout, seed)
     if kind not in KINDS:
         raise BadInputError(f"unknown predictor kind {kind!r}; expected one of {', '.join(KINDS)}")
     say = progress or (lambda _msg: None)
@@ -361,7 +377,8 @@ def train(
     groups = [g for g in read(source, train_ids) if g.features]
     if not groups:
         raise RegistryError(
-            f"no record of device {source.device_name} replays on this TVM ({skipped} skipped): nothing to train on"
+            f"no record of device {source.device_name} reads back whole and replays on this TVM ({skipped} did not"
+            " replay; rows refused as they were read are warned of): nothing to train on"
         )
     if kind == KIND:  # XGBModel's _fit extracts its anchor's schedules again: the one group that keeps them
         groups[-1] = source.group(source.rows(groups[-1].workload_id), cpus.count())
