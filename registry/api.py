@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from registry import hostinfo
 from registry.errors import BadInputError
-from registry.options import TRANSFER, TUNE, TransferOptions, TuneOptions
+from registry.options import TRANSFER, TUNE, TransferOptions, TuneOptions, real, whole
 
 if TYPE_CHECKING:
     import onnx
@@ -183,7 +184,8 @@ def transfer(
         candidates=candidates, neighbours=neighbours, tune_trials=tune_trials, tune_budget=tune_budget,
         retune_below=retune_below, measure=measure, device=device,
     )  # fmt: skip
-    spec = ModelSpec(model, input_shapes, params, name)
+    spec = ModelSpec(model, _input_shapes(input_shapes), params, _label(name, "name"))
+    team = _label(team, "team")
     job = _Job(target, threads, db, overlay, exact_math, progress)
     if not options.measure:  # TransferOptions.measure picks the pipeline: False, the predicted one, timing nothing
         return _predicted(spec, options, _path(output), job)
@@ -318,18 +320,22 @@ def tune_models(
     from registry.pipeline.tune import ModelTuneOptions, tune_models
     from registry.store.validation import MAX_LEASE_S
 
-    if not (isinstance(plateau, int) and plateau >= 1):
-        raise BadInputError(f"plateau: {plateau!r} is not a number of trials of at least 1")
-    if not (isinstance(lease, (int, float)) and 0 < lease <= MAX_LEASE_S):
-        raise BadInputError(f"lease: {lease!r} is not a number of seconds above 0 and at most {MAX_LEASE_S:g}")
+    real("lease", lease, 0, MAX_LEASE_S, above=True)
     options = TuneOptions(
         trials=trials, seconds=seconds, predictor=predictor, keep=keep, min_gain=min_gain, min_share=min_share,
         floor=floor, batch=batch, plateau=plateau, retune=retune, lease=lease,
     )  # fmt: skip
-    settings = ModelTuneOptions.of(options, team=team, output=_path(output), where=_where(rpc, dop, verbose))
+    settings = ModelTuneOptions.of(
+        options, team=_label(team, "team"), output=_path(output), where=_where(rpc, dop, verbose)
+    )
+    if isinstance(models, (str, bytes, os.PathLike, ModelSpec)) or not isinstance(models, Iterable):
+        raise BadInputError("models: expected a list of models (for one model, registry.tune)")
     if not models:
         raise BadInputError("no model to tune")
     specs = [m if isinstance(m, ModelSpec) else ModelSpec(m) for m in models]
+    for spec in specs:
+        _label(spec.name, "name")
+        _input_shapes(spec.input_shapes)  # checked before any model is read
     job = _Job(target, threads, db, overlay, exact_math, progress)
     start = time.perf_counter()
     tvm_target = _target(target)
@@ -382,6 +388,9 @@ def _run(run, settings, spec: ModelSpec, job: _Job) -> ModelReport:
 def _opened(specs: Sequence[ModelSpec], job: _Job, start: float) -> Iterator[tuple[list[LoadedModel], Any, float]]:
     """The models loaded, the storage open (closed after, if this opened it), and the seconds since ``start``
     that the loading took (the report's import time)."""
+    _threads(job.threads)  # checked before any model is read
+    if job.progress is not None and not callable(job.progress):
+        raise BadInputError(f"progress: {job.progress!r} is not a function of (done, total, what)")
     loaded = [replace(load_model(*spec), exact_math=job.exact_math) for spec in specs]
     import_s = time.perf_counter() - start
     store, owned = _open(job.db, job.overlay)
@@ -423,10 +432,10 @@ def load_model(
     from registry.tvm_side.frontend import load_onnx
     from registry.tvm_side.onnx_prep import parse_input_shapes
 
-    if isinstance(input_shapes, Mapping):
-        shapes = {k: [int(d) for d in v] for k, v in input_shapes.items()}
-    else:
-        shapes = parse_input_shapes(list(input_shapes or []))
+    shapes = _input_shapes(input_shapes)
+    if not isinstance(shapes, Mapping):
+        shapes = parse_input_shapes(shapes or [])
+    _label(name, "name")
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         return load_onnx(path, shapes, name=name or path.stem)
@@ -493,10 +502,42 @@ def _target(target: TargetLike) -> Target:
 def _threads(threads: int | None) -> int | None:
     """The CLI's rule: the argument, else ``$TVM_NUM_THREADS``, else None (the runtime's default)."""
     if threads is not None:
-        if not 1 <= int(threads) <= hostinfo.MAX_THREADS:
+        if whole("threads", threads, 1) > hostinfo.MAX_THREADS:
             raise BadInputError(f"threads: {threads} is not between 1 and {hostinfo.MAX_THREADS}")
         return int(threads)
     return hostinfo.env_threads()
+
+
+def _label(value: Any, what: str) -> Any:
+    """A team or model name as the CLI's ``--team`` and ``--name`` take it (printable text; None: none given)."""
+    from registry.store.validation import name_problem
+
+    problem = name_problem(value, what)
+    if problem:
+        raise BadInputError(problem)
+    return value
+
+
+def _input_shapes(
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[str] | None,
+) -> Mapping[str, list[int]] | list[str] | None:
+    """``input_shapes`` checked before any model is read: ``{"x": [1, 3, 224, 224]}`` (the dimensions whole and
+    positive) or ``["x=1,3,224,224"]``; one string would be read a character a shape."""
+    if input_shapes is None:
+        return None
+    if isinstance(input_shapes, Mapping):
+        checked = {}
+        for key, dims in input_shapes.items():
+            if not isinstance(key, str) or isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+                raise BadInputError(f"input_shapes: {key!r}: expected an input's name and its dimensions")
+            dims = list(dims)
+            if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in dims):
+                raise BadInputError(f"input_shapes: {key}: {dims!r} is not a list of whole dimensions of at least 1")
+            checked[key] = [int(d) for d in dims]
+        return checked
+    if isinstance(input_shapes, (str, bytes)) or not isinstance(input_shapes, Iterable):
+        raise BadInputError(f"input_shapes: {input_shapes!r}: expected a mapping or a list of NAME=D1,D2 strings")
+    return list(input_shapes)
 
 
 def _store(db: StoreLike):

@@ -2,15 +2,60 @@
 
 The command line (``registry.cli``), the Python API (``registry.api``) and the pipeline's own settings
 (``registry.pipeline``) take their defaults from these classes, and ``tests/test_options.py`` checks that they agree.
+The classes check their values as the CLI's option types do, so the API refuses what the command line refuses.
 A helper every layer may use: it imports nothing of the registry but ``registry.errors``, and neither TVM nor
 SQLAlchemy, so a light command may read it.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
+from typing import Any
 
 from registry.errors import BadInputError
+
+
+# The Python API's checks of what the CLI's option types check (click.IntRange, FiniteRange, Duration): an option
+# of the wrong type or out of range is one BadInputError before any work, and NumPy scalars become Python numbers
+# (a report that holds them cannot be written as JSON).
+def whole(field: str, value: Any, least: int, *, optional: bool = False) -> int | None:
+    """``value`` as an int of at least ``least`` (None where ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise BadInputError(f"{field}: {value!r} is not a whole number of at least {least}")
+    return int(value)
+
+
+def real(
+    field: str, value: Any, least: float, most: float | None = None, *, above: bool = False, optional: bool = False
+) -> float | None:
+    """``value`` as a finite float from ``least`` (excluded where ``above``) to ``most`` (None where ``optional``)."""
+    if value is None and optional:
+        return None
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not (number and (value > least if above else value >= least) and (most is None or value <= most)):
+        bound = f"above {least:g}" if above else f"of at least {least:g}"
+        raise BadInputError(
+            f"{field}: {value!r} is not a number {bound}" + (f" and at most {most:g}" if most is not None else "")
+        )
+    return float(value)
+
+
+def flag(field: str, value: Any) -> bool:
+    """``value`` if it is True or False (None, "no" or 0 would read as a choice no one made)."""
+    if not isinstance(value, bool):
+        raise BadInputError(f"{field}: {value!r} is not True or False")
+    return value
+
+
+def _checked(options: Any, **values: Any) -> None:
+    """Sets a frozen dataclass's fields to their checked values."""
+    for name, value in values.items():
+        object.__setattr__(options, name, value)
+
 
 # The trial budget of `registry tune` given neither --trials nor --budget: this many measured trials per task.
 TRIALS_PER_TASK = 32
@@ -34,6 +79,22 @@ class TuneOptions:
     # Seconds a task stays leased to a run after its last batch: the time a killed run's tasks wait before another
     # run takes them over.
     lease: float = 300.0
+
+    def __post_init__(self) -> None:
+        _checked(
+            self,
+            trials=whole("trials", self.trials, 1, optional=True),
+            seconds=real("seconds", self.seconds, 0, above=True, optional=True),
+            predictor=flag("predictor", self.predictor),
+            keep=real("keep", self.keep, 0.05, 1.0),
+            min_gain=real("min_gain", self.min_gain, 0),
+            min_share=real("min_share", self.min_share, 0, 100),
+            floor=whole("floor", self.floor, 0),
+            batch=whole("batch", self.batch, 1),
+            plateau=whole("plateau", self.plateau, 1),
+            retune=flag("retune", self.retune),
+            lease=real("lease", self.lease, 0, above=True),
+        )
 
 
 # Donor schedules per task that a transfer measures: 3 kept nearly all of 8's speedup at 40% of the search time
@@ -64,6 +125,19 @@ class TransferOptions:
     device: str | None = None  # with measure=False: the registry device to compile for (None: this machine's)
 
     def __post_init__(self) -> None:
+        if isinstance(self.device, int) and not isinstance(self.device, bool):
+            _checked(self, device=str(self.device))  # a device id, as the CLI's --device takes it
+        elif self.device is not None and not isinstance(self.device, str):
+            raise BadInputError(f"device: {self.device!r} is not a device id or name")
+        _checked(
+            self,
+            candidates=whole("candidates", self.candidates, 1, optional=True),
+            neighbours=whole("neighbours", self.neighbours, 1),
+            tune_trials=whole("tune_trials", self.tune_trials, 0),
+            tune_budget=real("tune_budget", self.tune_budget, 0, optional=True),
+            retune_below=real("retune_below", self.retune_below, 0, 1),
+            measure=flag("measure", self.measure),
+        )
         if self.measure and self.device is not None:
             raise BadInputError("device= applies with measure=False: a measured transfer measures on this machine")
 

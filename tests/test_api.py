@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,50 @@ def _tiny_onnx() -> bytes:
     from registry.tvm_side import zoo
 
     return zoo.mlp(8, (64, 64)).SerializeToString()
+
+
+_BAD_CALLS = [
+    ("transfer", {"team": ""}, "team is empty"),  # it was refused record by record, after the whole run
+    ("tune", {"team": "a\nb"}, "control character"),
+    ("tune", {"name": "a\nb"}, "control character"),
+    ("tune", {"trials": 0}, "trials: 0"),
+    ("tune", {"trials": "2"}, "trials: '2'"),
+    ("tune", {"keep": float("nan")}, "keep: nan"),
+    ("tune", {"predictor": "no"}, "predictor: 'no'"),
+    ("tune", {"batch": 0}, "batch: 0"),
+    ("tune", {"threads": 2.5}, "threads: 2.5"),
+    ("tune", {"progress": 5}, "progress: 5"),
+    ("transfer", {"candidates": 2.5}, "candidates: 2.5"),
+    ("transfer", {"tune_budget": float("nan")}, "tune_budget: nan"),
+    ("transfer", {"retune_below": 5}, "retune_below: 5"),
+    ("transfer", {"measure": None}, "measure: None"),  # None switched to the pipeline that measures nothing
+    ("transfer", {"input_shapes": "x=8,64"}, "expected a mapping or a list"),  # was read a character a shape
+    ("transfer", {"input_shapes": {"x": [0, 64]}}, "whole dimensions of at least 1"),
+    ("transfer", {"input_shapes": {"x": "864"}}, "expected an input's name and its dimensions"),
+]
+
+
+@pytest.mark.parametrize("function, arguments, says", _BAD_CALLS, ids=[f"{f}-{a}" for f, a, _ in _BAD_CALLS])
+def test_arguments_of_the_wrong_type_or_range_are_refused_before_any_work(tmp_path, function, arguments, says):
+    """What the CLI's option types refuse, the API refuses too: one BadInputError naming the argument, raised before
+    the model is read or the registry opened (it is never created)."""
+    db = tmp_path / "registry.db"
+    with pytest.raises(BadInputError, match=re.escape(says)):
+        getattr(registry, function)(_tiny_onnx(), db=db, **arguments)
+    assert not db.exists()
+
+
+def test_a_list_of_models_is_not_one_path():
+    with pytest.raises(BadInputError, match="expected a list of models"):
+        registry.tune_models("model.onnx")  # was read a character a model: "/: cannot read (Is a directory)"
+
+
+@pytest.mark.tvm
+def test_numpy_numbers_are_taken_as_numbers_and_the_report_is_json(tmp_path):
+    """A NumPy integer ran the whole tuning run and then failed to be written as JSON in its report."""
+    import json
+
+    import numpy as np
+
+    report = registry.tune(_tiny_onnx(), db=tmp_path / "r.db", trials=np.int64(2), keep=np.float32(1.0))
+    assert json.loads(json.dumps(report.as_json()))["tasks"]
