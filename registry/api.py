@@ -67,7 +67,7 @@ def host_target(num_cores: int | None = None) -> Target:
     out, ``num-cores`` all of its cores. A target without ``mcpu`` would name another device."""
     from registry.tvm_side.target import host_target as target
 
-    return target(num_cores)
+    return target(whole("num_cores", num_cores, 1, optional=True))
 
 
 def host_device(target: TargetLike = None, threads: int | None = None) -> DeviceSpec:
@@ -101,9 +101,10 @@ def database(
     Tune with ``db.target``, the target the device was made for: MetaSchedule writes the records through the
     database, and a record for another target is refused rather than filed under a second device.
     """
-    from registry.records.database import RegistryDatabase
+    from registry.records.database import RegistryDatabase, check_provenance
     from registry.tvm_side.target import device_spec
 
+    check_provenance(source, team, model)  # before the registry is opened, or created
     target_, threads_ = _target(target), _threads(threads)
     device = device_spec(target_, threads_, host_model) if host_model else None
     return RegistryDatabase(
@@ -120,8 +121,11 @@ def compile_model(mod: IRModule, db: RegistryDatabase, *, exact_math: bool = Fal
     ``compile_relax`` never makes: compiled with that, those kernels keep TVM's default schedules. This runs the same
     rewriting, so the records apply. ``exact_math``: as ``registry transfer --exact-math``.
     """
+    from registry.records.database import RegistryDatabase
     from registry.tvm_side.compile import compile_model as compile_with
 
+    if not isinstance(db, RegistryDatabase):
+        raise BadInputError(f"db: expected registry.database(...), got {type(db).__name__}")
     return compile_with(db, mod, db.target, exact_math)
 
 

@@ -143,3 +143,27 @@ def test_numpy_numbers_are_taken_as_numbers_and_the_report_is_json(tmp_path):
 
     report = registry.tune(_tiny_onnx(), db=tmp_path / "r.db", trials=np.int64(2), keep=np.float32(1.0))
     assert json.loads(json.dumps(report.as_json()))["tasks"]
+
+
+@pytest.mark.tvm
+def test_the_database_and_target_helpers_refuse_bad_arguments_before_writing(tmp_path):
+    """``registry.database(team="")`` made a database whose every commit refused its record; a thread count of 2.5
+    filed a device named "...-2.5t"; ``host_target(-1)`` made a target of -1 cores."""
+    db = tmp_path / "registry.db"
+    for arguments, says in (
+        ({"team": ""}, "team is empty"),
+        ({"model": "a\x1b[31m"}, "control character"),
+        ({"source": "bogus"}, "source 'bogus'"),
+        ({"threads": 2.5}, "threads: 2.5"),
+    ):
+        with pytest.raises(BadInputError, match=re.escape(says)):
+            registry.database(db=db, **arguments)
+        assert not db.exists(), arguments
+    with pytest.raises(BadInputError, match=re.escape("num_threads: 2.5")):
+        registry.RegistryDatabase(registry.host_target(), f"sqlite:///{db}", num_threads=2.5)
+    assert not db.exists()
+    for cores in (-1, 0, 2.5, "4"):
+        with pytest.raises(BadInputError, match="num_cores"):
+            registry.host_target(cores)
+    with pytest.raises(BadInputError, match="expected registry.database"):
+        registry.compile_model(registry.load_model(_tiny_onnx()).mod, str(db))

@@ -24,11 +24,13 @@ from tvm.target import Target
 
 from registry import hostinfo
 from registry.errors import BadInputError, RegistryError, RegistryWarning
+from registry.options import whole
 from registry.records.write import RecordWriter
 from registry.store.factory import open_storage
 from registry.store.interface import Catalogue, DeviceSpec, RecordIn, RegistryStorage, StoredRecord
+from registry.store.rows import SOURCES
 from registry.store.urls import redact
-from registry.store.validation import trace_is_sound
+from registry.store.validation import name_problem, trace_is_sound
 from registry.tvm_side import tvmlog
 from registry.tvm_side.compat import TVM_ERRORS, error_line
 from registry.tvm_side.signature import plain_json, structural_hash, workload_in
@@ -46,6 +48,19 @@ class RecordRefusedError(BadInputError, ValueError):
     MetaSchedule calls the database through TVM's FFI, which re-raises an exception of a class it does not know as a
     bare ``RuntimeError``; registered with the FFI, this one reaches the caller as itself: a ``ValueError`` for code
     that knows TVM, a ``RegistryError`` (one ``Error:`` line) for the registry's own callers."""
+
+
+def check_provenance(source: Any, team: Any, model: Any, num_threads: Any = None) -> None:
+    """Raises BadInputError for provenance that every commit would refuse its record for (one line now, not a
+    refusal per record after a whole tuning run), or a thread count that would name a device "2.5t"."""
+    problem = (
+        name_problem(team, "team")
+        or name_problem(model, "model name")
+        or (None if source in SOURCES else f"source {source!r}: expected one of {', '.join(SOURCES)}")
+    )
+    if problem:
+        raise BadInputError(problem)
+    whole("num_threads", num_threads, 1, optional=True)
 
 
 @derived_object
@@ -102,6 +117,7 @@ class RegistryDatabase(PyDatabase):
         task_names: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
+        check_provenance(source, team, model, num_threads)  # before the device row is written
         self.store = open_storage(store) if store is None or isinstance(store, str) else store
         self.device = device or device_spec(target, num_threads)
         self.device_id = self.store.add_device(self.device)

@@ -20,6 +20,9 @@ LOG_ORIGIN = "tvm-log"
 # MetaSchedule writes this many seconds for a candidate that failed to build or run.
 FAILED_RUN_SECS = 1e9
 
+# How a record came to be: measured by a tuning run, by a transfer, or read from a log or bundle.
+SOURCES = ("tuned", "transferred", "imported")
+
 
 def canonical_json(obj: Any) -> str:
     """Compact, key-sorted JSON: equal values give equal text, so its hash identifies a trace."""

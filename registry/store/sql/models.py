@@ -27,7 +27,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql import expression
 
-from registry.store.rows import LOG_ORIGIN  # noqa: F401 - the origin column's value for TVM logs, named here too
+from registry.store.rows import (
+    LOG_ORIGIN,  # noqa: F401 - the origin column's value for TVM logs, named here too
+    SOURCES,
+)
 from registry.store.trust import TRUST_LEVELS
 
 # Stable constraint names, so that Alembic's batch mode (SQLite) and PostgreSQL agree on what to alter.
@@ -41,8 +44,6 @@ NAMING_CONVENTION = {
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL needs 64 bits for a large registry.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-
-SOURCES = ("tuned", "transferred", "imported")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
