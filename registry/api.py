@@ -393,6 +393,7 @@ def _opened(specs: Sequence[ModelSpec], job: _Job, start: float) -> Iterator[tup
     """The models loaded, the storage open (closed after, if this opened it), and the seconds since ``start``
     that the loading took (the report's import time)."""
     _threads(job.threads)  # checked before any model is read
+    _db(job.db)
     if job.progress is not None and not callable(job.progress):
         raise BadInputError(f"progress: {job.progress!r} is not a function of (done, total, what)")
     loaded = [replace(load_model(*spec), exact_math=job.exact_math) for spec in specs]
@@ -412,7 +413,16 @@ def _progress(job: _Job) -> Callable[[int, int, str], None]:
 
 
 def _path(output: str | os.PathLike | None) -> Path | None:
+    if output is not None and not isinstance(output, (str, os.PathLike)):
+        raise BadInputError(f"output: expected a file path, got {type(output).__name__}")
     return Path(output) if output is not None else None
+
+
+def _db(db: StoreLike) -> StoreLike:
+    """``db`` if it is a database URL, an SQLite file or an open storage: checked before any work."""
+    if db is None or isinstance(db, (str, os.PathLike)) or hasattr(db, "resolve_one_device"):
+        return db
+    raise BadInputError(f"db: expected a database URL, an SQLite file or an open storage, got {type(db).__name__}")
 
 
 def load_model(
@@ -549,7 +559,7 @@ def _store(db: StoreLike):
     from registry.store.factory import open_storage
 
     if db is None or not isinstance(db, (str, os.PathLike)):
-        return db
+        return _db(db)
     return open_storage(_url(db))
 
 
@@ -585,4 +595,7 @@ def _where(rpc: str | None, dop: int | None, verbose: bool = False):
     from registry.measure.tracker import Tracker
     from registry.pipeline.model_run import Where
 
+    if rpc is not None and not isinstance(rpc, str):
+        raise BadInputError(f"rpc: expected a tracker address HOST:PORT:KEY, got {type(rpc).__name__}")
+    dop = whole("dop", dop, 1, optional=True)
     return Where(rpc=Tracker.parse(rpc) if rpc else None, dop=dop, verbose=verbose)

@@ -116,6 +116,10 @@ _BAD_CALLS = [
     ("transfer", {"input_shapes": "x=8,64"}, "expected a mapping or a list"),  # was read a character a shape
     ("transfer", {"input_shapes": {"x": [0, 64]}}, "whole dimensions of at least 1"),
     ("transfer", {"input_shapes": {"x": "864"}}, "expected an input's name and its dimensions"),
+    ("tune", {"db": 5}, "db: expected a database URL"),
+    ("transfer", {"output": 5}, "output: expected a file path"),
+    ("tune", {"rpc": 5}, "rpc: expected a tracker address"),
+    ("tune", {"dop": 0}, "dop: 0"),
 ]
 
 
@@ -125,7 +129,7 @@ def test_arguments_of_the_wrong_type_or_range_are_refused_before_any_work(tmp_pa
     the model is read or the registry opened (it is never created)."""
     db = tmp_path / "registry.db"
     with pytest.raises(BadInputError, match=re.escape(says)):
-        getattr(registry, function)(_tiny_onnx(), db=db, **arguments)
+        getattr(registry, function)(_tiny_onnx(), **{"db": db, **arguments})
     assert not db.exists()
 
 
