@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.machine_speed import stamped  # noqa: E402
 from bench.predictor import dataset  # noqa: E402
 from bench.predictor.label_noise import stored_key, workloads_of  # noqa: E402
+from bench.predictor.mlp import MLP  # noqa: E402
 from registry.tvm_side import predictor_scores as scores  # noqa: E402
 from registry.tvm_side import ranker  # noqa: E402
 
@@ -183,6 +184,11 @@ VARIANTS = {
     "registry-forest3-r100": lambda: Variant("registry", params={"num_parallel_tree": 3}, rounds=100),
     "registry-forest3-r150": lambda: Variant("registry", params={"num_parallel_tree": 3}, rounds=150),
     "registry-allcols": lambda: Variant("registry", params={"colsample_bytree": 1.0, "subsample": 1.0}),
+    "mlp": lambda: MLP(),
+    "mlp-seed1": lambda: MLP(seed=1),
+    "mlp-wide": lambda: MLP(hidden=512),
+    "mlp-long": lambda: MLP(epochs=80),
+    "mlp-deep": lambda: MLP(layers=4),
 }
 
 
