@@ -189,6 +189,7 @@ VARIANTS = {
     "mlp-wide": lambda: MLP(hidden=512),
     "mlp-long": lambda: MLP(epochs=80),
     "mlp-deep": lambda: MLP(layers=4),
+    "blend-registry-mlp": lambda: Blend(Variant("registry"), MLP()),
 }
 
 
