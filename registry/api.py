@@ -126,7 +126,16 @@ def compile_model(mod: IRModule, db: RegistryDatabase, *, exact_math: bool = Fal
 
     if not isinstance(db, RegistryDatabase):
         raise BadInputError(f"db: expected registry.database(...), got {type(db).__name__}")
-    return compile_with(db, mod, db.target, exact_math)
+    return compile_with(db, _relax_module(mod), db.target, exact_math)
+
+
+def _relax_module(mod: Any) -> IRModule:
+    """``mod`` if it is a Relax module (a model file or a ``load_model`` result is named as what it is not)."""
+    from tvm.ir import IRModule
+
+    if not isinstance(mod, IRModule):
+        raise BadInputError(f"mod: expected a Relax IRModule (load_model(...).mod, say), got {type(mod).__name__}")
+    return mod
 
 
 def task_module(mod: IRModule, target: TargetLike = None, *, exact_math: bool = False) -> IRModule:
@@ -135,7 +144,7 @@ def task_module(mod: IRModule, target: TargetLike = None, *, exact_math: bool = 
     ``compile_model``, and the records tuned apply."""
     from registry.tvm_side.compile import task_module as rewritten
 
-    return rewritten(mod, _target(target), exact_math)
+    return rewritten(_relax_module(mod), _target(target), exact_math)
 
 
 def transfer(
