@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from registry.errors import BadInputError
+
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
 HOME_ENV = "REGISTRY_HOME"
 
@@ -37,6 +39,9 @@ def database_url(value: str) -> str:
     return value
 
 
-def resolve_database_url(url: str | None = None) -> str:
+def resolve_database_url(url: str | os.PathLike | None = None) -> str:
     """An explicit URL (or SQLite file path) wins, then ``$REGISTRY_DATABASE_URL``, then the embedded SQLite file."""
-    return database_url(url or os.environ.get(DATABASE_URL_ENV) or default_database_url())
+    if url is not None and not isinstance(url, (str, os.PathLike)):
+        raise BadInputError(f"database: expected a URL or an SQLite file path, got {type(url).__name__}")
+    given = os.fspath(url) if url is not None else ""
+    return database_url(given or os.environ.get(DATABASE_URL_ENV) or default_database_url())

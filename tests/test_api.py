@@ -171,5 +171,7 @@ def test_the_database_and_target_helpers_refuse_bad_arguments_before_writing(tmp
             registry.host_target(cores)
     with pytest.raises(BadInputError, match="expected registry.database"):
         registry.compile_model(registry.load_model(_tiny_onnx()).mod, str(db))
+    with pytest.raises(BadInputError, match="expected a URL or an SQLite file path"):
+        registry.Store(5)
     with pytest.raises(BadInputError, match="expected a Relax IRModule"):
         registry.task_module(registry.load_model(_tiny_onnx()))  # the loaded model, not its module
