@@ -105,6 +105,7 @@ def database(
     from registry.tvm_side.target import device_spec
 
     check_provenance(source, team, model)  # before the registry is opened, or created
+    _label(host_model, "host_model")
     target_, threads_ = _target(target), _threads(threads)
     device = device_spec(target_, threads_, host_model) if host_model else None
     return RegistryDatabase(

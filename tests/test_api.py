@@ -159,6 +159,7 @@ def test_the_database_and_target_helpers_refuse_bad_arguments_before_writing(tmp
         ({"model": "a\x1b[31m"}, "control character"),
         ({"source": "bogus"}, "source 'bogus'"),
         ({"threads": 2.5}, "threads: 2.5"),
+        ({"host_model": 5}, "host_model 5 is not text"),
     ):
         with pytest.raises(BadInputError, match=re.escape(says)):
             registry.database(db=db, **arguments)
