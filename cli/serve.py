@@ -11,6 +11,27 @@ MAX_RATE = 1_000_000  # requests a second: beyond it a limit limits nothing
 HEADER_RANGE = (1 << 10, 1 << 20)  # bytes of a request's header block: a browser's needs a few KiB
 
 
+def _listenable(host: str, port: int) -> None:
+    """Refuses, in one line, an address this machine cannot listen on, before anything says it serves (uvicorn
+    would log the failure after "serving ... at"). An empty host would make uvicorn listen on every address."""
+    import socket
+
+    from registry.errors import BadInputError, RegistryError
+
+    if not host.strip():
+        raise BadInputError("--host is empty: name the address to listen on (0.0.0.0 for every one)")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInputError(f"--host {host!r}: not an address of this machine ({e})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise RegistryError(f"cannot listen on {host!r} port {port}: {e.strerror or e}") from None
+
+
 def _header_size(ctx, param, value: int) -> int:
     low, high = HEADER_RANGE
     if not low <= value <= high:
@@ -87,6 +108,7 @@ def serve(
     from registry.server.app import ServeConfig, create_app, environment, uvicorn_options
     from registry.store.urls import redact
 
+    _listenable(host, port)
     store = ctx.existing_store  # a registry that exists, at this schema: refused here, in one line, if not
     if not public and not store.tokens():
         click.echo(

@@ -488,6 +488,19 @@ def test_serve_refuses_a_missing_registry_in_one_line(tmp_path):
     assert not (tmp_path / "none.db").exists()
 
 
+def test_serve_refuses_an_address_it_cannot_listen_on_before_it_says_it_serves(sqlite_url):
+    """A busy port or an unknown host was logged by uvicorn after "serving ... at"; an empty host listened on
+    every address."""
+    Store(sqlite_url).close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        assert "cannot listen on '127.0.0.1' port " + port in refused("--db", sqlite_url, "serve", "--port", port)
+    assert "--host is empty" in refused("--db", sqlite_url, "serve", "--host", "")
+    assert "not an address" in refused("--db", sqlite_url, "serve", "--host", "no-such-host.invalid")
+
+
 def test_a_fault_of_the_server_is_one_problem_document_and_it_keeps_serving(filled, monkeypatch):
     reader = make_token(filled, "reader")
 
