@@ -589,3 +589,9 @@ def test_a_sign_in_from_another_site_is_refused(filled):
         own = conn.getresponse()
         assert own.status == 303 and "registry_token=" in own.getheader("Set-Cookie", "")
         conn.close()
+
+
+def test_a_typo_in_a_servers_url_is_one_line_not_an_internal_error(sqlite_url):
+    assert "is not a URL" in refused("--db", "https://registry.example.com:notaport", "stats")
+    assert "is not a URL" in refused("--db", sqlite_url, "pull", "http://[::1")
+    assert "is not a URL" in refused("--db", sqlite_url, "push", "http://[::1")

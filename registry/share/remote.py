@@ -127,7 +127,11 @@ def server_root(url: str) -> tuple[str, str | None]:
     """A registry server's root URL from what was given: the root itself, or the address of one of its pages or API
     routes (pasted from a browser), cut where the page's path starts; and the model a ``/models/NAME`` page shows
     (None otherwise). A server behind a proxy under a path prefix (``https://host/registry``) keeps its prefix."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read to refuse a port that is not a number here, not at the first request
+    except ValueError as e:  # "Invalid IPv6 URL", a port that is no number
+        raise BadInputError(f"{printable(url, 100)!r} is not a URL: {printable(str(e), 100)}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise BadInputError(f"{printable(url, 100)!r} is not an http:// or https:// URL of a registry server")
     segments = parts.path.split("/")
@@ -230,6 +234,8 @@ class Remote:
         idle = self.limits.answer_s if isinstance(body, Path) else self.limits.idle_s
         try:
             return _opener.open(request, data=data, timeout=idle)
+        except http.client.InvalidURL as e:  # a typo in the address: "nonnumeric port"
+            raise BadInputError(f"{printable(self.url, 100)!r} is not a URL: {printable(str(e), 100)}") from None
         except urllib.error.HTTPError as e:
             detail = e.msg if 300 <= e.code < 400 else _detail(e)
             raise RemoteError(
