@@ -319,6 +319,9 @@ CLI_CASES = {
     "lookup of a shape that is not numbers": _cmd("lookup", "--shape", "1,x,3", fragment="--shape"),
     "lookup on an unknown device": _cmd("lookup", "--device", "tpu-9000", fragment="tpu-9000"),
     "export of an unknown device": _cmd("export", "-o", "x", "--device", "42", fragment="no device '42'"),
+    # past a BIGINT: no row's id, and an OverflowError in the database driver before
+    "lookup on a device id of 31 digits": _cmd("lookup", "--device", "1" + "0" * 30, fragment="no device '1000"),
+    "a report of a model id of 31 digits": _cmd("report", "1" + "0" * 30, fragment="no model '1000"),
     "export to a path under a file": Case(_on_suite_db(_export_under_a_file), "cannot write the export there"),
     "training an unknown device": _cmd("predictor", "train", "--device", "nope", fragment="nope"),
     "training a device without records": Case(_on_suite_db(_train_a_device_without_records), "no ok records"),

@@ -88,6 +88,16 @@ def all_devices(sql: Sql) -> list[DeviceRow]:
     return [DeviceRow(*r) for r in sql.all(f"{_DEVICE_COLS} ORDER BY id")]
 
 
+MAX_ROW_ID = 2**63 - 1  # a BIGINT's largest: a larger number is no row's id, and would overflow the database's
+
+
+def as_row_id(text: str) -> int | None:
+    """``text`` as a row id where it is one: ASCII digits (``str.isdigit`` takes "²" too) of at most a BIGINT."""
+    if text.isascii() and text.isdigit() and int(text) <= MAX_ROW_ID:
+        return int(text)
+    return None
+
+
 def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
     """Devices matching ``selector``: ``host`` (this machine's CPU and TVM release), a device id, or a device name.
 
@@ -96,8 +106,8 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
     sel = selector.strip()
     if sel == "host":  # registry.store.query.is_host, in SQL
         where, params = "host_model = :h AND tvm_version = :v", {"h": hostinfo.cpu_model(), "v": hostinfo.tvm_version()}
-    elif sel.isdigit():
-        where, params = "id = :id", {"id": int(sel)}
+    elif as_row_id(sel) is not None:
+        where, params = "id = :id", {"id": as_row_id(sel)}
     else:
         where, params = "name = :name", {"name": sel}
     found = [DeviceRow(*r) for r in sql.all(f"{_DEVICE_COLS} WHERE {where} ORDER BY id", params)]
