@@ -8,12 +8,21 @@ from pathlib import Path
 import click
 
 from registry import hostinfo
-from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx, served
+from registry.cli.options import (
+    NAME,
+    Context,
+    GivenPath,
+    common_options,
+    device_option,
+    output_options,
+    pass_ctx,
+    served,
+)
 from registry.cli.output import Progress, echo_line, echo_model
 
 
 @click.command("import")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=GivenPath(path_type=Path))
 @click.option("--team", type=NAME, help="Provenance: the team these records come from.")
 @click.option("--model", type=NAME, help="Provenance: the model these records were tuned for.")
 @click.option(
@@ -103,12 +112,12 @@ def _declared(schema, fields: dict) -> dict:
     "-o",
     "--output",
     "folder",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=GivenPath(path_type=Path, file_okay=False),
     help="Folder to write database_workload.json and database_tuning_record.json into (TVM's log format).",
 )
 @click.option(
     "--bundle",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=GivenPath(path_type=Path, dir_okay=False),
     help="Write a registry bundle to this file instead: every device's records (or --device's) with provenance, "
     "models and donors, checksummed; `registry import FILE` reads it.",
 )

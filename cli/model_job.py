@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from registry import hostinfo
-from registry.cli.options import NAME, common_options, output_options, overlay_option, trust_option
+from registry.cli.options import NAME, GivenPath, common_options, output_options, overlay_option, trust_option
 from registry.cli.output import Progress, echo_line, echo_model, echo_table
 
 
@@ -18,7 +18,7 @@ def model_options(command=None, *, many: bool = False):
     """MODEL.onnx and the options every per-model command takes; ``many``: MODEL.onnx... (``registry tune``)."""
     if command is None:
         return functools.partial(model_options, many=many)
-    model = click.Path(exists=True, dir_okay=False, path_type=Path)
+    model = GivenPath(exists=True, dir_okay=False, path_type=Path)
     decorators = [
         click.argument("model_paths", metavar="MODEL.onnx...", type=model, nargs=-1)
         if many
@@ -44,7 +44,7 @@ def model_options(command=None, *, many: bool = False):
             "target as JSON.",
         ),
         click.option(
-            "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Export the compiled library."
+            "-o", "--output", type=GivenPath(dir_okay=False, path_type=Path), help="Export the compiled library."
         ),
         click.option(
             "--exact-math",

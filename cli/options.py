@@ -279,7 +279,26 @@ def _add_verbosity(delta: int) -> Callable:
     return callback
 
 
+class GivenPath(click.Path):
+    """``click.Path`` that refuses an empty string, which it would make the current folder ("." : `import ""` read
+    every file under it, `export -o ""` wrote into it)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: name a file or folder", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def given(ctx: click.Context, param, value):
+    """A callback refusing an empty argument (a registry, a URL, a workload): "" named the default registry, or
+    matched anything."""
+    if isinstance(value, str) and not value.strip():
+        raise click.BadParameter("is empty", ctx, param)
+    return value
+
+
 def _set_db(ctx: click.Context, param, value: str | None) -> None:
+    given(ctx, param, value)
     if value is not None and not ctx.resilient_parsing:
         obj = ctx.ensure_object(Context)
         obj.url = value
@@ -333,7 +352,7 @@ def _set_token_file(ctx: click.Context, _param, value: Path | None) -> None:
 
 served_token_option = click.option(
     "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     metavar="FILE",
     expose_value=False,
     callback=_set_token_file,
@@ -483,7 +502,7 @@ def overlay_option(command: Callable) -> Callable:
     return click.option(
         "--overlay",
         metavar="FILE",
-        type=click.Path(dir_okay=False),
+        type=GivenPath(dir_okay=False),
         expose_value=False,
         callback=remember,
         help="Write everything this run records (the model, its tasks, the records measured) to this SQLite file, "

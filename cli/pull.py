@@ -7,12 +7,21 @@ from pathlib import Path
 
 import click
 
-from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import (
+    NAME,
+    Context,
+    GivenPath,
+    common_options,
+    device_option,
+    given,
+    output_options,
+    pass_ctx,
+)
 from registry.cli.output import Progress, echo_model, echo_rows
 
 token_file_option = click.option(
     "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     help="A file holding the server's token [default: $REGISTRY_TOKEN; none for a public server].",
 )
 
@@ -47,7 +56,7 @@ def remote_filters(command):
 
 
 @click.command()
-@click.argument("source", metavar="NAME|URL", default="starter")
+@click.argument("source", metavar="NAME|URL", default="starter", callback=given)
 @click.option("--list", "list_", is_flag=True, help="List the shipped bundles instead of importing one.")
 @remote_filters
 @output_options("table", "json")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import Context, common_options, output_options, pass_ctx
+from registry.cli.options import Context, common_options, given, output_options, pass_ctx
 from registry.cli.pull import echo_transfer, remote_filters
 
 
 @click.command()
-@click.argument("url")
+@click.argument("url", callback=given)
 @remote_filters
 @output_options()
 @common_options

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import Context, GivenPath, common_options, device_option, given, output_options, pass_ctx
 from registry.cli.output import echo_line, echo_model
 
 report_option = click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     metavar="PATH",
     help="Also write the model's HTML report (as `registry report` does) there at the end, with this run's "
     "before/after and per-batch history.",
@@ -43,11 +43,11 @@ def write_run_report(ctx: Context, report_path: Path | None, run_report) -> None
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", callback=given)
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     help="Where to write the page [default: MODEL.report.html here].",
 )
 @device_option(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from registry.cli.options import Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import Context, common_options, device_option, given, output_options, pass_ctx
 from registry.cli.output import echo_line, echo_model
 from registry.errors import BadInputError, UnknownDeviceError
 
 
 @click.command()
-@click.argument("workload", metavar="WORKLOAD")
+@click.argument("workload", metavar="WORKLOAD", callback=given)
 @device_option(
     "`host`, a device id or a name (see `registry devices`); needed when the workload has records on several devices."
 )

@@ -6,7 +6,7 @@ import dataclasses
 
 import click
 
-from registry.cli.options import NAME, Context, common_options, device_option, output_options, pass_ctx
+from registry.cli.options import NAME, Context, common_options, device_option, given, output_options, pass_ctx
 from registry.cli.output import Progress, echo_model
 from registry.cli.pull import page_size_option, token_file_option
 from registry.store.factory import open_storage
@@ -14,8 +14,8 @@ from registry.store.urls import redact
 
 
 @click.command()
-@click.argument("source")
-@click.argument("destination")
+@click.argument("source", callback=given)
+@click.argument("destination", callback=given)
 @device_option("Only records of devices matching this (`host`, an id or a name in the source).")
 @click.option("--team", type=NAME, help="Only records of this team.")
 @click.option(

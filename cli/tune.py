@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from registry.cli.model_job import Progress, before_tvm, model_options, print_reports
-from registry.cli.options import Context, Duration, FiniteRange, pass_ctx
+from registry.cli.options import Context, Duration, FiniteRange, GivenPath, pass_ctx
 from registry.cli.report import check_outputs, report_option, write_run_report
 from registry.errors import BadInputError
 from registry.options import TRIALS_PER_TASK, TUNE, duration_text
@@ -24,7 +24,7 @@ _FLOOR_HELP = (
 @click.option(
     "--models",
     "models_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=GivenPath(exists=True, dir_okay=False, path_type=Path),
     help="A file naming models to tune, one per line: PATH [NAME=D1,D2 ...] (input shapes; PATH relative to the "
     "file; # starts a comment). With or instead of MODEL.onnx...",
 )

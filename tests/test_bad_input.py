@@ -322,6 +322,12 @@ CLI_CASES = {
     # past a BIGINT: no row's id, and an OverflowError in the database driver before
     "lookup on a device id of 31 digits": _cmd("lookup", "--device", "1" + "0" * 30, fragment="no device '1000"),
     "a report of a model id of 31 digits": _cmd("report", "1" + "0" * 30, fragment="no model '1000"),
+    # "" was the current folder (import read every file under it) or the default registry (sync wrote into it)
+    "import of an empty path": _cmd("import", "", fragment="is empty", code=2),
+    "export into an empty path": _cmd("export", "-o", "", fragment="is empty", code=2),
+    "sync into an empty destination": _cmd("sync", "a.db", "", fragment="is empty", code=2),
+    "an empty --db": _cmd("--db", "", "stats", fragment="is empty", code=2),
+    "show of an empty workload": _cmd("show", "", fragment="is empty", code=2),
     "export to a path under a file": Case(_on_suite_db(_export_under_a_file), "cannot write the export there"),
     "training an unknown device": _cmd("predictor", "train", "--device", "nope", fragment="nope"),
     "training a device without records": Case(_on_suite_db(_train_a_device_without_records), "no ok records"),
