@@ -59,9 +59,16 @@ def sync(ctx: Context, source: str, destination: str, device, team, model, since
         return
     if token_file is not None:
         raise click.UsageError("--token-file applies to a sync with a registry server's URL")
+    from registry.config import database_url
     from registry.share.export import exchange_filters
     from registry.share.sync import sync as run_sync
+    from registry.store.factory import file_of
+    from registry.store.own_files import refuse_side_file
 
+    for name, side in (("SOURCE", source), ("DESTINATION", destination)):  # `sync a.db a.db-wal`
+        path = file_of(database_url(side))
+        if path is not None:
+            refuse_side_file(path, name)
     src = open_storage(source, create_new=False)
     dst = open_storage(destination)
     try:

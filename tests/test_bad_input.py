@@ -816,3 +816,12 @@ def _file_bytes(url: str) -> str | None:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_sync_into_a_registrys_write_ahead_log_is_refused(tmp_path):
+    """Made there, the destination was deleted as the source's journal when the source closed."""
+    source = tmp_path / "a.db"
+    Store(f"sqlite:///{source}").close()
+    result = CliRunner().invoke(cli, ["sync", str(source), f"{source}-wal"])
+    assert result.exit_code == 1 and "write-ahead log of the SQLite database" in result.stderr, result.output
+    assert len(result.stderr.splitlines()) == 1 and not Path(f"{source}-wal").exists()

@@ -126,6 +126,15 @@ def _in_index_folder(path: Path) -> bool:
         return False
 
 
+def refuse_side_file(path: Path | str, option: str) -> None:
+    """Raise BadInputError when ``path`` is a file SQLite or the registry keeps beside an SQLite database (its
+    journal, its similarity index, ...): a registry created there is deleted or overwritten with the database's."""
+    path = Path(path).expanduser()
+    beside = _database_of_side_file(path)
+    if beside is not None:
+        raise BadInputError(f"{option} {path} is the {beside[1]} of the SQLite database {beside[0]}: give another path")
+
+
 def refuse_registry_file(path: Path | str, option: str) -> None:
     """Raise BadInputError when ``path`` (given as ``option``) is any registry's file: an SQLite database, a file
     SQLite or the registry keeps beside one, or a server registry's similarity index. An ordinary file (an earlier
@@ -135,8 +144,6 @@ def refuse_registry_file(path: Path | str, option: str) -> None:
         raise BadInputError(
             f"{option} {path} is an SQLite database (a registry?): it would be overwritten; give another path"
         )
-    beside = _database_of_side_file(path)
-    if beside is not None:
-        raise BadInputError(f"{option} {path} is the {beside[1]} of the SQLite database {beside[0]}: give another path")
+    refuse_side_file(path, option)
     if _in_index_folder(path):
         raise BadInputError(f"{option} {path} is a registry's similarity index: give another path")
