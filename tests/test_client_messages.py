@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from registry.cli.main import cli
+from registry.errors import BadInputError
 from registry.share.remote import missing_scheme, server_root
 from registry.store.sql.store import Store
 from tests.server import EVIL_MODEL, EVIL_TEAM, fill, make_token, ok, refused, serving
@@ -57,6 +58,17 @@ def test_commands_given_an_address_without_its_scheme_say_so_and_create_nothing(
 def empty(db_url) -> str:
     Store(db_url).close()
     return db_url
+
+
+def test_a_token_file_is_read_no_further_than_a_token_could_be(tmp_path: Path):
+    """``--token-file /dev/zero`` read until the process was killed."""
+    from registry.share.remote import read_token
+
+    with pytest.raises(BadInputError, match="holds more than a token"):
+        read_token(Path("/dev/zero"))
+    large = tmp_path / "large"
+    large.write_text("a" * 10_000)
+    assert "holds more than a token" in refused("--db", "http://127.0.0.1:1", "--token-file", str(large), "stats")
 
 
 def test_a_refused_token_names_token_file_and_the_variable(empty, tmp_path: Path):

@@ -146,12 +146,19 @@ def server_root(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", "")), model
 
 
+TOKEN_FILE_BYTES = 4096  # a token is tens of characters; a file longer than this is not one
+
+
 def read_token(token_file: Path | None) -> str | None:
     """The token: ``--token-file``'s first line, else ``$REGISTRY_TOKEN``, else None (a public server). Checked to be
     a token's characters, and never quoted back in a message."""
     if token_file is not None:
         try:
-            text = token_file.read_text(encoding="utf-8").strip()
+            with open(token_file, "rb") as f:  # bounded: /dev/zero, or a large file named by mistake, is no token
+                raw = f.read(TOKEN_FILE_BYTES + 1)
+            if len(raw) > TOKEN_FILE_BYTES:
+                raise BadInputError(f"the token file {token_file} holds more than a token ({TOKEN_FILE_BYTES} bytes)")
+            text = raw.decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as e:
             raise BadInputError(
                 f"cannot read the token file {token_file}: {getattr(e, 'strerror', None) or e}"
