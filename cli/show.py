@@ -27,7 +27,7 @@ def show(ctx: Context, workload: str, device: str | None, no_trace: bool, fmt: s
 
     \b
     Examples:
-      registry show 0x1a2b3c4d5e6f7081 --device host
+      registry show 7683828756812540167 --device host                   # a hash `lookup` printed
       registry lookup --op conv2d --json | jq -r '.rows[].workload'     # the hashes to show
     """
     from registry.store.values import LookupFilter
