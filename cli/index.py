@@ -64,6 +64,12 @@ def rebuild(ctx: Context, fmt: str) -> None:
     Example:
       registry index rebuild
     """
+    from registry.errors import RegistryError
     from registry.similarity.index import SimilarityIndex
 
-    _echo(SimilarityIndex(ctx.existing_store).rebuild(), fmt)
+    index = SimilarityIndex(ctx.existing_store)
+    try:
+        status = index.rebuild()
+    except OSError as e:  # a read-only folder: the index is written beside the database
+        raise RegistryError(f"cannot write the similarity index {index.path}: {e.strerror or e}") from None
+    _echo(status, fmt)

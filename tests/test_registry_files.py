@@ -80,6 +80,9 @@ def test_a_registry_on_a_read_only_filesystem_can_be_read_not_written(registry_f
             assert done.returncode == 0, (args, done.stderr)
         assert _run(db, "export", "--bundle", str(tmp_path / "out.bundle")).returncode == 0
         _one_error_line(_run(db, "import", str(registry_file.parent / "all.bundle")), f"cannot write the registry {db}")
+        # each was an internal error: the index's temporary file, and a lock path taken from the read-only URI
+        _one_error_line(_run(db, "index", "rebuild"), "cannot write the similarity index")
+        _one_error_line(_run(db, "db", "upgrade"), f"cannot take the migration lock {mount / 'reg.migrate.lock'}")
         assert _digest(db) == before and sorted(p.name for p in mount.iterdir()) == ["reg.db"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,8 +139,16 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
         if url.database in (None, "", ":memory:"):
             yield
             return
-        lock_path = Path(url.database).expanduser().with_suffix(".migrate.lock")
-        with open(lock_path, "a") as f:
+        # a file that this process cannot write is opened as a read-only URI, "file:PATH?mode=ro"
+        database = url.database
+        if url.query.get("uri"):
+            database = urllib.parse.unquote(database.removeprefix("file:").split("?", 1)[0])
+        lock_path = Path(database).expanduser().with_suffix(".migrate.lock")
+        try:
+            f = open(lock_path, "a")  # noqa: SIM115 - closed below, once the lock is let go
+        except OSError as e:  # a read-only folder: nothing can be migrated there
+            raise DatabaseError(f"cannot take the migration lock {lock_path}: {e.strerror or e}") from None
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
