@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from registry import hostinfo
 from registry.errors import BadInputError
-from registry.options import TRANSFER, TUNE, TransferOptions, TuneOptions, real, whole
+from registry.options import TRANSFER, TUNE, TransferOptions, TuneOptions, device_selector, real, whole
 
 if TYPE_CHECKING:
     import onnx
@@ -235,15 +235,6 @@ def tune(
     return tune_models([spec], output=output, **options)[0]
 
 
-def _device_selector(device: Any) -> str:
-    """A device as ``registry --device`` names it: ``"host"``, an id (an int too) or a name."""
-    if isinstance(device, int) and not isinstance(device, bool):
-        return str(device)
-    if not isinstance(device, str):
-        raise BadInputError(f"device {device!r}: expected an id or a name")
-    return device
-
-
 def train_predictor(
     db: StoreLike = None,
     device: str | int = "host",
@@ -267,7 +258,8 @@ def train_predictor(
     kind = kind or ranker.KIND
     if isinstance(with_devices, (str, bytes)) or not isinstance(with_devices, Iterable):
         raise BadInputError(f"with_devices {with_devices!r}: expected a list of devices (ids or names)")
-    device, with_devices = _device_selector(device), [_device_selector(d) for d in with_devices]
+    device = device_selector("device", device)
+    with_devices = [device_selector("device", d) for d in with_devices]
     opened = db is None or isinstance(db, (str, os.PathLike))
     if db is not None and opened and is_url(os.fspath(db)):
         raise BadInputError("a predictor trains on a database, not a served registry: `registry pull URL` first")

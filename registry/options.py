@@ -51,6 +51,15 @@ def flag(field: str, value: Any) -> bool:
     return value
 
 
+def device_selector(field: str, value: Any) -> str:
+    """A device as the CLI's ``--device`` names it: ``"host"``, an id (an int too) or a name."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise BadInputError(f"{field} {value!r}: expected an id or a name")
+    return value
+
+
 def _checked(options: Any, **values: Any) -> None:
     """Sets a frozen dataclass's fields to their checked values."""
     for name, value in values.items():
@@ -125,12 +134,9 @@ class TransferOptions:
     device: str | None = None  # with measure=False: the registry device to compile for (None: this machine's)
 
     def __post_init__(self) -> None:
-        if isinstance(self.device, int) and not isinstance(self.device, bool):
-            _checked(self, device=str(self.device))  # a device id, as the CLI's --device takes it
-        elif self.device is not None and not isinstance(self.device, str):
-            raise BadInputError(f"device: {self.device!r} is not a device id or name")
         _checked(
             self,
+            device=None if self.device is None else device_selector("device", self.device),
             candidates=whole("candidates", self.candidates, 1, optional=True),
             neighbours=whole("neighbours", self.neighbours, 1),
             tune_trials=whole("tune_trials", self.tune_trials, 0),

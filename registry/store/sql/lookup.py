@@ -106,8 +106,8 @@ def resolve_devices(sql: Sql, selector: str) -> list[DeviceRow]:
     sel = selector.strip()
     if sel == "host":  # registry.store.query.is_host, in SQL
         where, params = "host_model = :h AND tvm_version = :v", {"h": hostinfo.cpu_model(), "v": hostinfo.tvm_version()}
-    elif as_row_id(sel) is not None:
-        where, params = "id = :id", {"id": as_row_id(sel)}
+    elif (row_id := as_row_id(sel)) is not None:
+        where, params = "id = :id", {"id": row_id}
     else:
         where, params = "name = :name", {"name": sel}
     found = [DeviceRow(*r) for r in sql.all(f"{_DEVICE_COLS} WHERE {where} ORDER BY id", params)]

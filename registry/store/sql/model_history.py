@@ -17,8 +17,8 @@ from registry.store.values import DonorRow, ModelRow, PlainTaskRow, RecordHistor
 def find_models(conn: Connection, selector: str, sha256: str | None = None) -> list[ModelRow]:
     """Models named ``selector`` (or with that id), newest first; only the one with ``sha256`` when it is given."""
     stmt = select(Model.id, Model.name, Model.sha256, Model.input_shapes_json, Model.created_at)
-    if as_row_id(selector) is not None:
-        stmt = stmt.where((Model.name == selector) | (Model.id == as_row_id(selector)))
+    if (row_id := as_row_id(selector)) is not None:
+        stmt = stmt.where((Model.name == selector) | (Model.id == row_id))
     else:
         stmt = stmt.where(Model.name == selector)
     if sha256 is not None:
